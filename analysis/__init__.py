@@ -1,0 +1,1 @@
+"""Workloads, access analysis (islpy), assembly features and the performance model."""

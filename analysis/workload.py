@@ -1,0 +1,209 @@
+"""Workloads: loops, tensors and one statement with affine accesses.
+
+Roadmap: ``einsum`` covers every contraction ``out[...] += in0[...] * in1[...]`` with one loop per
+index; convolution-style accesses (``h*stride + r*dilation - pad``) and fused epilogues build on the
+same ``AffineIndex`` and ``Workload.epilogue`` fields.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+from aotune.errors import WorkloadError
+
+LoopKind = Literal["spatial", "reduction"]
+DTYPE_BYTES = {"float32": 4}
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop of the iteration space: ``0 <= name < extent``."""
+
+    name: str
+    extent: int
+    kind: LoopKind
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A dense row-major tensor."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class AffineIndex:
+    """``sum(coeff * loop) + const`` for one tensor dimension."""
+
+    terms: tuple[tuple[str, int], ...]
+    const: int = 0
+
+    def __str__(self) -> str:
+        parts = [(f"{c}*{n}" if c != 1 else n) for n, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+@dataclass(frozen=True)
+class Access:
+    """``tensor[indices...]``."""
+
+    tensor: str
+    indices: tuple[AffineIndex, ...]
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{', '.join(map(str, self.indices))}]"
+
+
+@dataclass(frozen=True)
+class Statement:
+    """``output += product(inputs)`` over the whole iteration domain (output starts at zero)."""
+
+    output: Access
+    inputs: tuple[Access, ...]
+
+    def __str__(self) -> str:
+        return f"{self.output} += {' * '.join(map(str, self.inputs))}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A tensor computation: the unit aotune tunes."""
+
+    op: str
+    loops: tuple[Loop, ...]
+    tensors: tuple[Tensor, ...]
+    statement: Statement
+    shape: tuple[tuple[str, int], ...]  # the user-facing named sizes, e.g. (("M", 1024), ...)
+    dtype: str = "float32"
+
+    def loop(self, name: str) -> Loop:
+        """The loop called ``name``."""
+        for lp in self.loops:
+            if lp.name == name:
+                return lp
+        raise WorkloadError(f"workload {self.op} has no loop {name!r}")
+
+    def tensor(self, name: str) -> Tensor:
+        """The tensor called ``name``."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise WorkloadError(f"workload {self.op} has no tensor {name!r}")
+
+    @property
+    def flops(self) -> int:
+        """Floating-point operations: a multiply per extra input and an add, at every point."""
+        return len(self.statement.inputs) * math.prod(lp.extent for lp in self.loops)
+
+    @property
+    def shape_dict(self) -> dict[str, int]:
+        """The named sizes as a dict."""
+        return dict(self.shape)
+
+    def describe(self) -> str:
+        """One line: op, sizes and the statement."""
+        sizes = "x".join(str(v) for _, v in self.shape)
+        return f"{self.op} {sizes} {self.dtype}: {self.statement}"
+
+
+def check_extent(name: str, value: object) -> int:
+    """A positive integer dimension, or a WorkloadError that says how to fix it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WorkloadError(f"dimension {name} must be a positive integer, got {value!r}")
+    if value <= 0:
+        raise WorkloadError(f"dimension {name} must be a positive integer, got {value}; every size must be >= 1")
+    return value
+
+
+_EINSUM = re.compile(r"^\s*([a-zA-Z]+)\s*,\s*([a-zA-Z]+)\s*->\s*([a-zA-Z]*)\s*$")
+
+
+def einsum(spec: str, dims: Mapping[str, int], *, op: str = "einsum",
+           names: tuple[str, str, str] = ("A", "B", "C"), shape: tuple[tuple[str, int], ...] | None = None,
+           dtype: str = "float32") -> Workload:
+    """A two-input contraction such as ``"mk,kn->mn"``: one loop per index letter.
+
+    Letters of the output are spatial loops, the others are reductions. Loop order follows first
+    appearance in the output, then in the inputs.
+    """
+    if dtype not in DTYPE_BYTES:
+        raise WorkloadError(f"dtype {dtype!r} not supported; use one of {', '.join(DTYPE_BYTES)}")
+    m = _EINSUM.match(spec)
+    if not m:
+        raise WorkloadError(f"einsum spec {spec!r} is not of the form 'ab,bc->ac'")
+    in0, in1, out = m.groups()
+    for part in (in0, in1, out):
+        if len(set(part)) != len(part):
+            raise WorkloadError(f"einsum spec {spec!r}: an index repeats within one operand ({part!r})")
+    for ch in out:
+        if ch not in in0 and ch not in in1:
+            raise WorkloadError(f"einsum spec {spec!r}: output index {ch!r} appears in no input")
+    order: list[str] = []
+    for ch in out + in0 + in1:
+        if ch not in order:
+            order.append(ch)
+    for ch in order:
+        if ch not in dims:
+            raise WorkloadError(f"einsum spec {spec!r}: index {ch!r} has no size; add {ch}=N to the dims")
+        check_extent(ch, dims[ch])
+    loops = tuple(Loop(ch, dims[ch], "spatial" if ch in out else "reduction") for ch in order)
+
+    def access(tname: str, idx: str) -> Access:
+        return Access(tname, tuple(AffineIndex(((ch, 1),)) for ch in idx))
+
+    a, b, c = names
+    tensors = (
+        Tensor(a, tuple(dims[ch] for ch in in0), dtype),
+        Tensor(b, tuple(dims[ch] for ch in in1), dtype),
+        Tensor(c, tuple(dims[ch] for ch in out), dtype),
+    )
+    stmt = Statement(access(c, out), (access(a, in0), access(b, in1)))
+    return Workload(op, loops, tensors, stmt, shape or tuple((ch, dims[ch]) for ch in order), dtype)
+
+
+def matmul(M: int, N: int, K: int, dtype: str = "float32") -> Workload:
+    """``C[m, n] += A[m, k] * B[k, n]`` with A: MxK, B: KxN, C: MxN (row-major)."""
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        check_extent(name, v)
+    return einsum("mk,kn->mn", {"m": M, "n": N, "k": K}, op="matmul",
+                  shape=(("M", M), ("N", N), ("K", K)), dtype=dtype)
+
+
+OPERATORS = {"matmul": ("MxNxK", ("M", "N", "K"))}
+
+
+def parse_shape(text: str, names: tuple[str, ...]) -> dict[str, int]:
+    """``"512x2048x256"`` -> {"M": 512, ...}; errors say which part is wrong."""
+    parts = [p.strip() for p in text.lower().replace(",", "x").split("x")]
+    if len(parts) != len(names):
+        raise WorkloadError(
+            f"shape {text!r} has {len(parts)} sizes, expected {len(names)} ({'x'.join(names)}), e.g. 512x512x512")
+    sizes = {}
+    for name, part in zip(names, parts):
+        try:
+            value = int(part)
+        except ValueError:
+            raise WorkloadError(f"shape {text!r}: {name}={part!r} is not an integer; write it as {'x'.join(names)}, "
+                                f"e.g. 512x512x512") from None
+        sizes[name] = check_extent(name, value)
+    return sizes
+
+
+def build_workload(op: str, shape: str | None) -> Workload:
+    """A named operator with a shape string (the CLI's entry point)."""
+    if op not in OPERATORS:
+        raise WorkloadError(f"unknown operator {op!r}; known: {', '.join(OPERATORS)}")
+    pattern, names = OPERATORS[op]
+    sizes = parse_shape(shape or "1024x1024x1024", names)
+    return matmul(sizes["M"], sizes["N"], sizes["K"])

@@ -1,0 +1,117 @@
+"""Detect the machine aotune runs on as an :class:`HwSpec`.
+
+Cores and cache sizes come from sysfs, the ISA from llvmlite's host CPU name and features. Issue
+rates cannot be read from the OS, so they are taken from the built-in spec whose ``llvm_cpu``
+matches the host, or else the closest one by vector ISA.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from pathlib import Path
+
+from aotune.errors import HwSpecError
+from aotune.hwspecs.spec import CacheSpec, HwSpec, builtin_names, load_target
+
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def _parse_size_kib(text: str) -> int:
+    text = text.strip().upper()
+    for suffix, mult in (("K", 1), ("M", 1024), ("G", 1024 * 1024)):
+        if text.endswith(suffix):
+            return int(text[:-1]) * mult
+    return int(text) // 1024
+
+
+def _count_cpus(cpu_list: str) -> int:
+    total = 0
+    for part in cpu_list.strip().split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            total += int(hi) - int(lo) + 1
+        elif part:
+            total += 1
+    return total
+
+
+def sysfs_caches(base: CacheSpec | None = None, cpu_dir: Path = SYSFS_CPU / "cpu0") -> dict[int, tuple[int, int, int]]:
+    """Data/unified caches of cpu0 from sysfs: level -> (size KiB, line bytes, CPUs sharing it)."""
+    found: dict[int, tuple[int, int, int]] = {}
+    for index in sorted((cpu_dir / "cache").glob("index*")):
+        try:
+            ctype = (index / "type").read_text().strip()
+            if ctype not in ("Data", "Unified"):
+                continue
+            level = int((index / "level").read_text())
+            size = _parse_size_kib((index / "size").read_text())
+            line_path = index / "coherency_line_size"
+            line = int(line_path.read_text()) if line_path.exists() else 64
+            shared = _count_cpus((index / "shared_cpu_list").read_text())
+        except (OSError, ValueError):
+            continue
+        found[level] = (size, line, shared)
+    return found
+
+
+def _base_spec_name(cpu_name: str, features: dict[str, bool], arch: str) -> str:
+    names = builtin_names()
+    if cpu_name in names:
+        return cpu_name
+    for name in names:  # a spec whose llvm_cpu is the host's
+        if load_target(name).isa.llvm_cpu == cpu_name:
+            return name
+    if arch == "aarch64":
+        return "neoverse-n1"
+    if features.get("avx512f"):
+        return "skylake-avx512"
+    if features.get("avx2") and features.get("fma"):
+        return "haswell"
+    raise HwSpecError(
+        f"host CPU {cpu_name!r} has neither AVX2+FMA nor AVX-512; write a spec file for it and pass --target FILE.toml"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def detect_host() -> HwSpec:
+    """The host as a spec: sysfs topology and caches over the closest built-in core model."""
+    import llvmlite.binding as llvm
+
+    triple = llvm.get_process_triple()
+    arch = triple.split("-")[0]
+    arch = {"arm64": "aarch64"}.get(arch, arch)
+    cpu_name = llvm.get_host_cpu_name()
+    features = dict(llvm.get_host_cpu_features())
+    base = load_target(_base_spec_name(cpu_name, features, arch))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    detected = sysfs_caches()
+    caches = []
+    for c in base.caches:
+        if c.level in detected:
+            size, line, shared = detected[c.level]
+            c = dataclasses.replace(c, size_kib=size, line_bytes=line, shared_by_cores=max(1, min(shared, cores)))
+        caches.append(c)
+    feature_str = ",".join(("+" if on else "-") + name for name, on in sorted(features.items()))
+    vector_bits = base.isa.vector_bits
+    if arch == "x86_64":
+        vector_bits = 512 if features.get("avx512f") else 256
+    isa = dataclasses.replace(base.isa, triple=triple, llvm_cpu=cpu_name, llvm_features=feature_str,
+                              vector_bits=vector_bits, vector_registers=32 if vector_bits == 512 else base.isa.vector_registers)
+    core = dataclasses.replace(base.core, cores=cores)
+    return dataclasses.replace(
+        base, name="host", description=f"detected host: {cpu_name}, {cores} cores (core model from {base.name})",
+        isa=isa, core=core, caches=tuple(caches),
+    )
+
+
+def host_can_run(spec: HwSpec) -> tuple[bool, str]:
+    """Whether code built for ``spec`` runs on this machine, and if not, why."""
+    host = detect_host()
+    if spec.isa.arch != host.isa.arch:
+        return False, f"target {spec.name} is {spec.isa.arch}, this host is {host.isa.arch}"
+    host_feats = {f[1:] for f in host.isa.llvm_features.split(",") if f.startswith("+")}
+    missing = [f[1:] for f in spec.isa.llvm_features.split(",") if f.startswith("+") and f[1:] not in host_feats]
+    if missing:
+        return False, f"target {spec.name} needs CPU features this host lacks: {', '.join(missing)}"
+    return True, ""

@@ -1,0 +1,1 @@
+"""Search spaces: decision variables and constraints, solved with OR-Tools CP-SAT."""

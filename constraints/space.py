@@ -1,0 +1,341 @@
+"""The search space: decision variables, constraints, and the CP-SAT model built once from them.
+
+Roadmap: ``Space`` is target-agnostic; ``constraints/cpu.py`` fills it for CPU contractions and a GPU
+builder will fill it with thread/shared-memory/register constraints. The model is built once per
+space; ``solve`` clones it and adds the caller's restrictions, so GA children never rebuild it.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Literal, Mapping, Sequence
+
+from ortools.sat.python import cp_model
+
+from aotune.constraints.expr import Expr, LoweringContext
+from aotune.errors import ConfigError, UnsatisfiableError
+
+
+@dataclass(frozen=True)
+class DecisionVar:
+    """One decision: a name, its allowed values and, for categorical ones, a label per value."""
+
+    name: str
+    domain: tuple[int, ...]
+    description: str
+    labels: tuple[str, ...] = ()  # labels[i] names value i
+
+    def label(self, value: int) -> str:
+        """The readable form of ``value``."""
+        return self.labels[value] if self.labels and 0 <= value < len(self.labels) else str(value)
+
+    def parse(self, text: str) -> int:
+        """A value from its label or integer text."""
+        if text in self.labels:
+            return self.labels.index(text)
+        try:
+            return int(text)
+        except ValueError:
+            choices = ", ".join(self.labels) if self.labels else "an integer"
+            raise ConfigError(f"config value {self.name}={text!r} is not valid; use {choices}") from None
+
+    def domain_text(self) -> str:
+        """Compact description of the domain."""
+        if self.labels:
+            return " | ".join(self.labels)
+        d = self.domain
+        if len(d) > 2 and d == tuple(range(d[0], d[-1] + 1)):
+            return f"{d[0]}..{d[-1]}"
+        step = d[1] - d[0] if len(d) > 2 else 0
+        if len(d) > 4 and step and d == tuple(range(d[0], d[-1] + 1, step)):
+            return f"{d[0]}..{d[-1]} step {step}"
+        return "{" + ", ".join(map(str, d)) + "}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The decisions, as an ordered name -> int mapping: the GA genome and the cache key."""
+
+    items: tuple[tuple[str, int], ...]
+
+    def __getitem__(self, name: str) -> int:
+        for k, v in self.items:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    def as_dict(self) -> dict[str, int]:
+        """A plain dict copy."""
+        return dict(self.items)
+
+    def __str__(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.items)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken constraint: what, how much is required, how much is available, how to fix."""
+
+    constraint: str
+    text: str
+    required: int
+    available: int
+    hint: str
+
+    relation: str = "<="
+
+    def __str__(self) -> str:
+        if self.relation == "divides":
+            amounts = f"{self.required} is not a multiple of {self.available}"
+        elif self.relation == "==":
+            amounts = f"is {self.required}, must be {self.available}"
+        elif self.relation == ">=":
+            amounts = f"have {self.required}, need at least {self.available}"
+        else:
+            amounts = f"required {self.required}, available {self.available}"
+        return f"{self.constraint}: {self.text} -- {amounts}; {self.hint}"
+
+
+Relation = Literal["<=", ">=", "==", "divides"]
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``lhs REL rhs`` (``divides``: rhs divides lhs), optionally only when ``var == value``."""
+
+    name: str
+    lhs: Expr
+    relation: Relation
+    rhs: Expr
+    text: str
+    hint: str
+    when: tuple[str, int] | None = None
+
+    def applies(self, cfg: Mapping[str, int]) -> bool:
+        """Whether the guard (if any) is active for ``cfg``."""
+        return self.when is None or cfg[self.when[0]] == self.when[1]
+
+    def holds(self, cfg: Mapping[str, int]) -> bool:
+        """The constraint's truth for a full config (the semantics CP-SAT must match)."""
+        if not self.applies(cfg):
+            return True
+        lhs, rhs = self.lhs.evaluate(cfg), self.rhs.evaluate(cfg)
+        return {"<=": lhs <= rhs, ">=": lhs >= rhs, "==": lhs == rhs, "divides": rhs != 0 and lhs % rhs == 0}[self.relation]
+
+    def violation(self, cfg: Mapping[str, int]) -> Violation | None:
+        """A Violation if ``cfg`` breaks this constraint."""
+        if self.holds(cfg):
+            return None
+        return Violation(self.name, self.text, self.lhs.evaluate(cfg), self.rhs.evaluate(cfg), self.hint, self.relation)
+
+
+@dataclass
+class Space:
+    """Decision variables + constraints, with a CP-SAT model built once."""
+
+    title: str
+    variables: tuple[DecisionVar, ...]
+    constraints: tuple[Constraint, ...]
+    _model: cp_model.CpModel = field(init=False, repr=False)
+    _vars: dict[str, cp_model.IntVar] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._guards: dict[tuple[str, int], cp_model.IntVar] = {}
+        self._model = cp_model.CpModel()
+        self._vars = {
+            v.name: self._model.new_int_var_from_domain(cp_model.Domain.from_values(list(v.domain)), v.name)
+            for v in self.variables
+        }
+        bounds = {v.name: (min(v.domain), max(v.domain)) for v in self.variables}
+        ctx = LoweringContext(self._model, self._vars, bounds)
+        for c in self.constraints:
+            lhs, rhs = c.lhs.to_cpsat(ctx), c.rhs.to_cpsat(ctx)
+            if c.relation == "divides":
+                rlo, rhi = c.rhs.bounds(bounds)
+                rem, _ = ctx.aux(f"rem:{c.name}:{c.lhs}%{c.rhs}", 0, max(0, rhi - 1))
+                lo, hi = c.lhs.bounds(bounds)
+                lhs_var, _ = ctx.aux(f"val:{c.lhs}", lo, hi)
+                rhs_var, _ = ctx.aux(f"val:{c.rhs}", max(1, rlo), max(1, rhi))
+                self._model.add(lhs_var == lhs)
+                self._model.add(rhs_var == rhs)
+                self._model.add_modulo_equality(rem, lhs_var, rhs_var)
+                ct = self._model.add(rem == 0)
+            else:
+                ct = self._model.add({"<=": lhs <= rhs, ">=": lhs >= rhs, "==": lhs == rhs}[c.relation])
+            if c.when is not None:
+                ct.only_enforce_if(self._guard_literal(*c.when))
+
+    def _guard_literal(self, name: str, value: int) -> cp_model.IntVar:
+        guards = self._guards
+        key = (name, value)
+        if key not in guards:
+            b = self._model.new_bool_var(f"{name}_is_{value}")
+            self._model.add(self._vars[name] == value).only_enforce_if(b)
+            self._model.add(self._vars[name] != value).only_enforce_if(~b)
+            guards[key] = b
+        return guards[key]
+
+    # ---- configs -------------------------------------------------------------------------------
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Decision variable names, in order."""
+        return tuple(v.name for v in self.variables)
+
+    def var(self, name: str) -> DecisionVar:
+        """The decision variable ``name``."""
+        for v in self.variables:
+            if v.name == name:
+                return v
+        raise ConfigError(f"unknown decision {name!r}; this space has {', '.join(self.names)}")
+
+    def config(self, values: Mapping[str, int]) -> Config:
+        """A Config in this space's variable order; names must match exactly."""
+        unknown = [k for k in values if k not in self.names]
+        if unknown:
+            raise ConfigError(f"unknown decision(s) {', '.join(unknown)}; this space has {', '.join(self.names)}")
+        missing = [n for n in self.names if n not in values]
+        if missing:
+            raise ConfigError(f"config is missing {', '.join(missing)}; give every decision: {', '.join(self.names)}")
+        return Config(tuple((n, int(values[n])) for n in self.names))
+
+    def parse_config(self, text: str) -> Config:
+        """``"mr=8,nr=32,..."`` (labels allowed for categorical decisions) -> Config."""
+        values: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            if "=" not in part:
+                raise ConfigError(f"config item {part!r} is not name=value; e.g. {self.example()}")
+            k, v = (s.strip() for s in part.split("=", 1))
+            values[k] = self.var(k).parse(v)
+        return self.config(values)
+
+    def example(self) -> str:
+        """A valid config as text, for messages."""
+        try:
+            return str(self.solve())
+        except UnsatisfiableError:
+            return ",".join(f"{v.name}={v.domain[0]}" for v in self.variables)
+
+    def describe_config(self, cfg: Config) -> str:
+        """Config with labels for categorical decisions."""
+        return ",".join(f"{n}={self.var(n).label(v)}" for n, v in cfg.items)
+
+    def violations(self, cfg: Config) -> list[Violation]:
+        """Every broken domain and constraint for ``cfg`` (empty: valid)."""
+        out = []
+        values = cfg.as_dict()
+        for v in self.variables:
+            if values[v.name] not in v.domain:
+                out.append(Violation(f"domain of {v.name}", f"{v.name} in {v.domain_text()}", values[v.name],
+                                     max(v.domain), f"choose {v.name} from {v.domain_text()}", "in"))
+        if out:
+            return out  # constraint formulas assume in-domain values (e.g. no division by 0)
+        return [viol for c in self.constraints if (viol := c.violation(values)) is not None]
+
+    def is_valid(self, cfg: Config) -> bool:
+        """No violations."""
+        return not self.violations(cfg)
+
+    # ---- solving -------------------------------------------------------------------------------
+    def solve(self, allowed: Mapping[str, Iterable[int]] | None = None, hints: Mapping[str, int] | None = None,
+              seed: int = 0, time_limit: float = 2.0) -> Config:
+        """One valid config with each variable restricted to ``allowed`` values, guided by ``hints``.
+
+        Raises UnsatisfiableError if no config satisfies the restrictions.
+        """
+        model = self._model.clone() if (allowed or hints) else self._model
+        if allowed or hints:
+            cvars = {n: model.get_int_var_from_proto_index(v.index) for n, v in self._vars.items()}
+            for name, vals in (allowed or {}).items():
+                model.add_linear_expression_in_domain(cvars[name], cp_model.Domain.from_values(sorted(set(vals))))
+            for name, val in (hints or {}).items():
+                model.add_hint(cvars[name], val)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.random_seed = seed
+        solver.parameters.max_time_in_seconds = time_limit
+        status = solver.solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            why = "no config satisfies the restrictions" if status == cp_model.INFEASIBLE else "the solver timed out"
+            raise UnsatisfiableError(f"{self.title}: {why}")
+        return Config(tuple((n, int(solver.value(self._vars[n]))) for n in self.names))
+
+    def sample(self, n: int, seed: int = 0) -> list[Config]:
+        """Up to ``n`` distinct valid configs, reproducible for a given ``seed``.
+
+        Each sample visits the variables in random order and fixes each to a uniformly random value
+        of its domain when CP-SAT says the fixings so far stay feasible (two tries, else it is left
+        to the solver), so every sample is valid by construction and spread over the whole space.
+        """
+        rng = random.Random(seed)
+        seen: dict[Config, None] = {}
+        attempts = 0
+        while len(seen) < n and attempts < 3 * n + 10:
+            attempts += 1
+            order = list(self.variables)
+            rng.shuffle(order)
+            fixed: dict[str, list[int]] = {}
+            cfg = self.solve(seed=rng.randrange(1 << 30))
+            for v in order:
+                for _ in range(2):
+                    value = rng.choice(v.domain)
+                    if cfg[v.name] == value:
+                        fixed[v.name] = [value]
+                        break
+                    try:
+                        cfg = self.solve({**fixed, v.name: [value]}, seed=rng.randrange(1 << 30))
+                    except UnsatisfiableError:
+                        continue
+                    fixed[v.name] = [value]
+                    break
+                else:
+                    fixed[v.name] = [cfg[v.name]]
+            seen.setdefault(cfg, None)
+        return list(seen)
+
+    def count(self, time_limit: float = 10.0) -> tuple[int, bool]:
+        """Number of valid configs and whether it is exact (False: a lower bound, time ran out)."""
+
+        class _Counter(cp_model.CpSolverSolutionCallback):
+            def __init__(self, deadline: float) -> None:
+                super().__init__()
+                self.n, self.deadline, self.cut = 0, deadline, False
+
+            def on_solution_callback(self) -> None:
+                self.n += 1
+                if self.n % 256 == 0 and time.monotonic() > self.deadline:
+                    self.cut = True
+                    self.stop_search()
+
+        solver = cp_model.CpSolver()
+        solver.parameters.enumerate_all_solutions = True
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = time_limit
+        counter = _Counter(time.monotonic() + time_limit)
+        # Auxiliary variables are functions of the decisions, so solutions map 1:1 to configs.
+        status = solver.solve(self._model, counter)
+        exact = status in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and not counter.cut
+        return counter.n, exact
+
+    def enumerate(self, limit: int = 100_000) -> list[Config]:
+        """All valid configs (small spaces only; raises if there are more than ``limit``)."""
+
+        class _Collector(cp_model.CpSolverSolutionCallback):
+            def __init__(self, space: "Space") -> None:
+                super().__init__()
+                self.space, self.found = space, []
+
+            def on_solution_callback(self) -> None:
+                self.found.append(Config(tuple((n, int(self.value(self.space._vars[n]))) for n in self.space.names)))
+                if len(self.found) > limit:
+                    self.stop_search()
+
+        solver = cp_model.CpSolver()
+        solver.parameters.enumerate_all_solutions = True
+        solver.parameters.num_workers = 1
+        collector = _Collector(self)
+        solver.solve(self._model, collector)
+        if len(collector.found) > limit:
+            raise UnsatisfiableError(f"{self.title}: more than {limit} configs; use sample() instead")
+        return collector.found
+

@@ -1,0 +1,81 @@
+"""LLVM IR -> optimised module -> assembly text and object bytes (any target), via llvmlite.
+
+Roadmap: a PTX path (NVPTX target + ptxas resource usage) will sit beside ``compile_kernel``.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from aotune.codegen.llvm_cpu import generate_ir
+from aotune.codegen.schedule import CpuSchedule
+from aotune.errors import CodegenError
+from aotune.hwspecs.spec import HwSpec
+
+_LLVM_LOCK = threading.Lock()  # LLVM's global state is not thread-safe during init/compile
+
+
+@functools.lru_cache(maxsize=1)
+def _init_llvm() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A compiled kernel: everything needed to analyse, run or ship it."""
+
+    target: str
+    triple: str
+    entry: str
+    llvm_ir: str
+    asm: str
+    object_code: bytes
+    schedule: CpuSchedule
+
+    @property
+    def launch(self) -> list[tuple[int, int]]:
+        """Per-thread [lo, hi) ranges of the parallel loop: the launch parameters."""
+        return self.schedule.thread_ranges()
+
+
+def target_machine(hw: HwSpec, jit: bool = False) -> llvm.TargetMachine:
+    """An LLVM target machine for ``hw`` (object-file settings unless ``jit``)."""
+    _init_llvm()
+    try:
+        target = llvm.Target.from_triple(hw.isa.triple)
+    except RuntimeError as e:
+        raise CodegenError(f"LLVM cannot target {hw.isa.triple!r} ({e}); fix isa.triple in the {hw.name} spec") from None
+    if jit:
+        return target.create_target_machine(cpu=hw.isa.llvm_cpu, features=hw.isa.llvm_features, opt=3)
+    return target.create_target_machine(cpu=hw.isa.llvm_cpu, features=hw.isa.llvm_features, opt=3,
+                                        reloc="pic", codemodel="small")
+
+
+def optimize(ir_text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:
+    """Parse, verify and run the O3 pipeline."""
+    try:
+        mod = llvm.parse_assembly(ir_text)
+        mod.verify()
+    except RuntimeError as e:
+        raise CodegenError(f"generated LLVM IR is invalid: {e}") from None
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def compile_kernel(schedule: CpuSchedule, hw: HwSpec, entry: str = "aotune_kernel") -> Kernel:
+    """Generate, optimise and assemble the kernel for ``hw`` (no execution)."""
+    ir_text = generate_ir(schedule, entry, hw.isa.triple)
+    with _LLVM_LOCK:
+        tm = target_machine(hw)
+        mod = optimize(ir_text, tm)
+        asm = tm.emit_assembly(mod)
+        obj = tm.emit_object(mod)
+    return Kernel(hw.name, hw.isa.triple, entry, ir_text, asm, bytes(obj), schedule)

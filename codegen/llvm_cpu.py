@@ -1,0 +1,292 @@
+"""Schedule -> LLVM IR (text) for a CPU contraction kernel, built with llvmlite.ir.
+
+Structure of the generated module (all sizes and strides are compile-time constants):
+
+    void <entry>(float* A, float* B, float* C, i64 lo, i64 hi, float* ws_a, float* ws_b)
+        three cache-block loops over m (mc), n (nc), k (kc) in the schedule's order, the parallel
+        one restricted to [lo, hi); A/B blocks packed into panels where the schedule says so;
+        then jr over nr columns, ir over mr rows, calling a micro-kernel variant:
+    void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first)
+        rows x ceil(cols/lanes) accumulator vectors, explicit llvm.fma per (row, vector), the k loop
+        unrolled; the last vector of a column tail is loaded/stored with a lane mask.
+
+Remainders: one variant for full tiles and one for the m tail, the n tail and both, because the
+tails of M and N are known when the kernel is generated.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import llvmlite.ir as ir
+
+from aotune.codegen.schedule import CpuSchedule
+
+F32 = ir.FloatType()
+I1 = ir.IntType(1)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+PF32 = F32.as_pointer()
+
+
+def c64(v: int) -> ir.Constant:
+    """An i64 constant."""
+    return ir.Constant(I64, v)
+
+
+@contextmanager
+def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int, name: str) -> Iterator[ir.Value]:
+    """``for (iv = start; iv < stop; iv += step)``; yields the induction variable inside the body."""
+    fn = b.function
+    head, body, done = (fn.append_basic_block(f"{name}.{s}") for s in ("head", "body", "done"))
+    pre = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    iv = b.phi(I64, name=name)
+    iv.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", iv, stop), body, done)
+    b.position_at_end(body)
+    yield iv
+    iv.add_incoming(b.add(iv, c64(step)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Signed minimum."""
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+class CpuKernelBuilder:
+    """Emits one module for one schedule."""
+
+    def __init__(self, s: CpuSchedule, entry: str, triple: str) -> None:
+        self.s, self.entry = s, entry
+        self.vec = ir.VectorType(F32, s.lanes)
+        self.pvec = self.vec.as_pointer()
+        self.mask_ty = ir.VectorType(I1, s.lanes)
+        self.module = ir.Module(name=entry)
+        self.module.triple = triple
+        self.fma = ir.Function(self.module, ir.FunctionType(self.vec, [self.vec] * 3), name=f"llvm.fma.v{s.lanes}f32")
+        self.mload = ir.Function(self.module, ir.FunctionType(self.vec, [self.pvec, I32, self.mask_ty, self.vec]),
+                                 name=f"llvm.masked.load.v{s.lanes}f32.p0")
+        self.mstore = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [self.vec, self.pvec, I32, self.mask_ty]),
+                                  name=f"llvm.masked.store.v{s.lanes}f32.p0")
+        self.ukernels: dict[tuple[int, int], ir.Function] = {}
+
+    # ---- micro-kernel ----------------------------------------------------------------------------
+    def a_strides(self) -> tuple[int, int]:
+        """(row stride, k stride) of the A operand the micro-kernel reads."""
+        return (1, self.s.mr) if self.s.pack_a else (self.s.a_sm, self.s.a_sk)
+
+    def b_stride(self) -> int:
+        """k stride of the B operand the micro-kernel reads (columns are contiguous)."""
+        return self.s.nr if self.s.pack_b else self.s.b_sk
+
+    def ukernel(self, rows: int, cols: int) -> ir.Function:
+        """The micro-kernel for a rows x cols tile (cols <= nr), created once."""
+        key = (rows, cols)
+        if key in self.ukernels:
+            return self.ukernels[key]
+        s = self.s
+        lanes = s.lanes
+        nvec = -(-cols // lanes)
+        tail = cols - (nvec - 1) * lanes  # lanes used in the last vector
+        mask = ir.Constant(self.mask_ty, [1 if i < tail else 0 for i in range(lanes)]) if tail < lanes else None
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, I64, I1]),
+                         name=f"ukernel_{rows}x{cols}")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")  # keeps each variant a symbol of its own for the asm features
+        for arg in fn.args[:3]:
+            arg.add_attribute("noalias")
+        a_ptr, b_ptr, c_ptr, kc, first = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        acc = [[b.alloca(self.vec, name=f"acc{r}_{v}") for v in range(nvec)] for r in range(rows)]
+        zero = ir.Constant(self.vec, [0.0] * lanes)
+        undef = ir.Constant(self.vec, ir.Undefined)
+        a_rs, a_cs = self.a_strides()
+        b_rs = self.b_stride()
+        c_rs = s.c_sm
+
+        def vptr(base: ir.Value, offset: ir.Value) -> ir.Value:
+            return b.bitcast(b.gep(base, [offset], inbounds=True), self.pvec)
+
+        def load_vec(base: ir.Value, offset: ir.Value, masked: bool) -> ir.Value:
+            if masked and mask is not None:
+                return b.call(self.mload, [vptr(base, offset), ir.Constant(I32, 4), mask, zero])
+            return b.load(vptr(base, offset), align=4)
+
+        with b.if_else(first) as (then, otherwise):
+            with then:
+                for r in range(rows):
+                    for v in range(nvec):
+                        b.store(zero, acc[r][v])
+            with otherwise:
+                for r in range(rows):
+                    for v in range(nvec):
+                        b.store(load_vec(c_ptr, c64(r * c_rs + v * lanes), v == nvec - 1), acc[r][v])
+
+        # B panels are zero-padded to nr columns, so only unpacked B needs masked loads.
+        b_masked = not s.pack_b
+
+        def k_step(k: ir.Value) -> None:
+            bvec = [load_vec(b_ptr, b.add(b.mul(k, c64(b_rs)), c64(v * lanes)), b_masked and v == nvec - 1)
+                    for v in range(nvec)]
+            for r in range(rows):
+                a_val = b.load(b.gep(a_ptr, [b.add(b.mul(k, c64(a_cs)), c64(r * a_rs))], inbounds=True), align=4)
+                splat = b.shuffle_vector(b.insert_element(undef, a_val, ir.Constant(I32, 0)), undef,
+                                         ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+                for v in range(nvec):
+                    cur = b.load(acc[r][v])
+                    b.store(b.call(self.fma, [splat, bvec[v], cur]), acc[r][v])
+
+        u = s.unroll
+        k_main = b.mul(b.sdiv(kc, c64(u)), c64(u)) if u > 1 else kc
+        with counted_loop(b, c64(0), k_main, u, "k") as k:
+            for t in range(u):
+                k_step(b.add(k, c64(t)) if t else k)
+        if u > 1:
+            with counted_loop(b, k_main, kc, 1, "krem") as k:
+                k_step(k)
+
+        for r in range(rows):
+            for v in range(nvec):
+                val = b.load(acc[r][v])
+                ptr = vptr(c_ptr, c64(r * c_rs + v * lanes))
+                if v == nvec - 1 and mask is not None:
+                    b.call(self.mstore, [val, ptr, ir.Constant(I32, 4), mask])
+                else:
+                    b.store(val, ptr, align=4)
+        b.ret_void()
+        self.ukernels[key] = fn
+        return fn
+
+    # ---- packing ---------------------------------------------------------------------------------
+    def pack_a_fn(self) -> ir.Function:
+        """pack_a(A, ws, ic, pc, m_len, k_len): ws[p*mr*kc + k*mr + r] = A[ic + p*mr + r, pc + k]."""
+        s = self.s
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_a")
+        fn.linkage = "internal"
+        A, ws, ic, pc, m_len, k_len = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        with counted_loop(b, c64(0), m_len, 1, "row") as row:
+            p = b.sdiv(row, c64(s.mr))
+            r = b.srem(row, c64(s.mr))
+            src_row = b.add(b.mul(b.add(ic, row), c64(s.a_sm)), b.mul(pc, c64(s.a_sk)))
+            dst_row = b.add(b.mul(p, c64(s.mr * s.kc)), r)
+            with counted_loop(b, c64(0), k_len, 1, "k") as k:
+                val = b.load(b.gep(A, [b.add(src_row, b.mul(k, c64(s.a_sk)))], inbounds=True))
+                b.store(val, b.gep(ws, [b.add(dst_row, b.mul(k, c64(s.mr)))], inbounds=True))
+        b.ret_void()
+        return fn
+
+    def pack_b_fn(self) -> ir.Function:
+        """pack_b(B, ws, jc, pc, n_len, k_len): ws[q*nr*kc + k*nr + c] = B[pc + k, jc + q*nr + c], 0-padded."""
+        s = self.s
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_b")
+        fn.linkage = "internal"
+        B, ws, jc, pc, n_len, k_len = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        n_pad = b.mul(b.sdiv(b.add(n_len, c64(s.nr - 1)), c64(s.nr)), c64(s.nr))
+        with counted_loop(b, c64(0), n_pad, s.nr, "q") as q0:
+            panel = b.mul(b.sdiv(q0, c64(s.nr)), c64(s.nr * s.kc))
+            with counted_loop(b, c64(0), k_len, 1, "k") as k:
+                src = b.add(b.mul(b.add(pc, k), c64(s.b_sk)), b.mul(b.add(jc, q0), c64(s.b_sn)))
+                dst = b.add(panel, b.mul(k, c64(s.nr)))
+                with counted_loop(b, c64(0), c64(s.nr), 1, "c") as c:
+                    inside = b.icmp_signed("<", b.add(q0, c), n_len)
+                    with b.if_else(inside) as (then, otherwise):
+                        with then:
+                            val = b.load(b.gep(B, [b.add(src, b.mul(c, c64(s.b_sn)))], inbounds=True))
+                            b.store(val, b.gep(ws, [b.add(dst, c)], inbounds=True))
+                        with otherwise:
+                            b.store(ir.Constant(F32, 0.0), b.gep(ws, [b.add(dst, c)], inbounds=True))
+        b.ret_void()
+        return fn
+
+    # ---- the entry -------------------------------------------------------------------------------
+    def build(self) -> ir.Module:
+        """Emit the whole module and return it."""
+        s = self.s
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, I64, I64, PF32, PF32]),
+                         name=self.entry)
+        A, B, C, lo, hi, ws_a, ws_b = fn.args
+        for arg in (A, B, C, ws_a, ws_b):
+            arg.add_attribute("noalias")
+        pack_a = self.pack_a_fn() if s.pack_a else None
+        pack_b = self.pack_b_fn() if s.pack_b else None
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        bounds = {"m": (c64(0), c64(s.M)), "n": (c64(0), c64(s.N)), "k": (c64(0), c64(s.K))}
+        bounds[s.par] = (lo, hi)
+        step = {"m": s.mc, "n": s.nc, "k": s.kc}
+        start: dict[str, ir.Value] = {}
+        length: dict[str, ir.Value] = {}
+        entered: set[str] = set()
+        stack = []
+
+        def enter(dim: str) -> None:
+            cm = counted_loop(b, bounds[dim][0], bounds[dim][1], step[dim], f"{dim}c")
+            iv = cm.__enter__()
+            stack.append(cm)
+            start[dim] = iv
+            length[dim] = smin(b, c64(step[dim]), b.sub(bounds[dim][1], iv))
+            entered.add(dim)
+            if pack_b is not None and dim in "nk" and {"n", "k"} <= entered:
+                b.call(pack_b, [B, ws_b, start["n"], start["k"], length["n"], length["k"]])
+            if pack_a is not None and dim in "mk" and {"m", "k"} <= entered:
+                b.call(pack_a, [A, ws_a, start["m"], start["k"], length["m"], length["k"]])
+
+        for dim in s.order:
+            enter(dim)
+        first = b.icmp_signed("==", start["k"], c64(0))
+        m_tail, n_tail = s.M % s.mr, s.N % s.nr
+        with counted_loop(b, c64(0), length["n"], s.nr, "jr") as jr:
+            with counted_loop(b, c64(0), length["m"], s.mr, "ir") as ir_:
+                row = b.add(start["m"], ir_)
+                col = b.add(start["n"], jr)
+                if s.pack_a:
+                    a_op = b.gep(ws_a, [b.mul(b.sdiv(ir_, c64(s.mr)), c64(s.mr * s.kc))], inbounds=True)
+                else:
+                    a_op = b.gep(A, [b.add(b.mul(row, c64(s.a_sm)), b.mul(start["k"], c64(s.a_sk)))], inbounds=True)
+                if s.pack_b:
+                    b_op = b.gep(ws_b, [b.mul(b.sdiv(jr, c64(s.nr)), c64(s.nr * s.kc))], inbounds=True)
+                else:
+                    b_op = b.gep(B, [b.add(b.mul(start["k"], c64(s.b_sk)), b.mul(col, c64(s.b_sn)))], inbounds=True)
+                c_op = b.gep(C, [b.add(b.mul(row, c64(s.c_sm)), col)], inbounds=True)
+                args = [a_op, b_op, c_op, length["k"], first]
+                self._dispatch(b, row, col, m_tail, n_tail, args)
+        for cm in reversed(stack):
+            cm.__exit__(None, None, None)
+        b.ret_void()
+        return self.module
+
+    def _dispatch(self, b: ir.IRBuilder, row: ir.Value, col: ir.Value, m_tail: int, n_tail: int,
+                  args: list[ir.Value]) -> None:
+        """Call the right micro-kernel variant for the tile at (row, col)."""
+        s = self.s
+        is_m_tail = b.icmp_signed(">", b.add(row, c64(s.mr)), c64(s.M)) if m_tail else None
+        is_n_tail = b.icmp_signed(">", b.add(col, c64(s.nr)), c64(s.N)) if n_tail else None
+
+        def call_cols(rows: int) -> None:
+            if is_n_tail is None:
+                b.call(self.ukernel(rows, s.nr), args)
+                return
+            with b.if_else(is_n_tail) as (then, otherwise):
+                with then:
+                    b.call(self.ukernel(rows, n_tail), args)
+                with otherwise:
+                    b.call(self.ukernel(rows, s.nr), args)
+
+        if is_m_tail is None:
+            call_cols(s.mr)
+            return
+        with b.if_else(is_m_tail) as (then, otherwise):
+            with then:
+                call_cols(m_tail)
+            with otherwise:
+                call_cols(s.mr)
+
+
+def generate_ir(s: CpuSchedule, entry: str, triple: str) -> str:
+    """LLVM IR text of the kernel for schedule ``s``."""
+    return str(CpuKernelBuilder(s, entry, triple).build())

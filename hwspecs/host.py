@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from aotune.errors import HwSpecError
-from aotune.hwspecs.spec import CacheSpec, HwSpec, builtin_names, load_target
+from aotune.hwspecs.spec import HwSpec, builtin_names, load_target
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 
@@ -36,9 +36,9 @@ def _count_cpus(cpu_list: str) -> int:
     return total
 
 
-def sysfs_caches(base: CacheSpec | None = None, cpu_dir: Path = SYSFS_CPU / "cpu0") -> dict[int, tuple[int, int, int]]:
-    """Data/unified caches of cpu0 from sysfs: level -> (size KiB, line bytes, CPUs sharing it)."""
-    found: dict[int, tuple[int, int, int]] = {}
+def sysfs_caches(cpu_dir: Path = SYSFS_CPU / "cpu0") -> dict[int, tuple[int, int, int, int]]:
+    """Data/unified caches of cpu0 from sysfs: level -> (size KiB, line bytes, ways, CPUs sharing it)."""
+    found: dict[int, tuple[int, int, int, int]] = {}
     for index in sorted((cpu_dir / "cache").glob("index*")):
         try:
             ctype = (index / "type").read_text().strip()
@@ -48,10 +48,12 @@ def sysfs_caches(base: CacheSpec | None = None, cpu_dir: Path = SYSFS_CPU / "cpu
             size = _parse_size_kib((index / "size").read_text())
             line_path = index / "coherency_line_size"
             line = int(line_path.read_text()) if line_path.exists() else 64
+            ways_path = index / "ways_of_associativity"
+            ways = int(ways_path.read_text()) if ways_path.exists() else 8
             shared = _count_cpus((index / "shared_cpu_list").read_text())
         except (OSError, ValueError):
             continue
-        found[level] = (size, line, shared)
+        found[level] = (size, line, max(1, ways), shared)
     return found
 
 
@@ -89,8 +91,9 @@ def detect_host() -> HwSpec:
     caches = []
     for c in base.caches:
         if c.level in detected:
-            size, line, shared = detected[c.level]
-            c = dataclasses.replace(c, size_kib=size, line_bytes=line, shared_by_cores=max(1, min(shared, cores)))
+            size, line, ways, shared = detected[c.level]
+            c = dataclasses.replace(c, size_kib=size, line_bytes=line, associativity=ways,
+                                    shared_by_cores=max(1, min(shared, cores)))
         caches.append(c)
     feature_str = ",".join(("+" if on else "-") + name for name, on in sorted(features.items()))
     vector_bits = base.isa.vector_bits

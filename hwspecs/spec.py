@@ -55,6 +55,7 @@ class CacheSpec:
     level: int
     size_kib: int
     line_bytes: int
+    associativity: int
     shared_by_cores: int
     bandwidth_bytes_per_cycle: float  # per core, from this level into the one above
     usable_fraction: float  # share of the capacity a tile may claim (the rest is for others)
@@ -176,7 +177,7 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     if levels != list(range(1, len(levels) + 1)) or not levels:
         raise HwSpecError(f"{where}: caches must list levels 1..n once each, got {levels}")
     for c in spec.caches:
-        if c.size_kib <= 0 or c.line_bytes <= 0 or c.shared_by_cores <= 0 or c.bandwidth_bytes_per_cycle <= 0:
+        if c.size_kib <= 0 or c.line_bytes <= 0 or c.associativity <= 0 or c.shared_by_cores <= 0 or c.bandwidth_bytes_per_cycle <= 0:
             raise HwSpecError(f"{where}: cache L{c.level} sizes and bandwidth must be > 0")
         if not 0.0 < c.usable_fraction <= 1.0:
             raise HwSpecError(f"{where}: cache L{c.level} usable_fraction must be in (0, 1], got {c.usable_fraction}")

@@ -1,0 +1,177 @@
+"""Features of generated machine code: capstone disassembly of the real object file.
+
+The object's ELF symbol table gives each function's bytes; capstone decodes them; backward branches
+mark loops; the innermost loop with the most vector FMAs is the micro-kernel's k loop. Its
+instruction mix (FMAs, vector loads, broadcasts, stores, stack spills, other) per k step feeds the
+model. Per-ISA facts are the small tables in ``ISA_TABLES``.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import capstone
+
+from aotune.codegen.compile import Kernel
+from aotune.errors import CodegenError
+
+
+@dataclass(frozen=True)
+class IsaTable:
+    """How to read one ISA's disassembly."""
+
+    cs_arch: int
+    cs_mode: int
+    fma_prefixes: tuple[str, ...]
+    branch_mnemonics: tuple[str, ...]  # conditional/unconditional direct branches (prefix match)
+    stack_regs: tuple[str, ...]
+    store_prefixes: tuple[str, ...] = ()  # AArch64: stores are their own mnemonics
+    load_prefixes: tuple[str, ...] = ()
+    broadcast_markers: tuple[str, ...] = ()
+
+
+ISA_TABLES = {
+    "x86_64": IsaTable(capstone.CS_ARCH_X86, capstone.CS_MODE_64, ("vfmadd", "vfnmadd", "vfmsub", "vfnmsub"),
+                       ("j",), ("rsp", "rbp"), broadcast_markers=("vbroadcastss", "vpbroadcastd", "{1to")),
+    "aarch64": IsaTable(getattr(capstone, "CS_ARCH_ARM64", getattr(capstone, "CS_ARCH_AARCH64", 1)),
+                        capstone.CS_MODE_ARM, ("fmla", "fmadd"), ("b", "cbz", "cbnz", "tbz", "tbnz"), ("sp",),
+                        store_prefixes=("st",), load_prefixes=("ld",), broadcast_markers=("ld1r", "dup")),
+}
+
+
+@dataclass(frozen=True)
+class LoopFeatures:
+    """Instruction mix of the micro-kernel's innermost loop (one iteration)."""
+
+    function: str
+    instructions: int
+    fma: int
+    vector_loads: int
+    scalar_loads: int
+    broadcasts: int
+    stores: int
+    spills: int
+    other: int
+    loop_bytes: int
+
+
+@dataclass(frozen=True)
+class KernelFeatures:
+    """What the disassembly says about a kernel."""
+
+    isa: str
+    text_bytes: int
+    functions: tuple[str, ...]
+    loop: LoopFeatures
+
+
+def elf_functions(obj: bytes) -> dict[str, bytes]:
+    """Function name -> machine code, from an ELF64 little-endian relocatable object."""
+    if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
+        raise CodegenError("object code is not ELF64 little-endian")
+    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+
+    def data(i: int) -> bytes:
+        sec = sections[i]
+        return obj[sec[4]:sec[4] + sec[5]]
+
+    out: dict[str, bytes] = {}
+    for sec in sections:
+        if sec[1] != 2:  # SHT_SYMTAB
+            continue
+        syms, strtab = obj[sec[4]:sec[4] + sec[5]], data(sec[6])
+        for off in range(0, len(syms), 24):
+            st_name, st_info, _, st_shndx, st_value, st_size = struct.unpack_from("<IBBHQQ", syms, off)
+            if st_info & 0xF != 2 or st_size == 0 or st_shndx == 0 or st_shndx >= len(sections):  # STT_FUNC
+                continue
+            name = strtab[st_name:strtab.index(b"\0", st_name)].decode()
+            out[name] = data(st_shndx)[st_value:st_value + st_size]
+    return out
+
+
+def _classify(insn: capstone.CsInsn, t: IsaTable, isa: str) -> str:
+    m, ops = insn.mnemonic, insn.op_str
+    if any(m.startswith(p) for p in t.fma_prefixes):
+        return "fma"
+    if isa == "x86_64":
+        if "[" not in ops:
+            return "other"
+        dest = ops.split(",")[0]
+        return "store" if "[" in dest else "load"
+    if any(m.startswith(p) for p in t.store_prefixes):
+        return "store"
+    if any(m.startswith(p) for p in t.load_prefixes):
+        return "load"
+    return "other"
+
+
+def _is_vector_op(insn: capstone.CsInsn, isa: str) -> bool:
+    ops = insn.op_str
+    if isa == "x86_64":
+        return any(r in ops for r in ("zmm", "ymm", "xmm"))
+    return any(tok in ops for tok in (".4s", ".2d", ".8h", ".16b", "q"))
+
+
+def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
+    """Features of the innermost loop with the most FMAs in one function (None if it has no loop)."""
+    t = ISA_TABLES[isa]
+    md = capstone.Cs(t.cs_arch, t.cs_mode)
+    insns = list(md.disasm(code, 0))
+    loops = []
+    for insn in insns:
+        if any(insn.mnemonic == b or insn.mnemonic.startswith(b + ".") or (b == "j" and insn.mnemonic.startswith("j"))
+               for b in t.branch_mnemonics):
+            target = insn.op_str.split(",")[-1].strip().lstrip("#")
+            try:
+                addr = int(target, 16) if target.startswith("0x") else int(target)
+            except ValueError:
+                continue
+            if addr <= insn.address:
+                loops.append((addr, insn.address))
+    best: tuple[int, int, list[capstone.CsInsn]] | None = None
+    for lo, hi in loops:
+        body = [i for i in insns if lo <= i.address <= hi]
+        fmas = sum(1 for i in body if _classify(i, t, isa) == "fma")
+        if fmas and (best is None or fmas > best[0] or (fmas == best[0] and hi - lo < best[1])):
+            best = (fmas, hi - lo, body)
+    if best is None:
+        return None
+    body = best[2]
+    counts = {"fma": 0, "vload": 0, "sload": 0, "bcast": 0, "store": 0, "spill": 0, "other": 0}
+    for i in body:
+        kind = _classify(i, t, isa)
+        text = f"{i.mnemonic} {i.op_str}"
+        if any(mk in text for mk in t.broadcast_markers):
+            counts["bcast"] += 1
+        if any(f"[{r}" in i.op_str for r in t.stack_regs) and kind in ("load", "store"):
+            counts["spill"] += 1
+        if kind == "fma":
+            counts["fma"] += 1
+            if "[" in i.op_str:  # folded memory operand: a load too
+                counts["vload" if "{1to" not in i.op_str else "sload"] += 1
+        elif kind == "load":
+            n = 2 if i.mnemonic.startswith("ldp") else 1
+            counts["vload" if _is_vector_op(i, isa) and "broadcast" not in i.mnemonic and "ld1r" not in i.mnemonic
+                   else "sload"] += n
+        elif kind == "store":
+            counts["store"] += 2 if i.mnemonic.startswith("stp") else 1
+        else:
+            counts["other"] += 1
+    return LoopFeatures(name, len(body), counts["fma"], counts["vload"], counts["sload"], counts["bcast"],
+                        counts["store"], counts["spill"], counts["other"], body[-1].address - body[0].address)
+
+
+def kernel_features(kernel: Kernel, isa: str) -> KernelFeatures:
+    """Disassemble ``kernel``'s object code and describe its micro-kernel loop."""
+    funcs = elf_functions(kernel.object_code)
+    s = kernel.schedule
+    main = f"ukernel_{s.mr}x{s.nr}"
+    order = [main] + [f for f in funcs if f != main]
+    for fname in order:
+        if fname in funcs:
+            lf = loop_features(fname, funcs[fname], isa)
+            if lf is not None:
+                return KernelFeatures(isa, sum(map(len, funcs.values())), tuple(funcs), lf)
+    raise CodegenError(f"no FMA loop found in the object code of {kernel.entry} (functions: {', '.join(funcs)})")

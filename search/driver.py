@@ -1,0 +1,135 @@
+"""Two-tier tuning without measurement, then (only when asked) the final check of the top-k.
+
+    space  = build_cpu_space(workload, hw)              # CP-SAT, built once
+    tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
+    tier 2 = compile the best ``compile_top`` + capstone features + model.predict_batch
+    top-k  = best tier-2 predictions                    # measurements during search: 0
+    verify = final_check(top-k) vs numpy on the host    # optional, never for a foreign target
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from aotune.analysis.features import kernel_features
+from aotune.analysis.model import AnalyticalCpuModel, Prediction
+from aotune.analysis.workload import Workload
+from aotune.codegen.compile import Kernel, compile_kernel
+from aotune.codegen.runner import Measurement, final_check, random_operands, time_numpy
+from aotune.codegen.schedule import CpuSchedule, schedule_from_config
+from aotune.constraints.cpu import CpuSpace, build_cpu_space
+from aotune.constraints.space import Config
+from aotune.hwspecs.host import host_can_run
+from aotune.hwspecs.spec import HwSpec
+from aotune.search import cga, random
+from aotune.search.options import SearchOptions
+
+STRATEGIES = {"cga": cga.tune, "random": random.tune}
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A compiled candidate with both tiers of prediction."""
+
+    rank: int
+    config: Config
+    schedule: CpuSchedule
+    estimate: Prediction
+    prediction: Prediction
+    kernel: Kernel
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What a search produced, and what it cost."""
+
+    workload: Workload
+    hw: HwSpec
+    space: CpuSpace
+    options: SearchOptions
+    candidates: tuple[Candidate, ...]  # the top-k, best predicted first
+    search_seconds: float
+    candidates_scored: int
+    kernels_compiled: int
+    measurements: int = 0  # runs on hardware during the search: always 0
+
+    @property
+    def best(self) -> Candidate:
+        """The top-1 candidate."""
+        return self.candidates[0]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A candidate's final check."""
+
+    candidate: Candidate
+    measurement: Measurement
+
+    @property
+    def gflops(self) -> float:
+        """Measured GFLOP/s."""
+        return self.candidate.schedule.M * self.candidate.schedule.N * self.candidate.schedule.K * 2 / self.measurement.seconds / 1e9
+
+
+def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(),
+         progress: Progress | None = None, space: CpuSpace | None = None) -> TuneResult:
+    """Search ``workload`` on ``hw`` and return the top-k candidates, measuring nothing."""
+    start = time.perf_counter()
+    space = space or build_cpu_space(workload, hw)
+    model = AnalyticalCpuModel(hw)
+
+    def estimate(cfg: Config) -> float:
+        return model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds
+
+    step = (lambda done, total: progress("search", done, total)) if progress else None
+    scored = STRATEGIES[options.strategy](space, estimate, options, step)
+    shortlist = [cfg for _, cfg in scored[: options.compile_top]]
+    compiled = []
+    for i, cfg in enumerate(shortlist):
+        sched = schedule_from_config(space, cfg)
+        kernel = compile_kernel(sched, hw)
+        loop = kernel_features(kernel, hw.isa.arch).loop
+        est, = model.estimate_batch([sched])
+        pred, = model.predict_batch([sched], [loop])
+        compiled.append((pred.seconds, cfg, sched, est, pred, kernel))
+        if progress:
+            progress("compile", i + 1, len(shortlist))
+    compiled.sort(key=lambda c: c[0])
+    top = tuple(Candidate(i + 1, cfg, sched, est, pred, kernel)
+                for i, (_, cfg, sched, est, pred, kernel) in enumerate(compiled[: options.top_k]))
+    return TuneResult(workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist))
+
+
+def can_verify(hw: HwSpec) -> tuple[bool, str]:
+    """Whether the final check can run here (the target must be this host's kind)."""
+    return host_can_run(hw)
+
+
+def verify(result: TuneResult, seed: int = 0, min_runs: int = 5,
+           progress: Progress | None = None) -> tuple[list[Verified], float]:
+    """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s)."""
+    s = result.best.schedule
+    a, b = random_operands(s.M, s.N, s.K, seed)
+    out = []
+    for i, cand in enumerate(result.candidates):
+        out.append(Verified(cand, final_check(cand.kernel, result.hw, a, b, min_runs=min_runs)))
+        if progress:
+            progress("verify", i + 1, len(result.candidates))
+    numpy_seconds = time_numpy(a, b, min_runs=min_runs)
+    return out, 2.0 * s.M * s.N * s.K / numpy_seconds / 1e9
+
+
+def chosen(verified: list[Verified]) -> Verified | None:
+    """The fastest correct kernel among the verified top-k."""
+    correct = [v for v in verified if v.measurement.correct]
+    return min(correct, key=lambda v: v.measurement.seconds) if correct else None
+
+
+def numpy_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The float64 reference product used by the checks."""
+    return a.astype(np.float64) @ b.astype(np.float64)

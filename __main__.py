@@ -1,0 +1,4 @@
+"""``python -m aotune``."""
+from aotune.cli import main
+
+raise SystemExit(main())

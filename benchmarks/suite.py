@@ -1,0 +1,132 @@
+"""``aotune bench``: tuned kernels vs numpy in the same run, search cost, and model accuracy.
+
+Accuracy is measured the way the field measures it (TenSet/TLP): sample N valid configs, measure
+all of them, then Spearman and Kendall correlation of predicted vs measured time, and top-k score =
+best measured among all sampled / best measured among the model's top k picks.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from aotune.analysis.features import kernel_features
+from aotune.analysis.model import AnalyticalCpuModel
+from aotune.analysis.workload import matmul
+from aotune.codegen.compile import compile_kernel
+from aotune.codegen.runner import final_check, random_operands
+from aotune.codegen.schedule import schedule_from_config
+from aotune.constraints.cpu import build_cpu_space
+from aotune.hwspecs.spec import HwSpec, load_target
+from aotune.search import driver
+from aotune.search.options import SearchOptions
+
+FULL = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (128, 1000, 4032))
+QUICK = ((256, 256, 256), (512, 512, 512))
+Log = Callable[[str], None] | None
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(len(x))
+    for v in np.unique(x):  # average ranks of ties
+        idx = x == v
+        ranks[idx] = ranks[idx].mean()
+    return ranks
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rank correlation."""
+    rx, ry = _ranks(x), _ranks(y)
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def kendall(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall tau-b."""
+    n = len(x)
+    conc = disc = tx = ty = 0
+    for i in range(n):
+        dx, dy = np.sign(x[i + 1:] - x[i]), np.sign(y[i + 1:] - y[i])
+        prod = dx * dy
+        conc += int((prod > 0).sum())
+        disc += int((prod < 0).sum())
+        tx += int(((dx == 0) & (dy != 0)).sum())
+        ty += int(((dy == 0) & (dx != 0)).sum())
+    denom = np.sqrt((conc + disc + tx) * (conc + disc + ty))
+    return float((conc - disc) / denom) if denom else 0.0
+
+
+def topk_score(predicted: np.ndarray, measured: np.ndarray, k: int) -> float:
+    """Best measured overall / best measured among the model's k best predictions."""
+    picks = np.argsort(predicted, kind="mergesort")[:k]
+    return float(measured.min() / measured[picks].min())
+
+
+def model_accuracy(M: int, N: int, K: int, hw: HwSpec, samples: int, seed: int = 1, log: Log = None) -> dict[str, Any]:
+    """Sample valid configs, predict each from its assembly, measure each; correlation and top-k scores."""
+    space = build_cpu_space(matmul(M, N, K), hw)
+    model = AnalyticalCpuModel(hw)
+    a, b = random_operands(M, N, K, seed)
+    predicted, measured, incorrect = [], [], 0
+    for cfg in space.sample(samples, seed=seed):
+        sched = schedule_from_config(space, cfg)
+        kernel = compile_kernel(sched, hw)
+        pred, = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
+        m = final_check(kernel, hw, a, b, min_runs=5, min_seconds=0.02)
+        incorrect += not m.correct
+        predicted.append(pred.seconds)
+        measured.append(m.seconds)
+    p, t = np.array(predicted), np.array(measured)
+    return {"n": len(p), "spearman": spearman(p, t), "kendall": kendall(p, t), "top1": topk_score(p, t, 1),
+            "top5": topk_score(p, t, 5), "incorrect": incorrect, "best_sampled_gflops": 2 * M * N * K / t.min() / 1e9}
+
+
+def machine_description(hw: HwSpec) -> str:
+    """What the numbers were measured on."""
+    return f"{platform.node() or 'unknown'}: {hw.description}; numpy {np.__version__}"
+
+
+def run_suite(quick: bool = False, samples: int = 64, log: Log = None) -> dict[str, Any]:
+    """Run the suite on the host; returns the JSON document ``aotune bench --json`` prints."""
+    hw = load_target("host")
+    rows = []
+    for M, N, K in (QUICK if quick else FULL):
+        name = f"matmul {M}x{N}x{K}"
+        if log:
+            log(f"[bench] {name}: tuning")
+        result = driver.tune(matmul(M, N, K), hw, SearchOptions())
+        verified, numpy_gflops = driver.verify(result)
+        pick = driver.chosen(verified)
+        if log:
+            log(f"[bench] {name}: measuring {samples} sampled configs for model accuracy")
+        t0 = time.perf_counter()
+        acc = model_accuracy(M, N, K, hw, samples, log=log)
+        rows.append({
+            "workload": name, "gflops": pick.gflops if pick else 0.0, "numpy_gflops": numpy_gflops,
+            "ratio": (pick.gflops / numpy_gflops) if pick else 0.0, "search_seconds": result.search_seconds,
+            "measurements": result.measurements, "all_correct": all(v.measurement.correct for v in verified),
+            "chosen_config": result.space.describe_config(pick.candidate.config) if pick else None,
+            "accuracy": acc, "accuracy_seconds": time.perf_counter() - t0,
+        })
+    return {"machine": machine_description(hw), "rows": rows}
+
+
+def print_table(result: dict[str, Any], console: Any) -> None:
+    """The suite's results as a rich table."""
+    from rich.table import Table
+
+    table = Table(title=f"aotune bench on {result['machine']}")
+    for col in ("workload", "GFLOP/s", "numpy", "ratio", "search s", "runs in search", "n", "Spearman", "Kendall",
+                "top-1", "top-5"):
+        table.add_column(col)
+    for r in result["rows"]:
+        a = r["accuracy"]
+        table.add_row(r["workload"], f"{r['gflops']:.1f}", f"{r['numpy_gflops']:.1f}", f"{r['ratio']:.2f}",
+                      f"{r['search_seconds']:.1f}", str(r["measurements"]), str(a["n"]), f"{a['spearman']:.2f}",
+                      f"{a['kendall']:.2f}", f"{a['top1']:.2f}", f"{a['top5']:.2f}")
+    console.print(table)

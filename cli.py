@@ -1,0 +1,326 @@
+"""The ``aotune`` command line.
+
+Every AotuneError becomes one line ``error: ...`` on stderr and a non-zero exit (2; ``validate``
+exits 1 for a config that breaks constraints). Tables and progress go through rich; ``--json``
+prints exactly one JSON object on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from aotune.errors import AotuneError, ConfigError
+
+EXIT_ERROR = 2
+EXIT_INVALID = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line, like every other aotune error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(EXIT_ERROR)
+
+
+def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> None:
+    p.add_argument("op", nargs="?" if op_optional else None, default="matmul", help="operator (matmul)")
+    p.add_argument("--shape", default=None, help="sizes, e.g. 1024x1024x1024 (matmul: M x N x K)")
+    p.add_argument("--target", default="host", help="hwspec name, path to a .toml, or 'host' (default)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for tests and docs)."""
+    parser = _Parser(prog="aotune", description="Ahead-of-time kernel tuning without measurement in the loop.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    t = sub.add_parser("tune", help="search, rank statically, and verify the top-k on this host")
+    _add_problem_args(t, op_optional=True)
+    t.add_argument("--top-k", type=int, default=3, help="candidates to verify (default 3)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--strategy", default="cga", help="cga (default) or random")
+    t.add_argument("--budget", type=int, default=480, help="configs scored by the cheap estimate")
+    t.add_argument("--no-verify", action="store_true", help="skip the final check")
+    t.add_argument("--emit-asm", metavar="FILE", help="write the best kernel's assembly to FILE")
+    t.add_argument("--emit-ir", metavar="FILE", help="write the best kernel's LLVM IR to FILE")
+    t.add_argument("--force", action="store_true", help="overwrite existing --emit-* files")
+    t.add_argument("--json", action="store_true", help="print one JSON object")
+    s = sub.add_parser("space", help="show decision variables, constraints and the number of valid configs")
+    _add_problem_args(s)
+    s.add_argument("--count-seconds", type=float, default=10.0, help="time limit for exact counting")
+    s.add_argument("--json", action="store_true")
+    v = sub.add_parser("validate", help="check a config against every constraint")
+    _add_problem_args(v)
+    v.add_argument("--config", required=True, help="e.g. mr=8,nr=32,kc=128,...")
+    v.add_argument("--json", action="store_true")
+    pr = sub.add_parser("predict", help="predicted time of a config with its breakdown")
+    _add_problem_args(pr)
+    pr.add_argument("--config", required=True)
+    pr.add_argument("--json", action="store_true")
+    hw = sub.add_parser("hw", help="hardware specs")
+    hw_sub = hw.add_subparsers(dest="hw_command", parser_class=_Parser)
+    hw_sub.add_parser("list", help="list known targets")
+    show = hw_sub.add_parser("show", help="show one target")
+    show.add_argument("name")
+    show.add_argument("--json", action="store_true")
+    b = sub.add_parser("bench", help="run the benchmark suite")
+    b.add_argument("--quick", action="store_true", help="a subset in under 2 minutes")
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--samples", type=int, default=64, help="configs measured per workload for model accuracy")
+    return parser
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:  # piped output: do not squeeze tables to 80 columns
+        console = Console(stderr=stderr, highlight=False, width=200)
+    return console
+
+
+def _problem(args: argparse.Namespace) -> tuple[Any, Any]:
+    from aotune.analysis.workload import build_workload
+    from aotune.hwspecs.spec import load_target
+
+    return build_workload(args.op, args.shape), load_target(args.target)
+
+
+def _space(args: argparse.Namespace) -> Any:
+    from aotune.constraints.cpu import build_cpu_space
+
+    w, hw = _problem(args)
+    return build_cpu_space(w, hw)
+
+
+def _labeled(space: Any, cfg: Any) -> dict[str, Any]:
+    return {n: (space.var(n).label(v) if space.var(n).labels else v) for n, v in cfg.items}
+
+
+def _write_new(path: str, text: str, force: bool) -> None:
+    p = Path(path)
+    if p.exists() and not force:
+        raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another file")
+    try:
+        p.write_text(text)
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror}") from None
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """``aotune tune``."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from aotune.search import driver
+    from aotune.search.options import SearchOptions
+
+    w, hw = _problem(args)
+    options = SearchOptions(strategy=args.strategy, seed=args.seed, budget=args.budget, top_k=args.top_k,
+                            compile_top=max(16, args.top_k))
+    for path in (args.emit_asm, args.emit_ir):
+        if path and Path(path).exists() and not args.force:
+            raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another file")
+    err = _console(stderr=True)
+    with Progress(TextColumn("{task.description:<22}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=err, transient=True, disable=args.json or not err.is_terminal) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            label = {"search": "searching (no runs)", "compile": "compiling top configs", "verify": "final check"}[stage]
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(label, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        result = driver.tune(w, hw, options, progress)
+        ok, why = driver.can_verify(hw)
+        verified, numpy_gflops = ([], None)
+        if ok and not args.no_verify:
+            verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
+    best = result.best
+    if args.emit_asm:
+        _write_new(args.emit_asm, best.kernel.asm, args.force)
+    if args.emit_ir:
+        _write_new(args.emit_ir, best.kernel.llvm_ir, args.force)
+    pick = driver.chosen(verified)
+    skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
+    doc = {
+        "workload": {"op": w.op, "shape": w.shape_dict, "dtype": w.dtype, "flops": w.flops},
+        "target": {"name": hw.name, "kind": hw.kind, "isa": f"{hw.isa.arch} {hw.isa.llvm_cpu} {hw.isa.vector_bits}-bit",
+                   "triple": hw.isa.triple},
+        "search": {"strategy": options.strategy, "seconds": round(result.search_seconds, 3),
+                   "candidates_scored": result.candidates_scored, "kernels_compiled": result.kernels_compiled,
+                   "measurements": result.measurements, "seed": options.seed},
+        "best": {"config": _labeled(result.space, best.config), "predicted_seconds": best.prediction.seconds,
+                 "bottleneck": best.prediction.bottleneck, "breakdown": dict(best.prediction.breakdown)},
+        "verify": [{"rank": v.candidate.rank, "config": _labeled(result.space, v.candidate.config),
+                    "predicted_seconds": v.candidate.prediction.seconds, "measured_seconds": v.measurement.seconds,
+                    "gflops": v.gflops, "correct": v.measurement.correct, "max_abs_error": v.measurement.max_abs_error,
+                    "runs": v.measurement.runs, "spread": v.measurement.spread} for v in verified],
+        "verify_skipped": skipped,
+        "numpy_gflops": numpy_gflops,
+        "chosen": ({"rank": pick.candidate.rank, "gflops": pick.gflops, "ratio_vs_numpy": pick.gflops / numpy_gflops}
+                   if pick and numpy_gflops else None),
+    }
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0 if (pick or skipped) else EXIT_ERROR
+    out = _console()
+    out.print(f"[bold]{w.describe()}[/] on [bold]{hw.name}[/] ({doc['target']['isa']})")
+    out.print(f"search: {options.strategy}, {result.candidates_scored} configs estimated, {result.kernels_compiled} "
+              f"compiled and ranked from their assembly, {result.search_seconds:.1f} s, 0 measurements")
+    table = Table(title="top candidates (predicted without running)")
+    for col in ("rank", "config", "predicted", "bottleneck", "measured", "GFLOP/s", "correct"):
+        table.add_column(col)
+    by_rank = {v.candidate.rank: v for v in verified}
+    for c in result.candidates:
+        v = by_rank.get(c.rank)
+        table.add_row(str(c.rank), result.space.describe_config(c.config), f"{c.prediction.seconds * 1e3:.3f} ms",
+                      c.prediction.bottleneck, f"{v.measurement.seconds * 1e3:.3f} ms" if v else "-",
+                      f"{v.gflops:.1f}" if v else "-", ("yes" if v.measurement.correct else "[red]NO[/]") if v else "-")
+    out.print(table)
+    if skipped:
+        out.print(f"final check skipped: {skipped}")
+    elif pick and numpy_gflops:
+        out.print(f"numpy (same run): {numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
+                  f"{pick.gflops:.1f} GFLOP/s = {pick.gflops / numpy_gflops:.2f}x numpy")
+    else:
+        out.print("[red]no candidate passed the numpy check[/]")
+        return EXIT_ERROR
+    if args.emit_asm:
+        out.print(f"assembly of rank 1 written to {args.emit_asm}")
+    return 0
+
+
+def cmd_space(args: argparse.Namespace) -> int:
+    """``aotune space``."""
+    space = _space(args)
+    n, exact = space.count(time_limit=args.count_seconds)
+    if args.json:
+        print(json.dumps({
+            "space": space.title,
+            "variables": [{"name": v.name, "domain": v.domain_text(), "description": v.description} for v in space.variables],
+            "constraints": [{"name": c.name, "text": c.text, "when": c.when} for c in space.constraints],
+            "count": n, "exact": exact}, indent=1))
+        return 0
+    out = _console()
+    out.print(f"[bold]space: {space.title}[/]")
+    out.print("decision variables:")
+    for v in space.variables:
+        out.print(f"  {v.name:<8} {v.domain_text():<28} {v.description}")
+    out.print("constraints:")
+    for c in space.constraints:
+        guard = f"   (when {c.when[0]} = {space.var(c.when[0]).label(c.when[1])})" if c.when else ""
+        out.print(f"  {c.name:<20} {c.text}{guard}")
+    qual = "exactly" if exact else f"at least (enumeration stopped after {args.count_seconds:g} s; a lower bound)"
+    out.print(f"valid configs: {qual} {n}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """``aotune validate``."""
+    space = _space(args)
+    cfg = space.parse_config(args.config)
+    bad = space.violations(cfg)
+    if args.json:
+        print(json.dumps({"valid": not bad, "violations": [vars(v) for v in bad]}, indent=1))
+    elif bad:
+        print(f"invalid config for {space.title}: {len(bad)} violated constraint(s)")
+        for v in bad:
+            print(f"  - {v}")
+    else:
+        print(f"valid: {space.describe_config(cfg)} satisfies all {len(space.constraints)} constraints of {space.title}")
+    return EXIT_INVALID if bad else 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """``aotune predict``."""
+    from aotune.analysis.features import kernel_features
+    from aotune.analysis.model import AnalyticalCpuModel
+    from aotune.codegen.compile import compile_kernel
+    from aotune.codegen.schedule import schedule_from_config
+
+    space = _space(args)
+    cfg = space.parse_config(args.config)
+    sched = schedule_from_config(space, cfg)
+    kernel = compile_kernel(sched, space.hw)
+    loop = kernel_features(kernel, space.hw.isa.arch).loop
+    pred, = AnalyticalCpuModel(space.hw).predict_batch([sched], [loop])
+    flops = space.workload.flops
+    if args.json:
+        print(json.dumps({**pred.as_dict(), "gflops": flops / pred.seconds / 1e9, "config": _labeled(space, cfg),
+                          "loop": vars(loop)}, indent=1))
+        return 0
+    print(f"{space.title}: {space.describe_config(cfg)}")
+    print(f"predicted: {pred.seconds * 1e3:.3f} ms ({flops / pred.seconds / 1e9:.1f} GFLOP/s), bottleneck: {pred.bottleneck}")
+    for name, sec in pred.breakdown:
+        print(f"  {name:<9} {sec * 1e3:9.3f} ms")
+    print(f"micro-kernel loop ({loop.function}): {loop.fma} FMA, {loop.vector_loads} vector loads, "
+          f"{loop.scalar_loads} scalar/broadcast loads, {loop.stores} stores, {loop.spills} spills, {loop.other} other")
+    return 0
+
+
+def cmd_hw(args: argparse.Namespace) -> int:
+    """``aotune hw list|show``."""
+    from aotune.hwspecs.spec import builtin_names, load_target
+
+    if args.hw_command == "show":
+        spec = load_target(args.name)
+        if getattr(args, "json", False):
+            print(json.dumps(spec.to_dict(), indent=1))
+            return 0
+        print(f"{spec.name}: {spec.description}")
+        print(f"  isa      {spec.isa.arch} {spec.isa.llvm_cpu}, {spec.isa.vector_registers} x {spec.isa.vector_bits}-bit vector registers")
+        c = spec.core
+        print(f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, {c.fma_units} FMA x {c.fma_width_bits}-bit "
+              f"(latency {c.fma_latency_cycles}), {c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}")
+        print(f"  peak     {spec.peak_flops_per_core / 1e9:.1f} GFLOP/s fp32 per core")
+        for cache in spec.caches:
+            print(f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, shared by {cache.shared_by_cores}, "
+                  f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, tiles may use {cache.usable_fraction:g}")
+        print(f"  memory   {spec.memory.bandwidth_gbs:g} GB/s")
+        return 0
+    print("host  (detected: " + load_target("host").description + ")")
+    for name in builtin_names():
+        print(f"{name:<15} {load_target(name).description}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``aotune bench``."""
+    from aotune.benchmarks.suite import print_table, run_suite
+
+    result = run_suite(quick=args.quick, samples=args.samples, log=None if args.json else _console(stderr=True).print)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_table(result, _console())
+    return 0
+
+
+COMMANDS = {"tune": cmd_tune, "space": cmd_space, "validate": cmd_validate, "predict": cmd_predict, "hw": cmd_hw,
+            "bench": cmd_bench}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``aotune`` script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["tune", *(argv or [])])
+    if args.command == "hw" and args.hw_command is None:
+        args.hw_command = "list"
+    try:
+        return COMMANDS[args.command](args)
+    except AotuneError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -300,6 +300,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _join_values(argv: list[str]) -> list[str]:
+    """``--shape -3x4x4`` -> ``--shape=-3x4x4``: a value starting with '-' is still a value, so the
+    user gets the shape error rather than argparse's 'expected one argument'."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in ("--shape", "--config") and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 COMMANDS = {"tune": cmd_tune, "space": cmd_space, "validate": cmd_validate, "predict": cmd_predict, "hw": cmd_hw,
             "bench": cmd_bench}
 
@@ -307,6 +322,7 @@ COMMANDS = {"tune": cmd_tune, "space": cmd_space, "validate": cmd_validate, "pre
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aotune`` script."""
     parser = build_parser()
+    argv = _join_values(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["tune", *(argv or [])])

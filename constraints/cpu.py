@@ -47,7 +47,10 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
             f"{w.op}: the CPU schedule handles contractions with 2 spatial loops and 1 reduction loop "
             f"(got {len(spatial)} and {len(reduction)}); batch and convolution loops come in a later version")
     out = info.tensor(w.statement.output.tensor)
-    contiguous = [n for n in spatial if out.stride(n) == 1]
+    # The loop indexing the output's last dimension is the contiguous one; strides alone cannot
+    # tell when an extent is 1 (a 2x1 output has stride 1 along both loops).
+    last = w.statement.output.indices[-1].terms if w.statement.output.indices else ()
+    contiguous = [n for n in spatial if out.stride(n) == 1 and (n, 1) in last]
     if not contiguous:
         raise UnsupportedWorkloadError(f"{w.op}: output is contiguous along no loop; store it row-major")
     n = contiguous[0]

@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aotune.cli import main
+from aotune.hwspecs.spec import SPEC_DIR
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """The real entry point in a fresh interpreter, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "aotune", *args], capture_output=True, text=True, timeout=300)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+@pytest.fixture(scope="module")
+def broken_spec(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("specs") / "typo.toml"
+    path.write_text((SPEC_DIR / "haswell.toml").read_text().replace("fma_units", "fma_unit"))
+    return path
+
+
+@pytest.fixture(scope="module")
+def one_register_spec(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("specs") / "onereg.toml"
+    path.write_text((SPEC_DIR / "haswell.toml").read_text().replace("vector_registers = 16", "vector_registers = 1"))
+    return path
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["tune", "matmul", "--shape", "0x5x5"], ["dimension M", "got 0"]),
+    (["tune", "matmul", "--shape", "-3x4x4"], ["got -3"]),
+    (["tune", "matmul", "--shape", "abc"], ["expected 3"]),
+    (["tune", "conv9d", "--shape", "4x4x4"], ["unknown operator 'conv9d'"]),
+    (["tune", "matmul", "--shape", "8x8x8", "--target", "pentium"], ["unknown target 'pentium'"]),
+    (["space", "matmul", "--shape", "8x8x8", "--target", "nonexistent/file.toml"], ["cannot read hwspec"]),
+    (["tune", "--top-k", "0"], ["top_k must be >= 1"]),
+    (["frobnicate"], ["invalid choice"]),
+])
+def test_bad_input_gets_one_line_error(args, needles):
+    assert_one_line_error(run_cli(*args), *needles)
+
+
+def test_misspelled_hwspec_key(broken_spec):
+    assert_one_line_error(run_cli("space", "matmul", "--shape", "8x8x8", "--target", str(broken_spec)),
+                          "unknown key 'fma_unit'", str(broken_spec))
+
+
+def test_unsatisfiable_request(one_register_spec):
+    assert_one_line_error(run_cli("tune", "matmul", "--shape", "8x8x8", "--target", str(one_register_spec)),
+                          "1 vector register")
+
+
+def test_validate_lists_every_violation_and_exits_1(capsys):
+    code = main(["validate", "matmul", "--shape", "1024x1024x1024", "--target", "skylake-avx512", "--config",
+                 "mr=16,nr=64,kc=512,mc=100,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "registers" in out and "required 69, available 32" in out and "reduce mr or nr" in out
+    assert "L1 footprint" in out and "100 is not a multiple of 16" in out
+
+
+def test_validate_accepts_a_valid_config(capsys):
+    code = main(["validate", "matmul", "--shape", "1024x1024x1024", "--target", "skylake-avx512", "--config",
+                 "mr=8,nr=32,kc=128,mc=96,nc=1024,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"])
+    assert code == 0 and "valid" in capsys.readouterr().out
+
+
+def test_space_prints_variables_constraints_and_count(capsys):
+    assert main(["space", "matmul", "--shape", "64x64x64", "--target", "skylake-avx512", "--count-seconds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "accumulators mr*nr/16 + operand regs (nr/16 + 1) <= 32 vector registers" in out
+    assert "L1 footprint(mr, nr, kc) = (4*mr*kc + 4*kc*nr) B <= 0.8 * 32 KiB" in out
+    assert "valid configs:" in out
+
+
+def test_predict_names_the_bottleneck(capsys):
+    assert main(["predict", "matmul", "--shape", "256x256x256", "--target", "skylake-avx512", "--config",
+                 "mr=6,nr=32,kc=128,mc=48,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"]) == 0
+    out = capsys.readouterr().out
+    assert "bottleneck:" in out
+    for part in ("compute", "L1", "L2", "L3", "memory", "overhead"):
+        assert part in out
+
+
+def test_tune_json_contract(capsys):
+    assert main(["tune", "matmul", "--shape", "96x80x40", "--target", "host", "--json", "--budget", "64"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["workload"] == {"op": "matmul", "shape": {"M": 96, "N": 80, "K": 40}, "dtype": "float32",
+                               "flops": 2 * 96 * 80 * 40}
+    assert doc["target"]["kind"] == "cpu" and isinstance(doc["target"]["isa"], str)
+    assert doc["search"]["measurements"] == 0 and doc["search"]["candidates_scored"] > 0
+    assert doc["best"]["predicted_seconds"] > 0 and doc["best"]["config"]
+    assert len(doc["verify"]) == 3
+    for v in doc["verify"]:
+        assert v["correct"] is True and v["gflops"] > 0 and v["measured_seconds"] > 0 and v["max_abs_error"] >= 0
+    assert doc["numpy_gflops"] > 0
+    chosen = doc["chosen"]
+    assert chosen["gflops"] == max(v["gflops"] for v in doc["verify"])
+    assert chosen["ratio_vs_numpy"] == pytest.approx(chosen["gflops"] / doc["numpy_gflops"])
+
+
+def test_cross_target_emits_aarch64_asm_and_skips_the_final_check(tmp_path, capsys):
+    out_s = tmp_path / "out.s"
+    assert main(["tune", "matmul", "--shape", "64x64x64", "--target", "neoverse-n1", "--budget", "48",
+                 "--emit-asm", str(out_s)]) == 0
+    text = capsys.readouterr().out
+    assert "final check skipped" in text and "aarch64" in text
+    assert "fmla" in out_s.read_text()
+    # an existing file is never overwritten without --force
+    out_s.write_text("mine")
+    assert main(["tune", "matmul", "--shape", "64x64x64", "--target", "neoverse-n1", "--budget", "48",
+                 "--emit-asm", str(out_s)]) == 2
+    assert out_s.read_text() == "mine"
+
+
+def test_hw_list_and_show(capsys):
+    assert main(["hw", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "skylake-avx512" in out and "neoverse-n1" in out and "host" in out
+    assert main(["hw", "show", "neoverse-n1"]) == 0
+    assert "aarch64" in capsys.readouterr().out

@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from aotune.analysis.features import elf_functions, kernel_features
+from aotune.analysis.workload import matmul
+from aotune.codegen.compile import compile_kernel
+from aotune.codegen.runner import HostKernel, check_against_numpy, random_operands
+from aotune.codegen.schedule import schedule_from_config
+from aotune.constraints.cpu import build_cpu_space
+from aotune.errors import FinalCheckError
+from aotune.hwspecs.host import host_can_run
+from aotune.hwspecs.spec import load_target
+
+# AOTUNE_TEST_EXAMPLES raises the number of drawn cases for a long local run (CI keeps the default).
+EXAMPLES = int(os.environ.get("AOTUNE_TEST_EXAMPLES", "30"))
+awkward = st.one_of(st.sampled_from([1, 2, 3, 5, 7, 13, 16, 17, 31, 33, 61, 64, 97]), st.integers(1, 130))
+x86_targets = [t for t in ("host", "skylake-avx512", "haswell") if host_can_run(load_target(t))[0]]
+
+
+@pytest.mark.skipif(not x86_targets, reason="no target this host can run")
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(M=awkward, N=awkward, K=awkward, seed=st.integers(0, 1 << 20), target=st.sampled_from(x86_targets or ["host"]))
+def test_every_generated_kernel_matches_numpy(M, N, K, seed, target):
+    hw = load_target(target)
+    space = build_cpu_space(matmul(M, N, K), hw)
+    cfg, = space.sample(1, seed=seed)
+    kernel = compile_kernel(schedule_from_config(space, cfg), hw)
+    a, b = random_operands(M, N, K, seed)
+    hk = HostKernel(kernel, hw)
+    correct, err, tol = check_against_numpy(hk, a, b)
+    assert correct, f"{space.describe_config(cfg)}: max error {err} > {tol}"
+    # a second call reuses workspaces and must give the same answer
+    np.testing.assert_array_equal(hk(a, b), hk(a, b))
+
+
+def test_non_finite_or_wrong_results_are_caught():
+    hw = load_target("host")
+    space = build_cpu_space(matmul(8, 16, 8), hw)
+    kernel = compile_kernel(schedule_from_config(space, space.solve()), hw)
+    a, b = random_operands(8, 16, 8)
+    hk = HostKernel(kernel, hw)
+    a[0, 0] = np.nan
+    correct, _, _ = check_against_numpy(hk, a, b)
+    assert not correct
+
+
+def test_cross_compiles_for_aarch64_without_running():
+    hw = load_target("neoverse-n1")
+    space = build_cpu_space(matmul(64, 64, 64), hw)
+    cfg = space.parse_config("mr=4,nr=16,kc=64,mc=16,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=2,par=m,threads=4")
+    kernel = compile_kernel(schedule_from_config(space, cfg), hw)
+    assert kernel.triple.startswith("aarch64")
+    assert "fmla" in kernel.asm
+    assert "ukernel_4x16" in elf_functions(kernel.object_code)
+    feats = kernel_features(kernel, "aarch64")
+    assert feats.loop.fma % (4 * 4) == 0 and feats.loop.fma > 0
+    if not host_can_run(hw)[0]:
+        with pytest.raises(FinalCheckError, match="aarch64"):
+            HostKernel(kernel, hw)
+
+
+def test_x86_features_count_the_micro_kernel_fmas():
+    hw = load_target("skylake-avx512")
+    space = build_cpu_space(matmul(128, 128, 128), hw)
+    cfg = space.parse_config("mr=6,nr=32,kc=128,mc=48,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2")
+    kernel = compile_kernel(schedule_from_config(space, cfg), hw)
+    loop = kernel_features(kernel, "x86_64").loop
+    assert loop.function == "ukernel_6x32"
+    assert loop.fma > 0 and loop.fma % 12 == 0  # 6 rows x 2 vectors per k step
+    assert loop.spills == 0
+    assert "zmm" in kernel.asm

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aotune.errors import HwSpecError
+from aotune.hwspecs.spec import SPEC_DIR, builtin_names, load_spec_file, load_target
+
+
+def test_builtin_specs_load_with_the_facts_the_issue_names():
+    assert {"skylake-avx512", "haswell", "neoverse-n1"} <= set(builtin_names())
+    skx = load_target("skylake-avx512")
+    assert (skx.isa.vector_registers, skx.isa.vector_bits, skx.core.fma_units) == (32, 512, 2)
+    assert skx.cache(1).size_kib == 32 and skx.cache(2).size_kib == 1024
+    assert load_target("haswell").isa.vector_registers == 16
+    n1 = load_target("neoverse-n1")
+    assert (n1.isa.arch, n1.isa.vector_registers, n1.isa.vector_bits) == ("aarch64", 32, 128)
+
+
+def _spec_text() -> str:
+    return (SPEC_DIR / "haswell.toml").read_text()
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda t: t.replace("vector_registers = 16\n", ""), "missing key 'vector_registers' (integer)"),
+    (lambda t: t.replace("vector_registers", "vector_regsiters"), "unknown key 'vector_regsiters'"),
+    (lambda t: t.replace("vector_bits = 256", 'vector_bits = "wide"'), "expected integer"),
+    (lambda t: t.replace("[memory]\nbandwidth_gbs = 25.0\n", ""), "missing key 'memory' (table)"),
+    (lambda t: t.replace("usable_fraction = 0.8", "usable_fraction = 1.5"), "usable_fraction must be in (0, 1]"),
+    (lambda t: t + "\n[[[", "not valid TOML"),
+])
+def test_broken_spec_names_file_key_and_type(tmp_path: Path, mutate, expected):
+    path = tmp_path / "broken.toml"
+    path.write_text(mutate(_spec_text()))
+    with pytest.raises(HwSpecError) as info:
+        load_spec_file(path)
+    assert expected in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_unknown_target_lists_known_ones():
+    with pytest.raises(HwSpecError, match="unknown target 'pentium'.*haswell"):
+        load_target("pentium")
+
+
+def test_host_detection_reads_cores_and_caches(host):
+    import os
+
+    assert host.core.cores == len(os.sched_getaffinity(0))
+    assert host.isa.vector_bits in (128, 256, 512)
+    assert host.cache(1).size_kib >= 16
+    assert host.name == "host"

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import pytest
+
+from aotune.analysis.features import kernel_features
+from aotune.analysis.model import AnalyticalCpuModel
+from aotune.analysis.workload import matmul
+from aotune.codegen.compile import compile_kernel
+from aotune.codegen.schedule import schedule_from_config
+from aotune.constraints.cpu import build_cpu_space
+from aotune.errors import ConfigError
+from aotune.hwspecs.spec import load_target
+from aotune.search import cga
+from aotune.search.driver import tune
+from aotune.search.options import SearchOptions
+
+
+@pytest.fixture(scope="module")
+def space():
+    return build_cpu_space(matmul(256, 256, 256), load_target("skylake-avx512"))
+
+
+def test_prediction_has_breakdown_and_bottleneck(space):
+    model = AnalyticalCpuModel(space.hw)
+    cfg = space.parse_config("mr=6,nr=32,kc=128,mc=48,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2")
+    sched = schedule_from_config(space, cfg)
+    est, = model.estimate_batch([sched])
+    pred, = model.predict_batch([sched], [kernel_features(compile_kernel(sched, space.hw), "x86_64").loop])
+    for p in (est, pred):
+        parts = dict(p.breakdown)
+        assert {"compute", "L1", "L2", "L3", "memory", "packing", "overhead"} <= set(parts)
+        assert p.seconds >= max(parts["compute"], parts["memory"]) > 0
+        assert p.bottleneck in parts
+    # the flop count bounds the prediction from below: nothing beats the peak of all cores
+    peak = space.hw.peak_flops_per_core * space.hw.core.cores
+    assert pred.seconds >= space.workload.flops / peak
+
+
+def test_bigger_register_tiles_and_more_threads_predict_faster(space):
+    model = AnalyticalCpuModel(space.hw)
+    base = "kc=128,mc=48,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m"
+    small = schedule_from_config(space, space.parse_config(f"mr=1,nr=16,{base},threads=2"))
+    large = schedule_from_config(space, space.parse_config(f"mr=6,nr=32,{base},threads=2"))
+    single = schedule_from_config(space, space.parse_config(f"mr=6,nr=32,{base},threads=1"))
+    t_small, t_large, t_single = (p.seconds for p in model.estimate_batch([small, large, single]))
+    assert t_large < t_small
+    assert t_large < t_single
+
+
+def test_ga_children_are_valid_and_search_is_deterministic(space):
+    import random
+
+    rng = random.Random(0)
+    parents = space.sample(6, seed=1)
+    for i in range(20):
+        child = cga.make_child(space, parents[i % 6], parents[(i + 1) % 6], rng, mutation=0.3)
+        assert space.is_valid(child)
+    opts = SearchOptions(budget=60, population=12, compile_top=3, top_k=2, seed=7)
+    r1 = tune(space.workload, space.hw, opts, space=space)
+    r2 = tune(space.workload, space.hw, opts, space=space)
+    assert [c.config for c in r1.candidates] == [c.config for c in r2.candidates]
+    assert r1.measurements == 0 and r1.kernels_compiled == 3 and len(r1.candidates) == 2
+    assert r1.candidates[0].prediction.seconds <= r1.candidates[1].prediction.seconds
+
+
+def test_random_strategy_and_option_validation(space):
+    r = tune(space.workload, space.hw, SearchOptions(strategy="random", budget=20, compile_top=2, top_k=1), space=space)
+    assert len(r.candidates) == 1 and space.is_valid(r.best.config)
+    with pytest.raises(ConfigError, match="unknown strategy"):
+        SearchOptions(strategy="anneal")
+    with pytest.raises(ConfigError, match="top_k"):
+        SearchOptions(top_k=5, compile_top=2)

@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from constraint import FunctionConstraint, Problem
+from hypothesis import given, settings, strategies as st
+
+from aotune.analysis.workload import matmul
+from aotune.constraints.cpu import build_cpu_space
+from aotune.errors import ConfigError, UnsatisfiableError
+from aotune.hwspecs.spec import load_target
+
+from .conftest import small_spec
+
+
+def brute_force(space) -> set[tuple[tuple[str, int], ...]]:
+    """Every config satisfying every constraint, enumerated by python-constraint (no CP-SAT)."""
+    problem = Problem()
+    for v in space.variables:
+        problem.addVariable(v.name, list(v.domain))
+    for c in space.constraints:
+        names = sorted(c.lhs.variables() | c.rhs.variables() | ({c.when[0]} if c.when else set()))
+
+        def check(*values, c=c, names=names):
+            return c.holds(dict(zip(names, values)))
+
+        problem.addConstraint(FunctionConstraint(check), names)
+    return {tuple((n, sol[n]) for n in space.names) for sol in problem.getSolutions()}
+
+
+@pytest.mark.parametrize("shape, spec", [((3, 17, 5), "haswell"), ((5, 9, 20), "neoverse-n1")])
+def test_cpsat_solutions_equal_brute_force_enumeration(shape, spec):
+    hw = small_spec(spec, cores=2)
+    space = build_cpu_space(matmul(*shape), hw)
+    expected = brute_force(space)
+    got = {cfg.items for cfg in space.enumerate()}
+    assert got == expected
+    assert len(got) > 100
+    n, exact = space.count(time_limit=30)
+    assert exact and n == len(expected)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), M=st.integers(1, 300), N=st.integers(1, 300), K=st.integers(1, 300))
+def test_every_sampled_config_satisfies_every_constraint(seed, M, N, K):
+    space = build_cpu_space(matmul(M, N, K), load_target("skylake-avx512"))
+    configs = space.sample(4, seed=seed)
+    assert configs
+    for cfg in configs:
+        values = cfg.as_dict()
+        assert all(values[v.name] in v.domain for v in space.variables)
+        assert all(c.holds(values) for c in space.constraints), space.violations(cfg)
+
+
+def test_sampling_is_reproducible():
+    space = build_cpu_space(matmul(64, 64, 64), load_target("haswell"))
+    assert space.sample(5, seed=3) == space.sample(5, seed=3)
+
+
+def test_violations_state_required_available_and_hint():
+    space = build_cpu_space(matmul(1024, 1024, 1024), load_target("skylake-avx512"))
+    cfg = space.parse_config("mr=16,nr=64,kc=512,mc=100,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2")
+    bad = {v.constraint: v for v in space.violations(cfg)}
+    assert {"registers", "mc multiple of mr", "L1 footprint"} <= set(bad)
+    reg = bad["registers"]
+    assert (reg.required, reg.available) == (16 * 4 + 4 + 1, 32)
+    assert "reduce mr or nr" in str(reg)
+    l1 = bad["L1 footprint"]
+    assert l1.required == 4 * (16 * 512 + 512 * 64) and l1.available == int(32 * 1024 * 0.8)
+
+
+def test_config_parsing_errors():
+    space = build_cpu_space(matmul(64, 64, 64), load_target("haswell"))
+    with pytest.raises(ConfigError, match="unknown decision"):
+        space.parse_config("mr=4,bogus=1")
+    with pytest.raises(ConfigError, match="missing"):
+        space.parse_config("mr=4")
+    with pytest.raises(ConfigError, match="order='zzz' is not valid"):
+        space.parse_config("order=zzz")
+
+
+def test_one_vector_register_is_unsatisfiable():
+    hw = load_target("haswell")
+    hw = dataclasses.replace(hw, isa=dataclasses.replace(hw.isa, vector_registers=1))
+    with pytest.raises(UnsatisfiableError, match="1 vector register"):
+        build_cpu_space(matmul(64, 64, 64), hw)

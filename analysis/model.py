@@ -65,16 +65,24 @@ def mix_from_features(s: CpuSchedule, f: LoopFeatures) -> KStepMix:
                     f.spills / steps, f.instructions / steps)
 
 
-def _cycles_per_kstep(mix: KStepMix, hw: HwSpec) -> tuple[float, float]:
-    """(cycles per k step, of which load-port cycles)."""
+def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]:
+    """(cycles per k step, of which load-port cycles).
+
+    Each accumulator is a chain of one FMA per k step, so a k step takes at least the FMA latency,
+    unless the reorder window holds several tiles' calls at once: their chains are independent.
+    """
     c = hw.core
     vec_bits = hw.isa.vector_bits
     fma_rate = c.fma_units * min(1.0, c.fma_width_bits / vec_bits)
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / vec_bits)
     load_cycles = mix.vector_loads / vload_rate + mix.scalar_loads / c.load_ports
+    calls_in_flight = max(1.0, c.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS))
     cycles = max(mix.fma / fma_rate, load_cycles, mix.instructions / c.issue_width, mix.stores / c.store_ports,
-                 float(c.fma_latency_cycles))
+                 c.fma_latency_cycles / calls_in_flight)
     return cycles + 2.0 * mix.spills, load_cycles
+
+
+CALL_INSTRUCTIONS = 30.0  # call, pointer set-up, C tile load/store loop control around one micro-kernel call
 
 
 def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
@@ -96,7 +104,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         Mt_t, Nt_t = Mt, -(-widest // s.nr)
     calls = Mt_t * Nt_t * Kt
     ksteps = Mt_t * Nt_t * s.K
-    cyc_k, load_k = _cycles_per_kstep(mix, hw)
+    cyc_k, load_k = _cycles_per_kstep(mix, hw, s.kc)
+    cyc_k += _conflict_miss_cycles(s, hw)
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
     call_cycles = 20.0 + s.mr * nvec * (1.0 / vload_rate + 1.0 / c.store_ports)
     compute = (ksteps * cyc_k + calls * call_cycles) / freq
@@ -148,6 +157,22 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     if bottleneck == "compute" and l1_time >= compute * 0.999:
         bottleneck = "L1"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
+
+
+def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec) -> float:
+    """Extra cycles per k step when an unpacked operand's rows collide in L1 sets.
+
+    Rows a power-of-two stride apart map to few sets; the micro-panel then cannot stay in L1 and
+    every line it needs is fetched again from L2 at L2 latency (packing exists to avoid this).
+    """
+    line, isz = hw.cache(1).line_bytes, 4
+    l2_latency = hw.cache(2).latency_cycles if len(hw.caches) > 1 else hw.cache(1).latency_cycles
+    extra = 0.0
+    if not s.pack_b and not _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw):
+        extra += -(-s.nr * isz // line) * l2_latency  # each k step reads a new B row
+    if not s.pack_a and not _rows_fit_l1(s.a_sm * isz, s.mr, s.kc * isz, hw):
+        extra += s.mr * isz / line * l2_latency  # an A row's line serves line/4 k steps
+    return extra
 
 
 def _rows_fit_l1(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> bool:

@@ -46,6 +46,7 @@ class CoreSpec:
     load_width_bits: int
     store_ports: int
     issue_width: int
+    reorder_window: int  # instructions in flight: lets independent FMA chains of consecutive tiles overlap
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class CacheSpec:
     size_kib: int
     line_bytes: int
     associativity: int
+    latency_cycles: int  # load-to-use latency of a hit in this level
     shared_by_cores: int
     bandwidth_bytes_per_cycle: float  # per core, from this level into the one above
     usable_fraction: float  # share of the capacity a tile may claim (the rest is for others)
@@ -162,7 +164,8 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
         "core.fma_units": spec.core.fma_units, "core.fma_width_bits": spec.core.fma_width_bits,
         "core.fma_latency_cycles": spec.core.fma_latency_cycles, "core.load_ports": spec.core.load_ports,
         "core.load_width_bits": spec.core.load_width_bits, "core.store_ports": spec.core.store_ports,
-        "core.issue_width": spec.core.issue_width, "memory.bandwidth_gbs": spec.memory.bandwidth_gbs,
+        "core.issue_width": spec.core.issue_width, "core.reorder_window": spec.core.reorder_window,
+        "memory.bandwidth_gbs": spec.memory.bandwidth_gbs,
     }
     for key, value in positive.items():
         if value <= 0:
@@ -177,7 +180,7 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     if levels != list(range(1, len(levels) + 1)) or not levels:
         raise HwSpecError(f"{where}: caches must list levels 1..n once each, got {levels}")
     for c in spec.caches:
-        if c.size_kib <= 0 or c.line_bytes <= 0 or c.associativity <= 0 or c.shared_by_cores <= 0 or c.bandwidth_bytes_per_cycle <= 0:
+        if c.size_kib <= 0 or c.line_bytes <= 0 or c.associativity <= 0 or c.latency_cycles <= 0 or c.shared_by_cores <= 0 or c.bandwidth_bytes_per_cycle <= 0:
             raise HwSpecError(f"{where}: cache L{c.level} sizes and bandwidth must be > 0")
         if not 0.0 < c.usable_fraction <= 1.0:
             raise HwSpecError(f"{where}: cache L{c.level} usable_fraction must be in (0, 1], got {c.usable_fraction}")

@@ -68,6 +68,7 @@ class MemorySpec:
     """Main memory, shared by all cores."""
 
     bandwidth_gbs: float
+    page_bytes: int  # prefetchers stop at page boundaries; each page also needs a TLB entry
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
         "core.fma_latency_cycles": spec.core.fma_latency_cycles, "core.load_ports": spec.core.load_ports,
         "core.load_width_bits": spec.core.load_width_bits, "core.store_ports": spec.core.store_ports,
         "core.issue_width": spec.core.issue_width, "core.reorder_window": spec.core.reorder_window,
-        "memory.bandwidth_gbs": spec.memory.bandwidth_gbs,
+        "memory.bandwidth_gbs": spec.memory.bandwidth_gbs, "memory.page_bytes": spec.memory.page_bytes,
     }
     for key, value in positive.items():
         if value <= 0:

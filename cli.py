@@ -167,8 +167,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0 if (pick or skipped) else EXIT_ERROR
+    from rich.markup import escape
+
     out = _console()
-    out.print(f"[bold]{w.describe()}[/] on [bold]{hw.name}[/] ({doc['target']['isa']})")
+    out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({doc['target']['isa']})")
     out.print(f"search: {options.strategy}, {result.candidates_scored} configs estimated, {result.kernels_compiled} "
               f"compiled and ranked from their assembly, {result.search_seconds:.1f} s, 0 measurements")
     table = Table(title="top candidates (predicted without running)")
@@ -177,7 +179,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     by_rank = {v.candidate.rank: v for v in verified}
     for c in result.candidates:
         v = by_rank.get(c.rank)
-        table.add_row(str(c.rank), result.space.describe_config(c.config), f"{c.prediction.seconds * 1e3:.3f} ms",
+        table.add_row(str(c.rank), escape(result.space.describe_config(c.config)), f"{c.prediction.seconds * 1e3:.3f} ms",
                       c.prediction.bottleneck, f"{v.measurement.seconds * 1e3:.3f} ms" if v else "-",
                       f"{v.gflops:.1f}" if v else "-", ("yes" if v.measurement.correct else "[red]NO[/]") if v else "-")
     out.print(table)

@@ -73,14 +73,6 @@ class CpuSpace(Space):
     info: AccessInfo | None = None
     roles: Roles | None = None
 
-    def tiles(self, cfg: dict[str, int], level: str) -> dict[str, int]:
-        """Tile sizes per workload loop at ``level`` (reg, L1, L2, L3)."""
-        r = self.roles
-        assert r is not None
-        m, n, k = {"reg": ("mr", "nr", "one"), "L1": ("mr", "nr", "kc"),
-                   "L2": ("mc", "nr", "kc"), "L3": ("mc", "nc", "kc")}[level]
-        return {r.m: cfg[m] if m in cfg else 1, r.n: cfg[n], r.k: cfg.get(k, 1)}
-
 
 def footprint_expr(info: AccessInfo, tensors: tuple[str, ...], tile_vars: dict[str, Expr]) -> Expr:
     """Bytes touched by a tile whose size per loop is ``tile_vars``, from isl's extents."""
@@ -114,7 +106,7 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     mr_max = max(1, min(M, regs - 2))
     nr_vec_max = max(1, min(-(-N // vw), (regs - 1) // 2))
     kcs = sorted({kc for kc in KC_CANDIDATES if kc < K} | {min(K, KC_CANDIDATES[-1])})
-    m_cap, n_cap = min(_round_up(M, 1), MAX_BLOCK), min(_round_up(N, vw), MAX_BLOCK)
+    m_cap, n_cap = min(M, MAX_BLOCK), min(_round_up(N, vw), MAX_BLOCK)
     variables = (
         DecisionVar("mr", tuple(range(1, mr_max + 1)), f"register tile rows (along {r.m})"),
         DecisionVar("nr", tuple(vw * i for i in range(1, nr_vec_max + 1)), f"register tile columns (along {r.n}), a multiple of {vw} lanes"),

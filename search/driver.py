@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
-
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel, Prediction
 from aotune.analysis.workload import Workload
@@ -129,7 +127,3 @@ def chosen(verified: list[Verified]) -> Verified | None:
     correct = [v for v in verified if v.measurement.correct]
     return min(correct, key=lambda v: v.measurement.seconds) if correct else None
 
-
-def numpy_reference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The float64 reference product used by the checks."""
-    return a.astype(np.float64) @ b.astype(np.float64)

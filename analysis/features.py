@@ -23,18 +23,28 @@ class IsaTable:
     cs_arch: int
     cs_mode: int
     fma_prefixes: tuple[str, ...]
-    branch_mnemonics: tuple[str, ...]  # conditional/unconditional direct branches (prefix match)
+    branch_prefixes: tuple[str, ...]  # any mnemonic starting with one is a direct branch (x86 "j...")
+    branch_mnemonics: tuple[str, ...]  # exact mnemonics, also with a ".cond" suffix (AArch64 "b.ne")
     stack_regs: tuple[str, ...]
-    store_prefixes: tuple[str, ...] = ()  # AArch64: stores are their own mnemonics
+    vector_markers: tuple[str, ...]  # operand text that marks a vector register
+    memory_from_operands: bool  # x86: a "[...]" destination is a store, a "[...]" source a load
+    store_prefixes: tuple[str, ...] = ()  # otherwise stores and loads are their own mnemonics
     load_prefixes: tuple[str, ...] = ()
     broadcast_markers: tuple[str, ...] = ()
+
+    def is_branch(self, mnemonic: str) -> bool:
+        """Whether ``mnemonic`` is a direct (conditional or unconditional) branch."""
+        return any(mnemonic.startswith(p) for p in self.branch_prefixes) or any(
+            mnemonic == b or mnemonic.startswith(b + ".") for b in self.branch_mnemonics)
 
 
 ISA_TABLES = {
     "x86_64": IsaTable(capstone.CS_ARCH_X86, capstone.CS_MODE_64, ("vfmadd", "vfnmadd", "vfmsub", "vfnmsub"),
-                       ("j",), ("rsp", "rbp"), broadcast_markers=("vbroadcastss", "vpbroadcastd", "{1to")),
+                       ("j",), (), ("rsp", "rbp"), ("zmm", "ymm", "xmm"), memory_from_operands=True,
+                       broadcast_markers=("vbroadcastss", "vpbroadcastd", "{1to")),
     "aarch64": IsaTable(getattr(capstone, "CS_ARCH_ARM64", getattr(capstone, "CS_ARCH_AARCH64", 1)),
-                        capstone.CS_MODE_ARM, ("fmla", "fmadd"), ("b", "cbz", "cbnz", "tbz", "tbnz"), ("sp",),
+                        capstone.CS_MODE_ARM, ("fmla", "fmadd"), (), ("b", "cbz", "cbnz", "tbz", "tbnz"), ("sp",),
+                        (".4s", ".2d", ".8h", ".16b", "q"), memory_from_operands=False,
                         store_prefixes=("st",), load_prefixes=("ld",), broadcast_markers=("ld1r", "dup")),
 }
 
@@ -91,27 +101,19 @@ def elf_functions(obj: bytes) -> dict[str, bytes]:
     return out
 
 
-def _classify(insn: capstone.CsInsn, t: IsaTable, isa: str) -> str:
+def _classify(insn: capstone.CsInsn, t: IsaTable) -> str:
     m, ops = insn.mnemonic, insn.op_str
     if any(m.startswith(p) for p in t.fma_prefixes):
         return "fma"
-    if isa == "x86_64":
+    if t.memory_from_operands:
         if "[" not in ops:
             return "other"
-        dest = ops.split(",")[0]
-        return "store" if "[" in dest else "load"
+        return "store" if "[" in ops.split(",")[0] else "load"
     if any(m.startswith(p) for p in t.store_prefixes):
         return "store"
     if any(m.startswith(p) for p in t.load_prefixes):
         return "load"
     return "other"
-
-
-def _is_vector_op(insn: capstone.CsInsn, isa: str) -> bool:
-    ops = insn.op_str
-    if isa == "x86_64":
-        return any(r in ops for r in ("zmm", "ymm", "xmm"))
-    return any(tok in ops for tok in (".4s", ".2d", ".8h", ".16b", "q"))
 
 
 def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
@@ -121,8 +123,7 @@ def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
     insns = list(md.disasm(code, 0))
     loops = []
     for insn in insns:
-        if any(insn.mnemonic == b or insn.mnemonic.startswith(b + ".") or (b == "j" and insn.mnemonic.startswith("j"))
-               for b in t.branch_mnemonics):
+        if t.is_branch(insn.mnemonic):
             target = insn.op_str.split(",")[-1].strip().lstrip("#")
             try:
                 addr = int(target, 16) if target.startswith("0x") else int(target)
@@ -133,7 +134,7 @@ def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
     best: tuple[int, int, list[capstone.CsInsn]] | None = None
     for lo, hi in loops:
         body = [i for i in insns if lo <= i.address <= hi]
-        fmas = sum(1 for i in body if _classify(i, t, isa) == "fma")
+        fmas = sum(1 for i in body if _classify(i, t) == "fma")
         if fmas and (best is None or fmas > best[0] or (fmas == best[0] and hi - lo < best[1])):
             best = (fmas, hi - lo, body)
     if best is None:
@@ -141,7 +142,7 @@ def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
     body = best[2]
     counts = {"fma": 0, "vload": 0, "sload": 0, "bcast": 0, "store": 0, "spill": 0, "other": 0}
     for i in body:
-        kind = _classify(i, t, isa)
+        kind = _classify(i, t)
         text = f"{i.mnemonic} {i.op_str}"
         if any(mk in text for mk in t.broadcast_markers):
             counts["bcast"] += 1
@@ -153,7 +154,7 @@ def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
                 counts["vload" if "{1to" not in i.op_str else "sload"] += 1
         elif kind == "load":
             n = 2 if i.mnemonic.startswith("ldp") else 1
-            counts["vload" if _is_vector_op(i, isa) and "broadcast" not in i.mnemonic and "ld1r" not in i.mnemonic
+            counts["vload" if any(v in i.op_str for v in t.vector_markers) and "broadcast" not in i.mnemonic and "ld1r" not in i.mnemonic
                    else "sload"] += n
         elif kind == "store":
             counts["store"] += 2 if i.mnemonic.startswith("stp") else 1

@@ -152,8 +152,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     bound = max(parts.values())
     seconds = bound + packing + overhead
     breakdown = {**parts, "packing": packing, "overhead": overhead}
-    bottleneck = max(("compute", "L2", "L3", "memory", "packing", "overhead"),
-                     key=lambda k: breakdown[k] if k in ("packing", "overhead") else parts[k])
+    bottleneck = max(("compute", "L2", "L3", "memory", "packing", "overhead"), key=breakdown.__getitem__)
     if bottleneck == "compute" and l1_time >= compute * 0.999:
         bottleneck = "L1"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)

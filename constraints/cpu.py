@@ -122,7 +122,6 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     )
     mr, nr, kc, mc, nc = (Var(x) for x in ("mr", "nr", "kc", "mc", "nc"))
     nr_vec = CeilDiv(nr, Const(vw))
-    l1, l2, l3 = (hw.cache(i) for i in (1, 2, 3)) if len(hw.caches) >= 3 else (hw.cache(1), hw.cache(2), hw.cache(2))
     tile = {"L1": {r.m: mr, r.n: nr, r.k: kc}, "L2": {r.m: mc, r.n: nr, r.k: kc}, "L3": {r.m: mc, r.n: nc, r.k: kc}}
 
     def budget(level: int) -> int:

@@ -155,10 +155,12 @@ class Space:
                 rlo, rhi = c.rhs.bounds(bounds)
                 rem, _ = ctx.aux(f"rem:{c.name}:{c.lhs}%{c.rhs}", 0, max(0, rhi - 1))
                 lo, hi = c.lhs.bounds(bounds)
-                lhs_var, _ = ctx.aux(f"val:{c.lhs}", lo, hi)
-                rhs_var, _ = ctx.aux(f"val:{c.rhs}", max(1, rlo), max(1, rhi))
-                self._model.add(lhs_var == lhs)
-                self._model.add(rhs_var == rhs)
+                lhs_var, new_lhs = ctx.aux(f"val:{c.lhs}", lo, hi)
+                rhs_var, new_rhs = ctx.aux(f"val:{c.rhs}", max(1, rlo), max(1, rhi))
+                if new_lhs:
+                    self._model.add(lhs_var == lhs)
+                if new_rhs:
+                    self._model.add(rhs_var == rhs)
                 self._model.add_modulo_equality(rem, lhs_var, rhs_var)
                 ct = self._model.add(rem == 0)
             else:

@@ -87,19 +87,17 @@ def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(
     step = (lambda done, total: progress("search", done, total)) if progress else None
     scored = STRATEGIES[options.strategy](space, estimate, options, step)
     shortlist = [cfg for _, cfg in scored[: options.compile_top]]
-    compiled = []
-    for i, cfg in enumerate(shortlist):
-        sched = schedule_from_config(space, cfg)
-        kernel = compile_kernel(sched, hw)
-        loop = kernel_features(kernel, hw.isa.arch).loop
-        est, = model.estimate_batch([sched])
-        pred, = model.predict_batch([sched], [loop])
-        compiled.append((pred.seconds, cfg, sched, est, pred, kernel))
+    schedules = [schedule_from_config(space, cfg) for cfg in shortlist]
+    kernels, loops = [], []
+    for i, sched in enumerate(schedules):
+        kernels.append(compile_kernel(sched, hw))
+        loops.append(kernel_features(kernels[-1], hw.isa.arch).loop)
         if progress:
             progress("compile", i + 1, len(shortlist))
-    compiled.sort(key=lambda c: c[0])
+    compiled = sorted(zip(model.predict_batch(schedules, loops), model.estimate_batch(schedules), shortlist,
+                          schedules, kernels), key=lambda c: c[0].seconds)
     top = tuple(Candidate(i + 1, cfg, sched, est, pred, kernel)
-                for i, (_, cfg, sched, est, pred, kernel) in enumerate(compiled[: options.top_k]))
+                for i, (pred, est, cfg, sched, kernel) in enumerate(compiled[: options.top_k]))
     return TuneResult(workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist))
 
 

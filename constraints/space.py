@@ -86,7 +86,9 @@ class Violation:
     relation: str = "<="
 
     def __str__(self) -> str:
-        if self.relation == "divides":
+        if self.relation == "in":
+            amounts = f"{self.required} is outside the allowed values"
+        elif self.relation == "divides":
             amounts = f"{self.required} is not a multiple of {self.available}"
         elif self.relation == "==":
             amounts = f"is {self.required}, must be {self.available}"

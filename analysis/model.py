@@ -90,7 +90,6 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     c = hw.core
     freq = c.frequency_ghz * 1e9
     lanes, isz = s.lanes, 4
-    nvec = -(-s.nr // lanes)
     Mt, Nt, Kt = -(-s.M // s.mr), -(-s.N // s.nr), -(-s.K // s.kc)
     ranges = s.thread_ranges()
     widest = max(hi - lo for lo, hi in ranges)
@@ -104,12 +103,19 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         Mt_t, Nt_t = Mt, -(-widest // s.nr)
     calls = Mt_t * Nt_t * Kt
     ksteps = Mt_t * Nt_t * s.K
-    cyc_k, load_k = _cycles_per_kstep(mix, hw, s.kc)
-    cyc_k += _conflict_miss_cycles(s, hw)
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
-    call_cycles = 20.0 + s.mr * nvec * (1.0 / vload_rate + 1.0 / c.store_ports)
-    compute = (ksteps * cyc_k + calls * call_cycles) / freq
-    l1_time = ksteps * load_k / freq
+    conflict = _conflict_miss_cycles(s, hw, m_share)
+    compute_cycles = load_cycles = 0.0
+    for tiles, rows, cols in _tile_classes(m_share, n_share, s.mr, s.nr):
+        tile_mix = _tail_mix(mix, s, rows, cols)
+        cyc_k, load_k = _cycles_per_kstep(tile_mix, hw, s.kc)
+        tile_vecs = rows * -(-cols // lanes)
+        call_cycles = 20.0 + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
+        call_cycles += _c_store_miss_cycles(s, hw, rows, cols, m_share, n_share)
+        compute_cycles += tiles * (s.K * max(cyc_k, conflict) + Kt * call_cycles)
+        load_cycles += tiles * s.K * load_k
+    compute = compute_cycles / freq
+    l1_time = load_cycles / freq
 
     def bw(level: int) -> float:
         return hw.cache(level).bandwidth_bytes_per_cycle * freq
@@ -158,33 +164,118 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
 
 
-def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec) -> float:
-    """Extra cycles per k step when an unpacked operand's rows are a page or more apart.
+def _tile_classes(m_extent: int, n_extent: int, mr: int, nr: int) -> list[tuple[int, int, int]]:
+    """(number of tiles, rows, columns) for the full register tiles and the m/n tail tiles.
 
-    Such rows map to few L1 sets, so the micro-panel cannot stay in L1, and the stride prefetcher
-    stops at every page boundary: each line is fetched again from L2 at L2 latency. (Measured on
-    Zen 4: at a 4 KiB stride a 1 x 32 tile spends ~46 cycles per k step; at 1-2 KiB strides the
-    prefetcher hides the misses.) Packing exists to avoid this.
+    Tail tiles run their own micro-kernel variant with fewer accumulators, so they are charged by
+    their real size rather than as full tiles.
+    """
+    m_full, m_tail = divmod(m_extent, mr)
+    n_full, n_tail = divmod(n_extent, nr)
+    classes = [(m_full * n_full, mr, nr), (m_full * (n_tail > 0), mr, n_tail),
+               ((m_tail > 0) * n_full, m_tail, nr), (int(m_tail > 0 and n_tail > 0), m_tail, n_tail)]
+    return [cl for cl in classes if cl[0] > 0]
+
+
+def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int) -> KStepMix:
+    """The full tile's k-step mix scaled to a rows x cols tail tile (FMAs by tile, loads by side)."""
+    if rows == s.mr and cols == s.nr:
+        return mix
+    nvec = -(-s.nr // s.lanes)
+    vec_ratio = -(-cols // s.lanes) / nvec
+    row_ratio = rows / s.mr
+    fma, vloads, sloads = mix.fma * vec_ratio * row_ratio, mix.vector_loads * vec_ratio, mix.scalar_loads * row_ratio
+    other = max(0.0, mix.instructions - mix.fma - mix.vector_loads - mix.scalar_loads)
+    return KStepMix(fma, vloads, sloads, mix.stores, mix.spills, fma + vloads + sloads + other)
+
+
+def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
+    """Extra cycles per k step when an unpacked operand's micro-panel is not in L1.
+
+    Whether a refetch from L2 costs latency depends on the prefetchers:
+    - B is one strided stream (a new row every k step). The stride prefetcher follows it only up to
+      ``memory.prefetch_stride_bytes``; beyond that each row waits for L2 (plus a TLB miss at a
+      page or more). It happens on the first call of each sweep over the mr-row tiles, and on
+      every call when rows a power of two apart evict each other from their few L1 sets.
+    - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows
+      a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
+    (Measured on Zen 4: 1 x 16 tiles of B at a 2 KiB stride take ~14 cycles per k step, at 1 KiB
+    the misses are hidden.) Packing exists to avoid all of this.
     """
     line, isz, page = hw.cache(1).line_bytes, 4, hw.memory.page_bytes
-    l2_latency = hw.cache(2).latency_cycles if len(hw.caches) > 1 else hw.cache(1).latency_cycles
+    l2 = hw.cache(2) if len(hw.caches) > 1 else hw.cache(1)
     extra = 0.0
     b_stride, a_stride = s.b_sk * isz, s.a_sm * isz
-    if not s.pack_b and b_stride >= page and not _rows_fit_l1(b_stride, s.kc, s.nr * isz, hw):
-        extra += -(-s.nr * isz // line) * l2_latency  # each k step reads a new B row
-    if not s.pack_a and a_stride >= page and not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
-        extra += s.mr * isz / line * l2_latency  # an A row's line serves line/4 k steps
+    if not s.pack_b and b_stride > hw.memory.prefetch_stride_bytes:
+        # Calls that find the B micro-panel outside L1 (the first of each sweep over mr-row tiles,
+        # or all of them when the panel's rows evict each other) wait for each row, whose lines
+        # are fetched together: latency-bound for short rows, bandwidth-bound for long ones.
+        sweep_calls = -(-min(s.mc, m_share) // s.mr)
+        fresh = max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), 1.0 / sweep_calls)
+        row_latency = l2.latency_cycles + (hw.memory.tlb_miss_cycles if b_stride >= page else 0)
+        row_lines = -(-s.nr * isz // line)
+        extra += fresh * max(row_latency, row_lines * line / l2.bandwidth_bytes_per_cycle)
+    if not s.pack_a and a_stride >= page:
+        # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;
+        # otherwise only the panel's reuse across calls is lost, one miss per line
+        thrash = _l1_miss_fraction(a_stride, s.mr, isz, hw)
+        if thrash > 0:
+            extra += thrash * s.mr * l2.latency_cycles / hw.core.load_ports
+        elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
+            extra += s.mr * isz / line * l2.latency_cycles
     return extra
 
 
-def _rows_fit_l1(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> bool:
+def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_share: int, n_share: int) -> float:
+    """Extra cycles per call when the C tile's rows evict each other from L1 before they are stored.
+
+    C rows sit c_sm apart; at a power-of-two stride more rows than the L1 ways land in one set, so
+    the lines loaded at the start of the call are gone when it stores, and each store waits for its
+    line from wherever C lives between two visits of the tile (stores commit in order, so these
+    misses overlap little; measured on Zen 4: 26 x 16 tiles at a 4 KiB stride, ~36 cycles per row).
+    """
+    if s.K <= s.kc:
+        return 0.0  # each tile is visited once; its cold misses are memory traffic
+    isz, line = 4, hw.cache(1).line_bytes
+    miss = _l1_miss_fraction(s.c_sm * isz, rows, cols * isz, hw)
+    if miss == 0.0:
+        return 0.0
+    inner = s.order[s.order.index("k") + 1:]
+    c_bytes = (m_share if "m" in inner else s.mc) * (n_share if "n" in inner else s.nc) * isz
+    latency = hw.caches[-1].latency_cycles
+    for level in range(2, len(hw.caches) + 1):
+        if c_bytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction:
+            latency = hw.cache(level).latency_cycles
+            break
+    return miss * rows * -(-cols * isz // line) * latency / 2
+
+
+# A set-conflicting group of lines thrashes only beyond about twice the capacity its sets nominally
+# hold: the L2 refills an evicted line before its next use often enough. Fitted on Zen 4 (10 A rows at
+# a 4 KiB stride run at FMA speed, 25 rows at ~135 cycles per k step).
+CONFLICT_SLACK = 2.0
+
+
+def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:
+    """Share of a panel's lines that miss L1 when ``rows`` rows ``stride_bytes`` apart are swept again.
+
+    Rows a power of two apart fall into few L1 sets; the panel keeps only as many lines as those
+    sets' ways hold, and the rest are refetched on every sweep.
+    """
     l1 = hw.cache(1)
     line = l1.line_bytes
     sets = max(1, l1.size_kib * 1024 // (line * l1.associativity))
     step = (stride_bytes // line) % sets if stride_bytes % line == 0 else 1
     distinct = sets // math.gcd(step, sets) if step else 1
-    lines_per_row = -(-row_bytes // line)
-    return rows * lines_per_row <= distinct * l1.associativity * l1.usable_fraction
+    lines = rows * -(-row_bytes // line)
+    if lines == 0:
+        return 0.0
+    return max(0.0, 1.0 - CONFLICT_SLACK * distinct * l1.associativity * l1.usable_fraction / lines)
+
+
+def _rows_fit_l1(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> bool:
+    """Whether the whole panel stays in L1 between sweeps."""
+    return _l1_miss_fraction(stride_bytes, rows, row_bytes, hw) == 0.0
 
 
 class AnalyticalCpuModel:

@@ -27,8 +27,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> None:
-    p.add_argument("op", nargs="?" if op_optional else None, default="matmul", help="operator (matmul)")
-    p.add_argument("--shape", default=None, help="sizes, e.g. 1024x1024x1024 (matmul: M x N x K)")
+    p.add_argument("op", nargs="?" if op_optional else None, default="matmul",
+                   help="operator: matmul, batch_matmul, dense or einsum")
+    p.add_argument("spec", nargs="?", default=None, help='einsum only: the contraction, e.g. "bij,bjk->bik"')
+    p.add_argument("--shape", default=None,
+                   help="sizes: matmul/dense M x N x K (e.g. 1024x1024x1024), batch_matmul B x M x N x K")
+    p.add_argument("--dims", default=None, help="einsum only: size of each index, e.g. b=8,i=256,j=256,k=256")
+    p.add_argument("--bias", action="store_true", help="dense only: add a bias vector of length N")
+    p.add_argument("--activation", default="none", help="dense only: relu, gelu (tanh form), sigmoid or none")
     p.add_argument("--target", default="host", help="hwspec name, path to a .toml, or 'host' (default)")
 
 
@@ -85,7 +91,9 @@ def _problem(args: argparse.Namespace) -> tuple[Any, Any]:
     from aotune.analysis.workload import build_workload
     from aotune.hwspecs.spec import load_target
 
-    return build_workload(args.op, args.shape), load_target(args.target)
+    w = build_workload(args.op, args.shape, spec=args.spec, dims=args.dims, bias=args.bias,
+                       activation=args.activation)
+    return w, load_target(args.target)
 
 
 def _space(args: argparse.Namespace) -> Any:
@@ -308,7 +316,7 @@ def _join_values(argv: list[str]) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(argv):
-        if argv[i] in ("--shape", "--config") and i + 1 < len(argv):
+        if argv[i] in ("--shape", "--config", "--dims") and i + 1 < len(argv):
             out.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
         else:

@@ -155,6 +155,12 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     packing = pack_elems * per_elem / freq
     overhead = hw.overhead.call_seconds + (threads - 1) * hw.overhead.thread_seconds
     parts = {"compute": compute, "L1": l1_time, "L2": l2_time, "L3": l3_time, "memory": mem_time}
+    # batch entries are independent GEMMs run one after another; the epilogue costs a few vector
+    # ops per output vector, once
+    nb = s.batch_count
+    parts = {k: v * nb for k, v in parts.items()}
+    parts["compute"] += nb * s.M * s.N / lanes * _epilogue_ops(s) / c.issue_width / freq / threads
+    packing *= nb
     bound = max(parts.values())
     seconds = bound + packing + overhead
     breakdown = {**parts, "packing": packing, "overhead": overhead}
@@ -162,6 +168,11 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     if bottleneck == "compute" and l1_time >= compute * 0.999:
         bottleneck = "L1"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
+
+
+def _epilogue_ops(s: CpuSchedule) -> float:
+    """Vector instructions per output vector in the fused epilogue (exp counts as a short polynomial)."""
+    return (1.0 if s.bias else 0.0) + {"none": 0.0, "relu": 1.0, "sigmoid": 20.0, "gelu": 26.0}[s.activation]
 
 
 def _tile_classes(m_extent: int, n_extent: int, mr: int, nr: int) -> list[tuple[int, int, int]]:

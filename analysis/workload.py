@@ -76,6 +76,33 @@ class Statement:
         return f"{self.output} += {' * '.join(map(str, self.inputs))}"
 
 
+ACTIVATIONS = ("none", "relu", "gelu", "sigmoid")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Element-wise work fused into the store of the output: ``out = act(out + bias[last index])``.
+
+    ``gelu`` is the tanh approximation (PyTorch's ``approximate="tanh"``, used by BERT/GPT-2).
+    """
+
+    bias: bool = False
+    activation: str = "none"
+
+    def __post_init__(self) -> None:
+        if self.activation not in ACTIVATIONS:
+            raise WorkloadError(f"activation {self.activation!r} is not supported; use one of {', '.join(ACTIVATIONS)}")
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to fuse."""
+        return self.bias or self.activation != "none"
+
+    def __str__(self) -> str:
+        parts = (["+ bias"] if self.bias else []) + ([self.activation] if self.activation != "none" else [])
+        return " then ".join(parts)
+
+
 @dataclass(frozen=True)
 class Workload:
     """A tensor computation: the unit aotune tunes."""
@@ -86,6 +113,7 @@ class Workload:
     statement: Statement
     shape: tuple[tuple[str, int], ...]  # the user-facing named sizes, e.g. (("M", 1024), ...)
     dtype: str = "float32"
+    epilogue: Epilogue = Epilogue()
 
     def loop(self, name: str) -> Loop:
         """The loop called ``name``."""
@@ -114,7 +142,22 @@ class Workload:
     def describe(self) -> str:
         """One line: op, sizes and the statement."""
         sizes = "x".join(str(v) for _, v in self.shape)
-        return f"{self.op} {sizes} {self.dtype}: {self.statement}"
+        tail = f", then {self.epilogue}" if self.epilogue.active else ""
+        return f"{self.op} {sizes} {self.dtype}: {self.statement}{tail}"
+
+    def einsum_spec(self) -> str:
+        """The statement as an einsum string (one letter per loop), for numpy references."""
+        letters = {lp.name: chr(ord("a") + i) for i, lp in enumerate(self.loops)}
+
+        def sub(acc: Access) -> str:
+            out = []
+            for idx in acc.indices:
+                if len(idx.terms) != 1 or idx.terms[0][1] != 1 or idx.const:
+                    raise WorkloadError(f"{self.op}: access {acc} is not a plain index; no einsum form")
+                out.append(letters[idx.terms[0][0]])
+            return "".join(out)
+
+        return ",".join(sub(a) for a in self.statement.inputs) + "->" + sub(self.statement.output)
 
 
 def check_extent(name: str, value: object) -> int:
@@ -157,6 +200,10 @@ def einsum(spec: str, dims: Mapping[str, int], *, op: str = "einsum",
         if ch not in dims:
             raise WorkloadError(f"einsum spec {spec!r}: index {ch!r} has no size; add {ch}=N to the dims")
         check_extent(ch, dims[ch])
+    unused = sorted(set(dims) - set(order))
+    if unused:
+        raise WorkloadError(f"einsum spec {spec!r}: dims give {', '.join(unused)}, which the spec does not use; "
+                            f"drop {'them' if len(unused) > 1 else 'it'} or fix the spec")
     loops = tuple(Loop(ch, dims[ch], "spatial" if ch in out else "reduction") for ch in order)
 
     def access(tname: str, idx: str) -> Access:
@@ -180,30 +227,86 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32") -> Workload:
                   shape=(("M", M), ("N", N), ("K", K)), dtype=dtype)
 
 
-OPERATORS = {"matmul": ("MxNxK", ("M", "N", "K"))}
+def batch_matmul(B: int, M: int, N: int, K: int, dtype: str = "float32") -> Workload:
+    """``C[b, m, n] += A[b, m, k] * B[b, k, n]``: B independent matmuls."""
+    for name, v in (("B", B), ("M", M), ("N", N), ("K", K)):
+        check_extent(name, v)
+    return einsum("bmk,bkn->bmn", {"b": B, "m": M, "n": N, "k": K}, op="batch_matmul",
+                  shape=(("B", B), ("M", M), ("N", N), ("K", K)), dtype=dtype)
+
+
+def dense(M: int, N: int, K: int, bias: bool = False, activation: str = "none", dtype: str = "float32") -> Workload:
+    """A matmul with a fused epilogue: ``C = act(A @ B + bias)``, bias of length N."""
+    w = matmul(M, N, K, dtype)
+    return Workload("dense", w.loops, w.tensors, w.statement, w.shape, dtype, Epilogue(bias, activation))
+
+
+# op -> (shape pattern shown to users, size names in order)
+OPERATORS = {
+    "matmul": ("MxNxK", ("M", "N", "K")),
+    "batch_matmul": ("BxMxNxK", ("B", "M", "N", "K")),
+    "dense": ("MxNxK", ("M", "N", "K")),
+    "einsum": ("--dims a=N,b=N,...", ()),
+}
+DEFAULT_SHAPES = {"matmul": "1024x1024x1024", "batch_matmul": "8x256x256x256", "dense": "128x3072x768"}
 
 
 def parse_shape(text: str, names: tuple[str, ...]) -> dict[str, int]:
     """``"512x2048x256"`` -> {"M": 512, ...}; errors say which part is wrong."""
     parts = [p.strip() for p in text.lower().replace(",", "x").split("x")]
+    example = "x".join(str(v) for v in (8, 512, 512, 512)[-len(names):])
     if len(parts) != len(names):
         raise WorkloadError(
-            f"shape {text!r} has {len(parts)} sizes, expected {len(names)} ({'x'.join(names)}), e.g. 512x512x512")
+            f"shape {text!r} has {len(parts)} sizes, expected {len(names)} ({'x'.join(names)}), e.g. {example}")
     sizes = {}
     for name, part in zip(names, parts):
         try:
             value = int(part)
         except ValueError:
             raise WorkloadError(f"shape {text!r}: {name}={part!r} is not an integer; write it as {'x'.join(names)}, "
-                                f"e.g. 512x512x512") from None
+                                f"e.g. {example}") from None
         sizes[name] = check_extent(name, value)
     return sizes
 
 
-def build_workload(op: str, shape: str | None) -> Workload:
-    """A named operator with a shape string (the CLI's entry point)."""
+def parse_dims(text: str) -> dict[str, int]:
+    """``"b=8,i=256"`` -> {"b": 8, "i": 256}; errors name the malformed entry."""
+    dims: dict[str, int] = {}
+    for item in (p.strip() for p in text.split(",")):
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        if not eq or not re.fullmatch(r"[a-zA-Z]", name):
+            raise WorkloadError(f"--dims entry {item!r} is not of the form letter=size, e.g. b=8,i=256")
+        try:
+            size = int(value)
+        except ValueError:
+            raise WorkloadError(f"--dims entry {item!r}: size {value.strip()!r} is not an integer") from None
+        if name in dims:
+            raise WorkloadError(f"--dims gives index {name!r} twice")
+        dims[name] = check_extent(name, size)
+    return dims
+
+
+def build_workload(op: str, shape: str | None, *, spec: str | None = None, dims: str | None = None,
+                   bias: bool = False, activation: str = "none") -> Workload:
+    """A named operator from CLI-style arguments (the CLI's entry point)."""
     if op not in OPERATORS:
         raise WorkloadError(f"unknown operator {op!r}; known: {', '.join(OPERATORS)}")
-    pattern, names = OPERATORS[op]
-    sizes = parse_shape(shape or "1024x1024x1024", names)
+    if (bias or activation != "none") and op != "dense":
+        raise WorkloadError(f"--bias/--activation apply to dense, not {op}; use 'aotune tune dense ...'")
+    if op == "einsum":
+        if not spec or not dims:
+            raise WorkloadError('einsum needs a spec and sizes, e.g. aotune tune einsum "bij,bjk->bik" '
+                                '--dims b=8,i=256,j=256,k=256')
+        if shape:
+            raise WorkloadError("einsum takes its sizes from --dims, not --shape")
+        return einsum(spec, parse_dims(dims))
+    if spec or dims:
+        raise WorkloadError(f"an einsum spec and --dims apply to einsum, not {op}")
+    _, names = OPERATORS[op]
+    sizes = parse_shape(shape or DEFAULT_SHAPES[op], names)
+    if op == "batch_matmul":
+        return batch_matmul(sizes["B"], sizes["M"], sizes["N"], sizes["K"])
+    if op == "dense":
+        return dense(sizes["M"], sizes["N"], sizes["K"], bias, activation)
     return matmul(sizes["M"], sizes["N"], sizes["K"])

@@ -71,13 +71,14 @@ def model_accuracy(M: int, N: int, K: int, hw: HwSpec, samples: int, seed: int =
     """Sample valid configs, predict each from its assembly, measure each; correlation and top-k scores."""
     space = build_cpu_space(matmul(M, N, K), hw)
     model = AnalyticalCpuModel(hw)
-    a, b = random_operands(M, N, K, seed)
     predicted, measured, incorrect = [], [], 0
+    operands = None
     for cfg in space.sample(samples, seed=seed):
         sched = schedule_from_config(space, cfg)
+        operands = operands or random_operands(sched, seed)
         kernel = compile_kernel(sched, hw)
         pred, = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
-        m = final_check(kernel, hw, a, b, min_runs=5, min_seconds=0.05)
+        m = final_check(kernel, hw, *operands, min_runs=5, min_seconds=0.05)
         incorrect += not m.correct
         predicted.append(pred.seconds)
         measured.append(m.seconds)

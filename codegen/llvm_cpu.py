@@ -2,13 +2,14 @@
 
 Structure of the generated module (all sizes and strides are compile-time constants):
 
-    void <entry>(float* A, float* B, float* C, i64 lo, i64 hi, float* ws_a, float* ws_b)
-        three cache-block loops over m (mc), n (nc), k (kc) in the schedule's order, the parallel
+    void <entry>(float* A, float* B, float* C, float* bias, i64 lo, i64 hi, float* ws_a, float* ws_b)
+        batch loops (independent GEMMs, pointers offset per entry), then three cache-block loops over m (mc), n (nc), k (kc) in the schedule's order, the parallel
         one restricted to [lo, hi); A/B blocks packed into panels where the schedule says so;
         then jr over nr columns, ir over mr rows, calling a micro-kernel variant:
-    void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first)
+    void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first[, i1 last, float* bias])
         rows x ceil(cols/lanes) accumulator vectors, explicit llvm.fma per (row, vector), the k loop
-        unrolled; the last vector of a column tail is loaded/stored with a lane mask.
+        unrolled; the last vector of a column tail is loaded/stored with a lane mask. With an
+        epilogue, the store of the last k block adds bias[n] and applies the activation.
 
 Remainders: one variant for full tiles and one for the m tail, the n tail and both, because the
 tails of M and N are known when the kernel is generated.
@@ -73,6 +74,10 @@ class CpuKernelBuilder:
         self.mstore = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [self.vec, self.pvec, I32, self.mask_ty]),
                                   name=f"llvm.masked.store.v{s.lanes}f32.p0")
         self.ukernels: dict[tuple[int, int], ir.Function] = {}
+        vfn = ir.FunctionType(self.vec, [self.vec])
+        self.exp = ir.Function(self.module, vfn, name=f"llvm.exp.v{s.lanes}f32") if s.activation in ("gelu", "sigmoid") else None
+        self.maxnum = (ir.Function(self.module, ir.FunctionType(self.vec, [self.vec] * 2), name=f"llvm.maxnum.v{s.lanes}f32")
+                       if s.activation == "relu" else None)
 
     # ---- micro-kernel ----------------------------------------------------------------------------
     def a_strides(self) -> tuple[int, int]:
@@ -93,13 +98,13 @@ class CpuKernelBuilder:
         nvec = -(-cols // lanes)
         tail = cols - (nvec - 1) * lanes  # lanes used in the last vector
         mask = ir.Constant(self.mask_ty, [1 if i < tail else 0 for i in range(lanes)]) if tail < lanes else None
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, I64, I1]),
-                         name=f"ukernel_{rows}x{cols}")
+        params = [PF32, PF32, PF32, I64, I1] + ([I1, PF32] if s.has_epilogue else [])
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), params), name=f"ukernel_{rows}x{cols}")
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # keeps each variant a symbol of its own for the asm features
         for arg in fn.args[:3]:
             arg.add_attribute("noalias")
-        a_ptr, b_ptr, c_ptr, kc, first = fn.args
+        a_ptr, b_ptr, c_ptr, kc, first = fn.args[:5]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         acc = [[b.alloca(self.vec, name=f"acc{r}_{v}") for v in range(nvec)] for r in range(rows)]
         zero = ir.Constant(self.vec, [0.0] * lanes)
@@ -149,17 +154,52 @@ class CpuKernelBuilder:
             with counted_loop(b, k_main, kc, 1, "krem") as k:
                 k_step(k)
 
-        for r in range(rows):
-            for v in range(nvec):
-                val = b.load(acc[r][v])
-                ptr = vptr(c_ptr, c64(r * c_rs + v * lanes))
-                if v == nvec - 1 and mask is not None:
-                    b.call(self.mstore, [val, ptr, ir.Constant(I32, 4), mask])
-                else:
-                    b.store(val, ptr, align=4)
+        def store_tile(epilogue: bool) -> None:
+            bias_vec = ([load_vec(fn.args[6], c64(v * lanes), v == nvec - 1) for v in range(nvec)]
+                        if epilogue and s.bias else None)
+            for r in range(rows):
+                for v in range(nvec):
+                    val = b.load(acc[r][v])
+                    if epilogue:
+                        val = self.epilogue(b, val, bias_vec[v] if bias_vec else None)
+                    ptr = vptr(c_ptr, c64(r * c_rs + v * lanes))
+                    if v == nvec - 1 and mask is not None:
+                        b.call(self.mstore, [val, ptr, ir.Constant(I32, 4), mask])
+                    else:
+                        b.store(val, ptr, align=4)
+
+        if s.has_epilogue:
+            with b.if_else(fn.args[5]) as (then, otherwise):  # the last k block finishes the tile
+                with then:
+                    store_tile(True)
+                with otherwise:
+                    store_tile(False)
+        else:
+            store_tile(False)
         b.ret_void()
         self.ukernels[key] = fn
         return fn
+
+    def splat(self, x: float) -> ir.Constant:
+        """A vector constant with every lane ``x``."""
+        return ir.Constant(self.vec, [x] * self.s.lanes)
+
+    def epilogue(self, b: ir.IRBuilder, val: ir.Value, bias: ir.Value | None) -> ir.Value:
+        """``act(val + bias)`` on one vector of a finished output tile."""
+        if bias is not None:
+            val = b.fadd(val, bias)
+        act = self.s.activation
+        if act == "relu":
+            return b.call(self.maxnum, [val, self.splat(0.0)])
+        if act == "sigmoid":  # 1 / (1 + e^-x); e^-x = inf gives 0, as it should
+            return b.fdiv(self.splat(1.0), b.fadd(self.splat(1.0), b.call(self.exp, [b.fsub(self.splat(0.0), val)])))
+        if act == "gelu":  # 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), tanh(u) = 1 - 2/(e^2u + 1)
+            x3 = b.fmul(b.fmul(val, val), val)
+            u = b.fmul(self.splat(0.7978845608028654), b.fadd(val, b.fmul(self.splat(0.044715), x3)))
+            e2u = b.call(self.exp, [b.fmul(self.splat(2.0), u)])
+            tanh = b.fsub(self.splat(1.0), b.fdiv(self.splat(2.0), b.fadd(e2u, self.splat(1.0))))
+            return b.fmul(b.fmul(self.splat(0.5), val), b.fadd(self.splat(1.0), tanh))
+        return val
 
     # ---- packing ---------------------------------------------------------------------------------
     def pack_a_fn(self) -> ir.Function:
@@ -208,14 +248,22 @@ class CpuKernelBuilder:
     def build(self) -> ir.Module:
         """Emit the whole module and return it."""
         s = self.s
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, I64, I64, PF32, PF32]),
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, PF32, I64, I64, PF32, PF32]),
                          name=self.entry)
-        A, B, C, lo, hi, ws_a, ws_b = fn.args
-        for arg in (A, B, C, ws_a, ws_b):
+        A, B, C, bias, lo, hi, ws_a, ws_b = fn.args
+        for arg in (A, B, C, bias, ws_a, ws_b):
             arg.add_attribute("noalias")
         pack_a = self.pack_a_fn() if s.pack_a else None
         pack_b = self.pack_b_fn() if s.pack_b else None
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        batch_loops = []
+        for i, (extent, a_st, b_st, c_st) in enumerate(s.batch):  # independent GEMMs, outermost
+            cm = counted_loop(b, c64(0), c64(extent), 1, f"batch{i}")
+            idx = cm.__enter__()
+            batch_loops.append(cm)
+            A = b.gep(A, [b.mul(idx, c64(a_st))], inbounds=True)
+            B = b.gep(B, [b.mul(idx, c64(b_st))], inbounds=True)
+            C = b.gep(C, [b.mul(idx, c64(c_st))], inbounds=True)
         bounds = {"m": (c64(0), c64(s.M)), "n": (c64(0), c64(s.N)), "k": (c64(0), c64(s.K))}
         bounds[s.par] = (lo, hi)
         step = {"m": s.mc, "n": s.nc, "k": s.kc}
@@ -239,6 +287,7 @@ class CpuKernelBuilder:
         for dim in s.order:
             enter(dim)
         first = b.icmp_signed("==", start["k"], c64(0))
+        last = b.icmp_signed("==", b.add(start["k"], length["k"]), c64(s.K))
         m_tail, n_tail = s.M % s.mr, s.N % s.nr
         with counted_loop(b, c64(0), length["n"], s.nr, "jr") as jr:
             with counted_loop(b, c64(0), length["m"], s.mr, "ir") as ir_:
@@ -254,8 +303,10 @@ class CpuKernelBuilder:
                     b_op = b.gep(B, [b.add(b.mul(start["k"], c64(s.b_sk)), b.mul(col, c64(s.b_sn)))], inbounds=True)
                 c_op = b.gep(C, [b.add(b.mul(row, c64(s.c_sm)), col)], inbounds=True)
                 args = [a_op, b_op, c_op, length["k"], first]
+                if s.has_epilogue:
+                    args += [last, b.gep(bias, [col], inbounds=True)]
                 self._dispatch(b, row, col, m_tail, n_tail, args)
-        for cm in reversed(stack):
+        for cm in reversed(batch_loops + stack):
             cm.__exit__(None, None, None)
         b.ret_void()
         return self.module

@@ -16,11 +16,12 @@ import llvmlite.binding as llvm
 import numpy as np
 
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
+from aotune.codegen.schedule import CpuSchedule
 from aotune.errors import FinalCheckError
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
 
-_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2))
+_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2))
 _POOL: ThreadPoolExecutor | None = None
 
 
@@ -68,16 +69,24 @@ class HostKernel:
         self._ranges = ranges
         self._ws = [(_aligned(s.pack_a_elems), _aligned(s.pack_b_elems)) for _ in ranges]
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """C = A @ B for row-major float32 A (M x K) and B (K x N)."""
+    def __call__(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
+                 out: np.ndarray | None = None) -> np.ndarray:
+        """The contraction of row-major float32 A and B (shapes as the schedule says), plus epilogue."""
         s = self.kernel.schedule
         a = np.ascontiguousarray(a, dtype=np.float32)
         b = np.ascontiguousarray(b, dtype=np.float32)
-        if a.shape != (s.M, s.K) or b.shape != (s.K, s.N):
-            raise FinalCheckError(f"kernel was built for A {s.M}x{s.K}, B {s.K}x{s.N}; got {a.shape} and {b.shape}")
-        c = out if out is not None else np.empty((s.M, s.N), dtype=np.float32)
+        a_shape, b_shape, c_shape = s.shapes
+        if a.shape != a_shape or b.shape != b_shape:
+            raise FinalCheckError(f"kernel was built for A {a_shape}, B {b_shape}; got {a.shape} and {b.shape}")
+        if s.bias:
+            if bias is None or bias.shape != (c_shape[-1],):
+                raise FinalCheckError(f"kernel adds a bias of shape ({c_shape[-1]},); got "
+                                      f"{None if bias is None else bias.shape}")
+            bias = np.ascontiguousarray(bias, dtype=np.float32)
+        c = out if out is not None else np.empty(c_shape, dtype=np.float32)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
-        calls = [(pa, pb, pc, lo, hi, wa.ctypes.data, wb.ctypes.data) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws)]
+        pbias = bias.ctypes.data if s.bias and bias is not None else None
+        calls = [(pa, pb, pc, pbias, lo, hi, wa.ctypes.data, wb.ctypes.data) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws)]
         if len(calls) == 1:
             self._fn(*calls[0])
         else:
@@ -110,39 +119,98 @@ def time_call(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 
     return med, len(times), (max(times) - min(times)) / med if med > 0 else 0.0
 
 
-def random_operands(M: int, N: int, K: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Reproducible inputs in [-1, 1)."""
+Operands = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # A, B, bias
+
+
+def random_operands(s: CpuSchedule, seed: int = 0) -> Operands:
+    """Reproducible inputs in [-1, 1) for the kernel of schedule ``s``: (A, B, bias or None)."""
     rng = np.random.default_rng(seed)
-    return (rng.uniform(-1, 1, (M, K)).astype(np.float32), rng.uniform(-1, 1, (K, N)).astype(np.float32))
+    a_shape, b_shape, c_shape = s.shapes
+    a = rng.uniform(-1, 1, a_shape).astype(np.float32)
+    b = rng.uniform(-1, 1, b_shape).astype(np.float32)
+    return a, b, (rng.uniform(-1, 1, c_shape[-1]).astype(np.float32) if s.bias else None)
 
 
-def tolerance(a: np.ndarray, b: np.ndarray, K: int) -> float:
-    """fp32 accumulation error bound scaled by the reduction length."""
+def tolerance(a: np.ndarray, b: np.ndarray, K: int, ref: np.ndarray | None = None) -> float:
+    """fp32 accumulation error bound scaled by the reduction length (plus epilogue rounding)."""
     scale = float(np.abs(a).max(initial=0.0) * np.abs(b).max(initial=0.0))
-    return 2.0 * K * float(np.finfo(np.float32).eps) * max(scale, 1e-30)
+    tol = 2.0 * K * float(np.finfo(np.float32).eps) * max(scale, 1e-30)
+    if ref is not None:  # bias add and activation: a few roundings of the result, slopes <= 1.13
+        tol = 1.2 * tol + 8 * float(np.finfo(np.float32).eps) * float(np.abs(ref).max(initial=0.0))
+    return tol
 
 
-def check_against_numpy(hk: HostKernel, a: np.ndarray, b: np.ndarray) -> tuple[bool, float, float]:
+def apply_activation(x: np.ndarray, activation: str) -> np.ndarray:
+    """The epilogue activations in numpy (the same formulas the kernel uses)."""
+    if activation == "relu":
+        return np.maximum(x, 0)
+    if activation == "sigmoid":
+        return 1 / (1 + np.exp(-x))
+    if activation == "gelu":
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return x
+
+
+def numpy_reference(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None,
+                    dtype: type = np.float64) -> np.ndarray:
+    """What the kernel must compute, by numpy (float64 for checking, float32 for timing)."""
+    out = np.einsum(s.reference, a.astype(dtype, copy=False), b.astype(dtype, copy=False), optimize=True)
+    if s.bias and bias is not None:
+        out = out + bias.astype(dtype, copy=False)
+    return apply_activation(out, s.activation)
+
+
+def check_against_numpy(hk: HostKernel, a: np.ndarray, b: np.ndarray,
+                        bias: np.ndarray | None = None) -> tuple[bool, float, float]:
     """(correct, max |error|, tolerance) of the kernel against a float64 numpy reference."""
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    got = hk(a, b)
+    s = hk.kernel.schedule
+    with np.errstate(over="ignore"):
+        ref = numpy_reference(s, a, b, bias)
+    got = hk(a, b, bias)
     err = float(np.abs(got - ref).max(initial=0.0))
-    tol = tolerance(a, b, a.shape[1])
+    tol = tolerance(a, b, s.K, ref if s.has_epilogue else None)
     return bool(np.isfinite(got).all() and err <= tol), err, tol
 
 
-def final_check(kernel: Kernel, hw: HwSpec, a: np.ndarray, b: np.ndarray, min_runs: int = 5,
-                min_seconds: float = 0.2) -> Measurement:
+def final_check(kernel: Kernel, hw: HwSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
+                min_runs: int = 5, min_seconds: float = 0.2) -> Measurement:
     """Run on the host, compare with numpy, time with warm-up and a median of >= ``min_runs`` runs."""
     hk = HostKernel(kernel, hw)
-    correct, err, tol = check_against_numpy(hk, a, b)
-    out = np.empty((kernel.schedule.M, kernel.schedule.N), dtype=np.float32)
-    med, runs, spread = time_call(lambda: hk(a, b, out), min_runs, min_seconds)
+    correct, err, tol = check_against_numpy(hk, a, b, bias)
+    out = np.empty(kernel.schedule.shapes[2], dtype=np.float32)
+    med, runs, spread = time_call(lambda: hk(a, b, bias, out), min_runs, min_seconds)
     return Measurement(med, runs, spread, correct, err, tol)
 
 
-def time_numpy(a: np.ndarray, b: np.ndarray, min_runs: int = 5, min_seconds: float = 0.2) -> float:
-    """numpy's median seconds for a @ b, timed the same way."""
-    out = np.empty((a.shape[0], b.shape[1]), dtype=np.float32)
-    med, _, _ = time_call(lambda: np.matmul(a, b, out=out), min_runs, min_seconds)
+def numpy_baseline(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> Callable[[], object]:
+    """The fastest plain-numpy float32 way to compute what the kernel computes (BLAS where it applies)."""
+    ins, out_sub = s.reference.split("->")
+    a_sub, b_sub = ins.split(",")
+    # C[..., m, n] = A[..., m, k] @ B[..., k, n]: np.matmul (BLAS), batched over leading indices
+    lead = out_sub[:-2]
+    plain = (a_sub == lead + out_sub[-2] + a_sub[-1] and b_sub == lead + a_sub[-1] + out_sub[-1]
+             and len(out_sub) >= 2)
+    out = np.empty(s.shapes[2], dtype=np.float32)
+
+    def contraction() -> np.ndarray:
+        if plain:
+            return np.matmul(a, b, out=out)
+        return np.einsum(s.reference, a, b, optimize=True)
+
+    if not s.has_epilogue:
+        return contraction
+
+    def with_epilogue() -> np.ndarray:
+        r = contraction()
+        if bias is not None:
+            r += bias
+        return apply_activation(r, s.activation)
+
+    return with_epilogue
+
+
+def time_numpy(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
+               min_runs: int = 5, min_seconds: float = 0.2) -> float:
+    """numpy's median seconds for the same computation, timed the same way."""
+    med, _, _ = time_call(numpy_baseline(s, a, b, bias), min_runs, min_seconds)
     return med

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aotune.analysis.workload import Workload
 from aotune.constraints.cpu import ORDERS, PAR_LOOPS, CpuSpace
 from aotune.constraints.space import Config
 from aotune.errors import ConfigError
@@ -36,6 +37,29 @@ class CpuSchedule:
     b_sk: int
     b_sn: int
     c_sm: int
+    batch: tuple[tuple[int, int, int, int], ...] = ()  # per batch loop: (extent, A, B, C element strides)
+    shapes: tuple[tuple[int, ...], ...] = ()  # A, B, C tensor shapes (row-major), as the kernel expects them
+    reference: str = "mk,kn->mn"  # the contraction as an einsum over (A, B) -> C, for numpy checks
+    bias: bool = False  # epilogue: add bias[n] to the finished output tile
+    activation: str = "none"  # epilogue: then apply this activation
+
+    @property
+    def batch_count(self) -> int:
+        """How many independent GEMMs the batch loops hold."""
+        count = 1
+        for extent, *_ in self.batch:
+            count *= extent
+        return count
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds counted as two operations, over every batch entry."""
+        return 2 * self.M * self.N * self.K * self.batch_count
+
+    @property
+    def has_epilogue(self) -> bool:
+        """Whether the output tile's final store carries fused element-wise work."""
+        return self.bias or self.activation != "none"
 
     @property
     def pack_a_elems(self) -> int:
@@ -71,4 +95,16 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         pack_a=bool(c["pack_a"]), pack_b=bool(c["pack_b"]), unroll=c["unroll"], par=PAR_LOOPS[c["par"]],
         threads=c["threads"], lanes=hw.vector_lanes_f32,
         a_sm=a.stride(r.m), a_sk=a.stride(r.k), b_sk=b.stride(r.k), b_sn=b.stride(r.n), c_sm=out.stride(r.m),
+        shapes=tuple(w.tensor(t).shape for t in (r.a, r.b, r.c)), reference=_reference_spec(w, r.a),
+        batch=tuple((w.loop(bl).extent, a.stride(bl), b.stride(bl), out.stride(bl)) for bl in r.batch),
+        bias=w.epilogue.bias, activation=w.epilogue.activation,
     )
+
+
+def _reference_spec(w: Workload, a_name: str) -> str:
+    """The workload's einsum string with the inputs in (A, B) order."""
+    ins, out = w.einsum_spec().split("->")
+    first, second = ins.split(",")
+    if w.statement.inputs[0].tensor != a_name:
+        first, second = second, first
+    return f"{first},{second}->{out}"

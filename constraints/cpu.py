@@ -5,7 +5,8 @@ along which the output is contiguous, ``m`` the other spatial loop, ``k`` the re
 schedule is: three cache-block loops (mc, nc, kc) in one of a few orders, optional packing of each
 input into contiguous panels, then an mr x nr register tile whose k loop is unrolled.
 
-Roadmap: several loops per role (batch, conv windows) generalise ``Roles`` to loop groups; the
+Batch loops (spatial loops that index every tensor) run outermost, one GEMM at a time.
+Roadmap: several loops per role (conv windows) generalise ``Roles`` to loop groups; the
 constraint table below already takes every footprint from isl.
 """
 from __future__ import annotations
@@ -28,7 +29,11 @@ MAX_BLOCK = 4096  # cache blocks beyond this are never useful on today's caches
 
 @dataclass(frozen=True)
 class Roles:
-    """Which workload loop plays m, n and k, and which tensor is A (has m), B (has n), C (output)."""
+    """Which workload loop plays m, n and k, and which tensor is A (has m), B (has n), C (output).
+
+    ``batch`` are the spatial loops every tensor is indexed by: independent GEMMs, run one after
+    another inside each thread (outermost loops).
+    """
 
     m: str
     n: str
@@ -36,23 +41,30 @@ class Roles:
     a: str
     b: str
     c: str
+    batch: tuple[str, ...] = ()
 
 
 def find_roles(w: Workload, info: AccessInfo) -> Roles:
     """GEMM roles from the accesses; unsupported structures get a clear error."""
+    if len(w.statement.inputs) != 2:
+        raise UnsupportedWorkloadError(f"{w.op}: the CPU schedule handles two-input contractions")
+    tensors = [info.tensor(a.tensor) for a in (*w.statement.inputs, w.statement.output)]
     spatial = [lp.name for lp in w.loops if lp.kind == "spatial"]
     reduction = [lp.name for lp in w.loops if lp.kind == "reduction"]
-    if len(spatial) != 2 or len(reduction) != 1 or len(w.statement.inputs) != 2:
+    batch = tuple(n for n in spatial if all(n not in t.invariant_loops for t in tensors))
+    spatial = [n for n in spatial if n not in batch]
+    if len(spatial) != 2 or len(reduction) != 1:
         raise UnsupportedWorkloadError(
-            f"{w.op}: the CPU schedule handles contractions with 2 spatial loops and 1 reduction loop "
-            f"(got {len(spatial)} and {len(reduction)}); batch and convolution loops come in a later version")
+            f"{w.op}: the CPU schedule handles contractions with batch loops (indexing every tensor), "
+            f"2 other spatial loops and 1 reduction loop; got spatial {spatial or 'none'} and reduction "
+            f"{reduction or 'none'}: merge adjacent indices into one (e.g. 'ab' -> one index of size a*b)")
     out = info.tensor(w.statement.output.tensor)
     # The loop indexing the output's last dimension is the contiguous one; strides alone cannot
     # tell when an extent is 1 (a 2x1 output has stride 1 along both loops).
     last = w.statement.output.indices[-1].terms if w.statement.output.indices else ()
     contiguous = [n for n in spatial if out.stride(n) == 1 and (n, 1) in last]
     if not contiguous:
-        raise UnsupportedWorkloadError(f"{w.op}: output is contiguous along no loop; store it row-major")
+        raise UnsupportedWorkloadError(f"{w.op}: output is contiguous along no loop; put a non-batch index last")
     n = contiguous[0]
     m = next(s for s in spatial if s != n)
     k = reduction[0]
@@ -61,7 +73,7 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
     b_t = [t for t in ins if n not in t.invariant_loops and m in t.invariant_loops]
     if len(a_t) != 1 or len(b_t) != 1 or k in a_t[0].invariant_loops or k in b_t[0].invariant_loops:
         raise UnsupportedWorkloadError(f"{w.op}: inputs are not of the form A[m,k], B[k,n] (in any layout)")
-    return Roles(m, n, k, a_t[0].tensor, b_t[0].tensor, out.tensor)
+    return Roles(m, n, k, a_t[0].tensor, b_t[0].tensor, out.tensor, batch)
 
 
 @dataclass
@@ -84,6 +96,8 @@ def footprint_expr(info: AccessInfo, tensors: tuple[str, ...], tile_vars: dict[s
             parts: list[Expr] = [Prod((Const(c), tile_vars[loop])) if c != 1 else tile_vars[loop] for loop, c in ext.terms]
             if ext.const:
                 parts.append(Const(ext.const))
+            if len(parts) == 1 and parts[0] == Const(1):
+                continue  # a loop held at one value (a batch index) adds no factor
             factors.append(parts[0] if len(parts) == 1 else Sum(tuple(parts)))
         terms.append(Prod(tuple(factors)))
     return Sum(tuple(terms)) if len(terms) > 1 else terms[0]
@@ -122,7 +136,9 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     )
     mr, nr, kc, mc, nc = (Var(x) for x in ("mr", "nr", "kc", "mc", "nc"))
     nr_vec = CeilDiv(nr, Const(vw))
-    tile = {"L1": {r.m: mr, r.n: nr, r.k: kc}, "L2": {r.m: mc, r.n: nr, r.k: kc}, "L3": {r.m: mc, r.n: nc, r.k: kc}}
+    one = {bl: Const(1) for bl in r.batch}  # one batch entry at a time
+    tile = {"L1": {r.m: mr, r.n: nr, r.k: kc, **one}, "L2": {r.m: mc, r.n: nr, r.k: kc, **one},
+            "L3": {r.m: mc, r.n: nc, r.k: kc, **one}}
 
     def budget(level: int) -> int:
         return int(hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction)

@@ -71,7 +71,7 @@ class Verified:
     @property
     def gflops(self) -> float:
         """Measured GFLOP/s."""
-        return self.candidate.schedule.M * self.candidate.schedule.N * self.candidate.schedule.K * 2 / self.measurement.seconds / 1e9
+        return self.candidate.schedule.flops / self.measurement.seconds / 1e9
 
 
 def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(),
@@ -110,14 +110,14 @@ def verify(result: TuneResult, seed: int = 0, min_runs: int = 5,
            progress: Progress | None = None) -> tuple[list[Verified], float]:
     """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s)."""
     s = result.best.schedule
-    a, b = random_operands(s.M, s.N, s.K, seed)
+    a, b, bias = random_operands(s, seed)
     out = []
     for i, cand in enumerate(result.candidates):
-        out.append(Verified(cand, final_check(cand.kernel, result.hw, a, b, min_runs=min_runs)))
+        out.append(Verified(cand, final_check(cand.kernel, result.hw, a, b, bias, min_runs=min_runs)))
         if progress:
             progress("verify", i + 1, len(result.candidates))
-    numpy_seconds = time_numpy(a, b, min_runs=min_runs)
-    return out, 2.0 * s.M * s.N * s.K / numpy_seconds / 1e9
+    numpy_seconds = time_numpy(s, a, b, bias, min_runs=min_runs)
+    return out, result.workload.flops / numpy_seconds / 1e9
 
 
 def chosen(verified: list[Verified]) -> Verified | None:

@@ -48,6 +48,16 @@ def one_register_spec(tmp_path_factory) -> Path:
     (["space", "matmul", "--shape", "8x8x8", "--target", "nonexistent/file.toml"], ["cannot read hwspec"]),
     (["tune", "--top-k", "0"], ["top_k must be >= 1"]),
     (["frobnicate"], ["invalid choice"]),
+    (["tune", "einsum", "bij,bjk->bik", "--dims", "b=2,i=4,j=4"], ["index 'k' has no size", "add k=N"]),
+    (["tune", "einsum", "ij,jk->iz", "--dims", "i=4,j=4,k=4,z=2"], ["output index 'z' appears in no input"]),
+    (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=4,k=4,q=3"], ["does not use", "q"]),
+    (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=four,k=4"], ["'four' is not an integer"]),
+    (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=0,k=4"], ["dimension j", "got 0"]),
+    (["tune", "einsum", "ij+jk", "--dims", "i=4,j=4,k=4"], ["not of the form"]),
+    (["tune", "einsum", "--dims", "i=4"], ["einsum needs a spec and sizes"]),
+    (["tune", "batch_matmul", "--shape", "8x8x8"], ["expected 4", "BxMxNxK"]),
+    (["tune", "matmul", "--shape", "8x8x8", "--bias"], ["apply to dense"]),
+    (["tune", "dense", "--shape", "8x8x8", "--activation", "swish"], ["activation 'swish'", "relu"]),
 ])
 def test_bad_input_gets_one_line_error(args, needles):
     assert_one_line_error(run_cli(*args), *needles)

@@ -30,7 +30,7 @@ def test_every_generated_kernel_matches_numpy(M, N, K, seed, target):
     space = build_cpu_space(matmul(M, N, K), hw)
     cfg, = space.sample(1, seed=seed)
     kernel = compile_kernel(schedule_from_config(space, cfg), hw)
-    a, b = random_operands(M, N, K, seed)
+    a, b, _ = random_operands(kernel.schedule, seed)
     hk = HostKernel(kernel, hw)
     correct, err, tol = check_against_numpy(hk, a, b)
     assert correct, f"{space.describe_config(cfg)}: max error {err} > {tol}"
@@ -42,7 +42,7 @@ def test_non_finite_or_wrong_results_are_caught():
     hw = load_target("host")
     space = build_cpu_space(matmul(8, 16, 8), hw)
     kernel = compile_kernel(schedule_from_config(space, space.solve()), hw)
-    a, b = random_operands(8, 16, 8)
+    a, b, _ = random_operands(kernel.schedule)
     hk = HostKernel(kernel, hw)
     a[0, 0] = np.nan
     correct, _, _ = check_against_numpy(hk, a, b)

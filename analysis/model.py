@@ -217,19 +217,20 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
     l2 = hw.cache(2) if len(hw.caches) > 1 else hw.cache(1)
     extra = 0.0
     b_stride, a_stride = s.b_sk * isz, s.a_sm * isz
+    shared = _shared_set_miss_fraction(s, hw)
     if not s.pack_b and b_stride > hw.memory.prefetch_stride_bytes:
         # Calls that find the B micro-panel outside L1 (the first of each sweep over mr-row tiles,
         # or all of them when the panel's rows evict each other) wait for each row, whose lines
         # are fetched together: latency-bound for short rows, bandwidth-bound for long ones.
         sweep_calls = -(-min(s.mc, m_share) // s.mr)
-        fresh = max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), 1.0 / sweep_calls)
+        fresh = max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), 1.0 / sweep_calls, shared)
         row_latency = l2.latency_cycles + (hw.memory.tlb_miss_cycles if b_stride >= page else 0)
         row_lines = -(-s.nr * isz // line)
         extra += fresh * max(row_latency, row_lines * line / l2.bandwidth_bytes_per_cycle)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;
         # otherwise only the panel's reuse across calls is lost, one miss per line
-        thrash = _l1_miss_fraction(a_stride, s.mr, isz, hw)
+        thrash = max(_l1_miss_fraction(a_stride, s.mr, isz, hw), shared)
         if thrash > 0:
             extra += thrash * s.mr * l2.latency_cycles / hw.core.load_ports
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
@@ -259,6 +260,20 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_sha
             latency = hw.cache(level).latency_cycles
             break
     return miss * rows * -(-cols * isz // line) * latency / 2
+
+
+def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
+    """Miss share when unpacked A and B rows a whole number of pages apart share the same L1 sets.
+
+    Large numpy arrays start on page boundaries, so the A rows of a tile and the B rows of a k
+    block then compete for one set group during the k loop: each fits alone but not together (seen
+    on Zen 4: a 12 x 16 tile with kc=16 and neither input packed ran 4x slower than predicted).
+    """
+    isz, line, page = 4, hw.cache(1).line_bytes, hw.memory.page_bytes
+    c_lines = -(-s.nr * isz // line)
+    group = [(s.a_sm * isz, s.mr, not s.pack_a), (s.b_sk * isz, s.kc * c_lines, not s.pack_b)]
+    lines = sum(n for stride, n, unpacked in group if unpacked and stride % page == 0)
+    return _l1_miss_fraction(page, lines, line, hw) if lines else 0.0
 
 
 # A set-conflicting group of lines thrashes only beyond about twice the capacity its sets nominally

@@ -102,7 +102,6 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         m_share, n_share = s.M, widest
         Mt_t, Nt_t = Mt, -(-widest // s.nr)
     calls = Mt_t * Nt_t * Kt
-    ksteps = Mt_t * Nt_t * s.K
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
     conflict = _conflict_miss_cycles(s, hw, m_share)
     compute_cycles = load_cycles = 0.0
@@ -270,8 +269,8 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     on Zen 4: a 12 x 16 tile with kc=16 and neither input packed ran 4x slower than predicted).
     """
     isz, line, page = 4, hw.cache(1).line_bytes, hw.memory.page_bytes
-    c_lines = -(-s.nr * isz // line)
-    group = [(s.a_sm * isz, s.mr, not s.pack_a), (s.b_sk * isz, s.kc * c_lines, not s.pack_b)]
+    b_row_lines = -(-s.nr * isz // line)
+    group = [(s.a_sm * isz, s.mr, not s.pack_a), (s.b_sk * isz, s.kc * b_row_lines, not s.pack_b)]
     lines = sum(n for stride, n, unpacked in group if unpacked and stride % page == 0)
     return _l1_miss_fraction(page, lines, line, hw) if lines else 0.0
 

@@ -72,10 +72,9 @@ def model_accuracy(M: int, N: int, K: int, hw: HwSpec, samples: int, seed: int =
     space = build_cpu_space(matmul(M, N, K), hw)
     model = AnalyticalCpuModel(hw)
     predicted, measured, incorrect = [], [], 0
-    operands = None
+    operands = random_operands(schedule_from_config(space, space.solve()), seed)  # same shapes for every config
     for cfg in space.sample(samples, seed=seed):
         sched = schedule_from_config(space, cfg)
-        operands = operands or random_operands(sched, seed)
         kernel = compile_kernel(sched, hw)
         pred, = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
         m = final_check(kernel, hw, *operands, min_runs=5, min_seconds=0.05)

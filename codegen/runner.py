@@ -85,7 +85,7 @@ class HostKernel:
             bias = np.ascontiguousarray(bias, dtype=np.float32)
         c = out if out is not None else np.empty(c_shape, dtype=np.float32)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
-        pbias = bias.ctypes.data if s.bias and bias is not None else None
+        pbias = bias.ctypes.data if s.bias else None  # checked above: present when the kernel adds it
         calls = [(pa, pb, pc, pbias, lo, hi, wa.ctypes.data, wb.ctypes.data) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws)]
         if len(calls) == 1:
             self._fn(*calls[0])
@@ -188,8 +188,7 @@ def numpy_baseline(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarra
     a_sub, b_sub = ins.split(",")
     # C[..., m, n] = A[..., m, k] @ B[..., k, n]: np.matmul (BLAS), batched over leading indices
     lead = out_sub[:-2]
-    plain = (a_sub == lead + out_sub[-2] + a_sub[-1] and b_sub == lead + a_sub[-1] + out_sub[-1]
-             and len(out_sub) >= 2)
+    plain = a_sub == lead + out_sub[-2] + a_sub[-1] and b_sub == lead + a_sub[-1] + out_sub[-1]
     out = np.empty(s.shapes[2], dtype=np.float32)
 
     def contraction() -> np.ndarray:

@@ -7,10 +7,13 @@ For a workload it builds the iteration domain and one access map per tensor, and
   of the tile sizes (isl ``dim_max - dim_min + 1`` of the tile's image under the access map);
 - reuse: which loops leave each access invariant;
 - strides: how far (in elements) one step of each loop moves each access in row-major memory;
-- dependences: the loops that carry the reduction into the output.
+- dependences: the loops that carry the reduction into the output;
+- halos: how far an access reaches outside its tensor over the whole domain (a convolution's
+  padding), which decides whether reads need guards or a padded copy.
 
-Roadmap: strided/dilated accesses give bounding-box extents today, exact for unit coefficients;
-barvinok-style exact counting can replace ``footprint_elements`` when gaps matter.
+Footprint extents are bounding boxes: exact when windows overlap or touch (stride <= dilated
+kernel span), an upper bound when a strided access leaves gaps; ``exact_footprint_elements`` counts
+the touched points with isl for concrete tile sizes.
 """
 from __future__ import annotations
 
@@ -46,6 +49,14 @@ class TensorAccessInfo:
     invariant_loops: frozenset[str]  # loops whose iterations reuse the same elements
     strides: tuple[tuple[str, int], ...]  # loop -> element stride in row-major memory
     itemsize: int
+    coefficients: tuple[tuple[tuple[str, int], ...], ...] = ()  # per tensor dim: nonzero (loop, coeff)
+    offsets: tuple[int, ...] = ()  # per tensor dim: the access's constant term
+    halo: tuple[tuple[int, int], ...] = ()  # per tensor dim: (below 0, above the end) reached by the access
+
+    @property
+    def reads_outside(self) -> bool:
+        """Whether some iteration reads outside the tensor (those reads are zeros)."""
+        return any(lo or hi for lo, hi in self.halo)
 
     def stride(self, loop: str) -> int:
         """Element stride of this access along ``loop``."""
@@ -59,6 +70,7 @@ class AccessInfo:
     domain: str
     tensors: tuple[TensorAccessInfo, ...]
     reduction_carried_by: frozenset[str]
+    loop_names: tuple[str, ...] = ()
 
     def tensor(self, name: str) -> TensorAccessInfo:
         """The info of tensor ``name``."""
@@ -70,6 +82,13 @@ class AccessInfo:
     def footprint_elements(self, tensor: str, tiles: Mapping[str, int]) -> int:
         """Distinct elements of ``tensor`` touched by a tile with the given sizes per loop."""
         return math.prod(max(0, e.evaluate(tiles)) for e in self.tensor(tensor).extents)
+
+    def exact_footprint_elements(self, tensor: str, tiles: Mapping[str, int]) -> int:
+        """Distinct elements touched by the tile at the origin, counted by isl (no bounding box)."""
+        t = self.tensor(tensor)
+        box = " and ".join(f"0 <= {n} < {tiles[n]}" for n in self.loop_names)
+        tile = isl.Set(f"{{ S[{', '.join(self.loop_names)}] : {box} }}")
+        return int(tile.apply(isl.Map(t.access_map)).count_val().to_python())
 
     def footprint_bytes(self, tiles: Mapping[str, int], tensors: tuple[str, ...] | None = None) -> int:
         """Bytes touched by a tile, summed over ``tensors`` (default: all)."""
@@ -122,6 +141,12 @@ def _coefficients(access_map: isl.Map, n_loops: int) -> list[list[int]]:
     return out
 
 
+def _offsets(access_map: isl.Map) -> tuple[int, ...]:
+    """The constant term of each tensor dim's affine index."""
+    ma = isl.PwMultiAff.from_map(access_map).as_multi_aff()
+    return tuple(int(ma.get_at(d).get_constant_val().to_python()) for d in range(ma.dim(isl.dim_type.out)))
+
+
 def analyze(w: Workload) -> AccessInfo:
     """Access analysis of ``w`` (domain, footprint extents, reuse, strides, dependences)."""
     domain = _domain_str(w)
@@ -147,7 +172,16 @@ def analyze(w: Workload) -> AccessInfo:
         strides = tuple((name, sum(coeff[d][l] * row_strides[d] for d in range(len(coeff))))
                         for l, name in enumerate(loop_names))
         invariant = frozenset(name for l, name in enumerate(loop_names) if all(coeff[d][l] == 0 for d in range(len(coeff))))
-        infos.append(TensorAccessInfo(acc.tensor, is_output, amap_str, tuple(extents), invariant, strides, tensor.itemsize))
+        per_dim = tuple(tuple((name, coeff[d][l]) for l, name in enumerate(loop_names) if coeff[d][l])
+                        for d in range(len(coeff)))
+        reach = isl.Set(domain).apply(amap)
+        halo = []
+        for d, size in enumerate(tensor.shape):
+            lo = int(_single_aff(reach.dim_min(d)).get_constant_val().to_python())
+            hi = int(_single_aff(reach.dim_max(d)).get_constant_val().to_python())
+            halo.append((max(0, -lo), max(0, hi - (size - 1))))
+        infos.append(TensorAccessInfo(acc.tensor, is_output, amap_str, tuple(extents), invariant, strides,
+                                      tensor.itemsize, per_dim, _offsets(amap), tuple(halo)))
     out_info = infos[0]
     carried = frozenset(lp.name for lp in w.loops if lp.kind == "reduction" and lp.name in out_info.invariant_loops)
-    return AccessInfo(domain, tuple(infos), carried)
+    return AccessInfo(domain, tuple(infos), carried, tuple(loop_names))

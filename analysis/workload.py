@@ -1,8 +1,9 @@
 """Workloads: loops, tensors and one statement with affine accesses.
 
-Roadmap: ``einsum`` covers every contraction ``out[...] += in0[...] * in1[...]`` with one loop per
-index; convolution-style accesses (``h*stride + r*dilation - pad``) and fused epilogues build on the
-same ``AffineIndex`` and ``Workload.epilogue`` fields.
+``einsum`` covers every contraction ``out[...] += in0[...] * in1[...]`` with one loop per index;
+``conv2d`` and ``depthwise_conv2d`` use the same ``AffineIndex`` for ``h*stride + r*dilation - pad``
+and grouped channels ``g*Cg + c``. Reads outside an input's bounds are zeros (zero padding).
+Roadmap: pooling and other non-contraction statements would add a reduction operator field.
 """
 from __future__ import annotations
 
@@ -67,7 +68,10 @@ class Access:
 
 @dataclass(frozen=True)
 class Statement:
-    """``output += product(inputs)`` over the whole iteration domain (output starts at zero)."""
+    """``output += product(inputs)`` over the whole iteration domain (output starts at zero).
+
+    An input element read outside its tensor's bounds is zero (a convolution's zero padding).
+    """
 
     output: Access
     inputs: tuple[Access, ...]
@@ -103,6 +107,24 @@ class Epilogue:
         return " then ".join(parts)
 
 
+LAYOUTS = ("NCHW", "NHWC")
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    """What a 2-D convolution was built from: the numpy reference and ``describe`` read it."""
+
+    stride: int = 1
+    pad: int = 0
+    dilation: int = 1
+    groups: int = 1
+    layout: str = "NCHW"
+
+    def out_size(self, size: int, kernel: int) -> int:
+        """Output extent along one spatial axis."""
+        return (size + 2 * self.pad - self.dilation * (kernel - 1) - 1) // self.stride + 1
+
+
 @dataclass(frozen=True)
 class Workload:
     """A tensor computation: the unit aotune tunes."""
@@ -114,6 +136,7 @@ class Workload:
     shape: tuple[tuple[str, int], ...]  # the user-facing named sizes, e.g. (("M", 1024), ...)
     dtype: str = "float32"
     epilogue: Epilogue = Epilogue()
+    conv: ConvParams | None = None  # set for convolutions: their reference is not an einsum
 
     def loop(self, name: str) -> Loop:
         """The loop called ``name``."""
@@ -143,6 +166,10 @@ class Workload:
         """One line: op, sizes and the statement."""
         sizes = "x".join(str(v) for _, v in self.shape)
         tail = f", then {self.epilogue}" if self.epilogue.active else ""
+        if self.conv:
+            c = self.conv
+            tail += (f" ({c.layout}, stride {c.stride}, pad {c.pad}, dilation {c.dilation}, groups {c.groups}; "
+                     f"reads outside X are 0)")
         return f"{self.op} {sizes} {self.dtype}: {self.statement}{tail}"
 
     def einsum_spec(self) -> str:
@@ -241,29 +268,106 @@ def dense(M: int, N: int, K: int, bias: bool = False, activation: str = "none", 
     return Workload("dense", w.loops, w.tensors, w.statement, w.shape, dtype, Epilogue(bias, activation))
 
 
+def _conv_param(name: str, value: object, minimum: int, rule: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise WorkloadError(f"{name} must be an integer >= {minimum} ({rule}), got {value!r}")
+    return value
+
+
+def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: int = 1, pad: int = 0,
+           dilation: int = 1, groups: int = 1, layout: str = "NCHW", op: str = "conv2d",
+           dtype: str = "float32") -> Workload:
+    """A direct 2-D convolution ``Y = conv(X, W)`` with zero padding.
+
+    NCHW: X (N,C,H,W), weights (K, C/groups, R, S), Y (N,K,OH,OW). NHWC: X (N,H,W,C), weights
+    (R, S, C/groups, K), Y (N,OH,OW,K). Output channel ``g*K/groups + ko`` reads input channels
+    ``g*C/groups + c``. Loops: n, g, output pixels and ``ko`` are spatial; ``r, s, c`` reduce.
+    """
+    for name, v in (("N", N), ("C", C), ("H", H), ("W", W), ("K", K), ("R", R), ("S", S)):
+        check_extent(name, v)
+    stride = _conv_param("stride", stride, 1, "the step between output pixels")
+    dilation = _conv_param("dilation", dilation, 1, "the step between kernel taps; 1 is dense")
+    pad = _conv_param("pad", pad, 0, "zeros added on each side of H and W")
+    groups = _conv_param("groups", groups, 1, "channel groups")
+    if layout not in LAYOUTS:
+        raise WorkloadError(f"layout {layout!r} is not supported; use one of {', '.join(LAYOUTS)} "
+                            f"(input, weights and output all follow it)")
+    for name, ch in (("C", C), ("K", K)):
+        if ch % groups:
+            raise WorkloadError(f"groups={groups} does not divide {name}={ch}; channels split evenly into groups, "
+                                f"so pick groups dividing both C={C} and K={K}")
+    for axis, size, kname, kernel in (("H", H, "R", R), ("W", W, "S", S)):
+        span = dilation * (kernel - 1) + 1
+        if span > size + 2 * pad:
+            raise WorkloadError(f"kernel {kname}={kernel} (dilated span {span}) is larger than the padded input "
+                                f"{axis}+2*pad={size + 2 * pad}; use a smaller kernel or dilation, or more padding")
+    cp = ConvParams(stride, pad, dilation, groups, layout)
+    OH, OW = cp.out_size(H, R), cp.out_size(W, S)
+    Cg, Kg = C // groups, K // groups
+    h = AffineIndex((("oh", stride), ("r", dilation)), -pad)
+    w = AffineIndex((("ow", stride), ("s", dilation)), -pad)
+    ci, ko = AffineIndex((("g", Cg), ("c", 1))), AffineIndex((("g", Kg), ("ko", 1)))
+
+    def ix(name: str) -> AffineIndex:
+        return AffineIndex(((name, 1),))
+
+    sp = {"n": N, "g": groups, "oh": OH, "ow": OW, "ko": Kg}
+    red = {"r": R, "s": S, "c": Cg}
+    if layout == "NHWC":
+        spatial, reduction = ("n", "g", "oh", "ow", "ko"), ("r", "s", "c")  # c innermost: contiguous in X
+        x = Access("X", (ix("n"), h, w, ci))
+        wt = Access("Wt", (ix("r"), ix("s"), ix("c"), ko))
+        y = Access("Y", (ix("n"), ix("oh"), ix("ow"), ko))
+        shapes = ((N, H, W, C), (R, S, Cg, K), (N, OH, OW, K))
+    else:
+        spatial, reduction = ("n", "g", "ko", "oh", "ow"), ("c", "r", "s")
+        x = Access("X", (ix("n"), ci, h, w))
+        wt = Access("Wt", (ko, ix("c"), ix("r"), ix("s")))
+        y = Access("Y", (ix("n"), ko, ix("oh"), ix("ow")))
+        shapes = ((N, C, H, W), (K, Cg, R, S), (N, K, OH, OW))
+    loops = tuple(Loop(n, sp[n], "spatial") for n in spatial) + tuple(Loop(n, red[n], "reduction") for n in reduction)
+    tensors = tuple(Tensor(name, shape, dtype) for name, shape in zip(("X", "Wt", "Y"), shapes))
+    shape = (("N", N), ("C", C), ("H", H), ("W", W)) + ((("K", K),) if op == "conv2d" else ()) + (("R", R), ("S", S))
+    return Workload(op, loops, tensors, Statement(y, (x, wt)), shape, dtype, conv=cp)
+
+
+def depthwise_conv2d(N: int, C: int, H: int, W: int, R: int, S: int, *, stride: int = 1, pad: int = 0,
+                     dilation: int = 1, layout: str = "NCHW", dtype: str = "float32") -> Workload:
+    """A depthwise convolution: one R x S filter per channel (conv2d with groups = K = C)."""
+    check_extent("C", C)
+    return conv2d(N, C, H, W, C, R, S, stride=stride, pad=pad, dilation=dilation, groups=C, layout=layout,
+                  op="depthwise_conv2d", dtype=dtype)
+
+
 # op -> (shape pattern shown to users, size names in order)
 OPERATORS = {
     "matmul": ("MxNxK", ("M", "N", "K")),
     "batch_matmul": ("BxMxNxK", ("B", "M", "N", "K")),
     "dense": ("MxNxK", ("M", "N", "K")),
+    "conv2d": ("N,C,H,W,K,R,S", ("N", "C", "H", "W", "K", "R", "S")),
+    "depthwise_conv2d": ("N,C,H,W,R,S", ("N", "C", "H", "W", "R", "S")),
     "einsum": ("--dims a=N,b=N,...", ()),
 }
-DEFAULT_SHAPES = {"matmul": "1024x1024x1024", "batch_matmul": "8x256x256x256", "dense": "128x3072x768"}
+DEFAULT_SHAPES = {"matmul": "1024x1024x1024", "batch_matmul": "8x256x256x256", "dense": "128x3072x768",
+                  "conv2d": "1,64,56,56,64,3,3", "depthwise_conv2d": "1,32,112,112,3,3"}
+CONV_OPS = ("conv2d", "depthwise_conv2d")
 
 
 def parse_shape(text: str, names: tuple[str, ...]) -> dict[str, int]:
     """``"512x2048x256"`` -> {"M": 512, ...}; errors say which part is wrong."""
     parts = [p.strip() for p in text.lower().replace(",", "x").split("x")]
-    example = "x".join(str(v) for v in (8, 512, 512, 512)[-len(names):])
+    sep = "," if len(names) > 4 else "x"
+    example = "x".join(str(v) for v in (8, 512, 512, 512)[-len(names):]) if len(names) <= 4 else \
+        ",".join(str(v) for v in (1, 64, 56, 56, 64, 3, 3)[:len(names) - 2] + (3, 3))
     if len(parts) != len(names):
         raise WorkloadError(
-            f"shape {text!r} has {len(parts)} sizes, expected {len(names)} ({'x'.join(names)}), e.g. {example}")
+            f"shape {text!r} has {len(parts)} sizes, expected {len(names)} ({sep.join(names)}), e.g. {example}")
     sizes = {}
     for name, part in zip(names, parts):
         try:
             value = int(part)
         except ValueError:
-            raise WorkloadError(f"shape {text!r}: {name}={part!r} is not an integer; write it as {'x'.join(names)}, "
+            raise WorkloadError(f"shape {text!r}: {name}={part!r} is not an integer; write it as {sep.join(names)}, "
                                 f"e.g. {example}") from None
         sizes[name] = check_extent(name, value)
     return sizes
@@ -288,12 +392,26 @@ def parse_dims(text: str) -> dict[str, int]:
 
 
 def build_workload(op: str, shape: str | None, *, spec: str | None = None, dims: str | None = None,
-                   bias: bool = False, activation: str = "none") -> Workload:
-    """A named operator from CLI-style arguments (the CLI's entry point)."""
+                   bias: bool = False, activation: str = "none", stride: int | None = None,
+                   pad: int | None = None, dilation: int | None = None, groups: int | None = None,
+                   layout: str | None = None) -> Workload:
+    """A named operator from CLI-style arguments (the CLI's entry point).
+
+    Convolution parameters left as None take their defaults (stride 1, pad 0, dilation 1, groups 1,
+    NCHW); giving one to an operator that is not a convolution is an error, not silently ignored.
+    """
     if op not in OPERATORS:
         raise WorkloadError(f"unknown operator {op!r}; known: {', '.join(OPERATORS)}")
     if (bias or activation != "none") and op != "dense":
         raise WorkloadError(f"--bias/--activation apply to dense, not {op}; use 'aotune tune dense ...'")
+    conv_args = {"stride": stride, "pad": pad, "dilation": dilation, "groups": groups,
+                 "layout": layout.upper() if layout is not None else None}
+    given = [f"--{k}" for k, v in conv_args.items() if v is not None]
+    if given and op not in CONV_OPS:
+        raise WorkloadError(f"{'/'.join(given)} apply to conv2d and depthwise_conv2d, not {op}")
+    if groups is not None and op == "depthwise_conv2d":
+        raise WorkloadError("depthwise_conv2d has one group per channel; drop --groups "
+                            "(or use conv2d --groups G for grouped convolution)")
     if op == "einsum":
         if not spec or not dims:
             raise WorkloadError('einsum needs a spec and sizes, e.g. aotune tune einsum "bij,bjk->bik" '
@@ -309,4 +427,9 @@ def build_workload(op: str, shape: str | None, *, spec: str | None = None, dims:
         return batch_matmul(sizes["B"], sizes["M"], sizes["N"], sizes["K"])
     if op == "dense":
         return dense(sizes["M"], sizes["N"], sizes["K"], bias, activation)
+    conv_kw = {k: v for k, v in conv_args.items() if v is not None}
+    if op == "conv2d":
+        return conv2d(*(sizes[n] for n in names), **conv_kw)  # type: ignore[arg-type]
+    if op == "depthwise_conv2d":
+        return depthwise_conv2d(*(sizes[n] for n in names), **conv_kw)  # type: ignore[arg-type]
     return matmul(sizes["M"], sizes["N"], sizes["K"])

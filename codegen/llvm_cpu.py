@@ -11,17 +11,23 @@ Structure of the generated module (all sizes and strides are compile-time consta
         unrolled; the last vector of a column tail is loaded/stored with a lane mask. With an
         epilogue, the store of the last k block adds bias[n] and applies the activation.
 
+    void <entry>_pad(float* src, float* dst)        (only with a padded copy)
+        copies a zero-padding input into the interior of its padded buffer, before the threads run.
+
 Remainders: one variant for full tiles and one for the m tail, the n tail and both, because the
-tails of M and N are known when the kernel is generated.
+tails of M and N are known when the kernel is generated. A gathered operand (a convolution window)
+is packed through constant offset tables, with bounds checks unless it was padded first.
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 import llvmlite.ir as ir
+import numpy as np
 
-from aotune.codegen.schedule import CpuSchedule
+from aotune.codegen.schedule import CpuSchedule, Gather
 
 F32 = ir.FloatType()
 I1 = ir.IntType(1)
@@ -202,6 +208,43 @@ class CpuKernelBuilder:
         return val
 
     # ---- packing ---------------------------------------------------------------------------------
+    def table(self, name: str, values: np.ndarray, ty: ir.IntType) -> ir.GlobalVariable:
+        """A constant array in the module (offset and index tables of a gathered operand)."""
+        arr = ir.ArrayType(ty, len(values))
+        g = ir.GlobalVariable(self.module, arr, name=name)
+        g.global_constant = True
+        g.linkage = "internal"
+        g.initializer = ir.Constant(arr, [int(v) for v in values])
+        return g
+
+    def gatherer(self, name: str, gather: Gather) -> Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], ir.Value]:
+        """fetch(b, base, row, k): element (row, k) of a gathered operand, 0 outside the tensor.
+
+        Offsets come from per-row and per-k tables; a read outside the tensor loads element 0
+        instead (always valid) and is replaced by zero, so no branch sits in the packing loop.
+        """
+        row_off, k_off, guards = gather.tables()
+        g_row = self.table(f"{name}_row_off", row_off, I64)
+        g_k = self.table(f"{name}_k_off", k_off, I64)
+        g_guards = [(self.table(f"{name}_row_idx{d}", ri, I32), self.table(f"{name}_k_idx{d}", ki, I32), bound)
+                    for d, (ri, ki, bound) in enumerate(guards)]
+
+        def at(b: ir.IRBuilder, g: ir.GlobalVariable, i: ir.Value) -> ir.Value:
+            return b.load(b.gep(g, [ir.Constant(I32, 0), i], inbounds=True))
+
+        def fetch(b: ir.IRBuilder, base: ir.Value, row: ir.Value, k: ir.Value) -> ir.Value:
+            off = b.add(at(b, g_row, row), at(b, g_k, k))
+            if not g_guards:
+                return b.load(b.gep(base, [off], inbounds=True))
+            inside = None
+            for g_ri, g_ki, bound in g_guards:  # 0 <= idx < bound as one unsigned compare
+                ok = b.icmp_unsigned("<", b.add(at(b, g_ri, row), at(b, g_ki, k)), ir.Constant(I32, bound))
+                inside = ok if inside is None else b.and_(inside, ok)
+            val = b.load(b.gep(base, [b.select(inside, off, c64(0))], inbounds=True))
+            return b.select(inside, val, ir.Constant(F32, 0.0))
+
+        return fetch
+
     def pack_a_fn(self) -> ir.Function:
         """pack_a(A, ws, ic, pc, m_len, k_len): ws[p*mr*kc + k*mr + r] = A[ic + p*mr + r, pc + k]."""
         s = self.s
@@ -209,13 +252,17 @@ class CpuKernelBuilder:
         fn.linkage = "internal"
         A, ws, ic, pc, m_len, k_len = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        fetch = self.gatherer("a", s.a_gather) if s.a_gather else None
         with counted_loop(b, c64(0), m_len, 1, "row") as row:
             p = b.sdiv(row, c64(s.mr))
             r = b.srem(row, c64(s.mr))
             src_row = b.add(b.mul(b.add(ic, row), c64(s.a_sm)), b.mul(pc, c64(s.a_sk)))
             dst_row = b.add(b.mul(p, c64(s.mr * s.kc)), r)
             with counted_loop(b, c64(0), k_len, 1, "k") as k:
-                val = b.load(b.gep(A, [b.add(src_row, b.mul(k, c64(s.a_sk)))], inbounds=True))
+                if fetch is not None:
+                    val = fetch(b, A, b.add(ic, row), b.add(pc, k))
+                else:
+                    val = b.load(b.gep(A, [b.add(src_row, b.mul(k, c64(s.a_sk)))], inbounds=True))
                 b.store(val, b.gep(ws, [b.add(dst_row, b.mul(k, c64(s.mr)))], inbounds=True))
         b.ret_void()
         return fn
@@ -227,6 +274,7 @@ class CpuKernelBuilder:
         fn.linkage = "internal"
         B, ws, jc, pc, n_len, k_len = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
+        fetch = self.gatherer("b", s.b_gather) if s.b_gather else None
         n_pad = b.mul(b.sdiv(b.add(n_len, c64(s.nr - 1)), c64(s.nr)), c64(s.nr))
         with counted_loop(b, c64(0), n_pad, s.nr, "q") as q0:
             panel = b.mul(b.sdiv(q0, c64(s.nr)), c64(s.nr * s.kc))
@@ -237,10 +285,44 @@ class CpuKernelBuilder:
                     inside = b.icmp_signed("<", b.add(q0, c), n_len)
                     with b.if_else(inside) as (then, otherwise):
                         with then:
-                            val = b.load(b.gep(B, [b.add(src, b.mul(c, c64(s.b_sn)))], inbounds=True))
+                            if fetch is not None:
+                                val = fetch(b, B, b.add(b.add(jc, q0), c), b.add(pc, k))
+                            else:
+                                val = b.load(b.gep(B, [b.add(src, b.mul(c, c64(s.b_sn)))], inbounds=True))
                             b.store(val, b.gep(ws, [b.add(dst, c)], inbounds=True))
                         with otherwise:
                             b.store(ir.Constant(F32, 0.0), b.gep(ws, [b.add(dst, c)], inbounds=True))
+        b.ret_void()
+        return fn
+
+    def pad_fn(self) -> ir.Function:
+        """<entry>_pad(src, dst): copy the input into the interior of its zero-padded buffer.
+
+        The buffer's border is zeroed once when it is allocated and never written, so each call
+        copies only the interior, row by contiguous row.
+        """
+        pc = self.s.pad_copy
+        assert pc is not None
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32]), name=f"{self.entry}_pad")
+        src, dst = fn.args
+        for arg in fn.args:
+            arg.add_attribute("noalias")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        nd = len(pc.shape)
+        src_strides = [math.prod(pc.shape[d + 1:]) for d in range(nd)]
+        dst_strides = [math.prod(pc.padded[d + 1:]) for d in range(nd)]
+        loops = []
+        src_off, dst_off = c64(0), c64(sum(lo * st for lo, st in zip(pc.lo, dst_strides)))
+        for d in range(nd):
+            cm = counted_loop(b, c64(0), c64(pc.shape[d]), 1, f"p{d}")
+            i = cm.__enter__()
+            loops.append(cm)
+            src_off = b.add(src_off, b.mul(i, c64(src_strides[d])))
+            dst_off = b.add(dst_off, b.mul(i, c64(dst_strides[d])))
+        val = b.load(b.gep(src, [src_off], inbounds=True))
+        b.store(val, b.gep(dst, [dst_off], inbounds=True))
+        for cm in reversed(loops):
+            cm.__exit__(None, None, None)
         b.ret_void()
         return fn
 
@@ -253,6 +335,8 @@ class CpuKernelBuilder:
         A, B, C, bias, lo, hi, ws_a, ws_b = fn.args
         for arg in (A, B, C, bias, ws_a, ws_b):
             arg.add_attribute("noalias")
+        if s.pad_copy is not None:
+            self.pad_fn()
         pack_a = self.pack_a_fn() if s.pack_a else None
         pack_b = self.pack_b_fn() if s.pack_b else None
         b = ir.IRBuilder(fn.append_basic_block("entry"))

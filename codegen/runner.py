@@ -14,7 +14,9 @@ from typing import Callable
 
 import llvmlite.binding as llvm
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
+from aotune.analysis.workload import ConvParams
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
 from aotune.codegen.schedule import CpuSchedule
 from aotune.errors import FinalCheckError
@@ -22,6 +24,7 @@ from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
 
 _SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2))
+_SIG_PAD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 _POOL: ThreadPoolExecutor | None = None
 
 
@@ -65,6 +68,9 @@ class HostKernel:
             self._engine = llvm.create_mcjit_compiler(mod, tm)
             self._engine.finalize_object()
             self._fn = _SIG(self._engine.get_function_address(kernel.entry))
+            self._pad = _SIG_PAD(self._engine.get_function_address(f"{kernel.entry}_pad")) if s.pad_copy else None
+        # the padded copy's border stays zero: the kernel writes only its interior
+        self._padded = _aligned(s.pad_copy.elems) if s.pad_copy else None
         ranges = kernel.launch
         self._ranges = ranges
         self._ws = [(_aligned(s.pack_a_elems), _aligned(s.pack_b_elems)) for _ in ranges]
@@ -85,6 +91,10 @@ class HostKernel:
             bias = np.ascontiguousarray(bias, dtype=np.float32)
         c = out if out is not None else np.empty(c_shape, dtype=np.float32)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
+        if self._pad is not None and self._padded is not None and s.pad_copy is not None:
+            src = pa if s.pad_copy.operand == "a" else pb
+            self._pad(src, self._padded.ctypes.data)
+            pa, pb = (self._padded.ctypes.data, pb) if s.pad_copy.operand == "a" else (pa, self._padded.ctypes.data)
         pbias = bias.ctypes.data if s.bias else None  # checked above: present when the kernel adds it
         calls = [(pa, pb, pc, pbias, lo, hi, wa.ctypes.data, wb.ctypes.data) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws)]
         if len(calls) == 1:
@@ -151,10 +161,40 @@ def apply_activation(x: np.ndarray, activation: str) -> np.ndarray:
     return x
 
 
+def conv2d_reference(x: np.ndarray, wt: np.ndarray, p: ConvParams) -> np.ndarray:
+    """A 2-D convolution by explicit sliding windows and one tensordot per group.
+
+    Written independently of the kernel's GEMM view: pad with zeros, take every (dilated) window,
+    step by the stride, contract channels and taps with the group's filters.
+    """
+    if p.layout == "NHWC":
+        x, wt = x.transpose(0, 3, 1, 2), wt.transpose(3, 2, 0, 1)  # -> NCHW and (K, C/groups, R, S)
+    n, c, _, _ = x.shape
+    k, cg, r, s = wt.shape
+    g, kg = p.groups, k // p.groups
+    xp = np.pad(x, ((0, 0), (0, 0), (p.pad, p.pad), (p.pad, p.pad)))
+    span_r, span_s = p.dilation * (r - 1) + 1, p.dilation * (s - 1) + 1
+    win = sliding_window_view(xp, (span_r, span_s), axis=(2, 3))[:, :, ::p.stride, ::p.stride, ::p.dilation, ::p.dilation]
+    oh, ow = win.shape[2], win.shape[3]
+    y = np.empty((n, k, oh, ow), dtype=np.result_type(x, wt))
+    for gi in range(g):  # window (n, c, oh, ow, r, s) x filters (k, c, r, s) -> (n, oh, ow, k)
+        part = np.tensordot(win[:, gi * cg:(gi + 1) * cg], wt[gi * kg:(gi + 1) * kg], axes=([1, 4, 5], [1, 2, 3]))
+        y[:, gi * kg:(gi + 1) * kg] = part.transpose(0, 3, 1, 2)
+    return y.transpose(0, 2, 3, 1) if p.layout == "NHWC" else y
+
+
+def _contract(s: CpuSchedule, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The schedule's contraction of A and B in numpy, in their dtype."""
+    if s.conv is not None:
+        x, wt = (a, b) if s.a_is_first else (b, a)
+        return conv2d_reference(x, wt, s.conv)
+    return np.einsum(s.reference, a, b, optimize=True)
+
+
 def numpy_reference(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None,
                     dtype: type = np.float64) -> np.ndarray:
     """What the kernel must compute, by numpy (float64 for checking, float32 for timing)."""
-    out = np.einsum(s.reference, a.astype(dtype, copy=False), b.astype(dtype, copy=False), optimize=True)
+    out = _contract(s, a.astype(dtype, copy=False), b.astype(dtype, copy=False))
     if s.bias and bias is not None:
         out = out + bias.astype(dtype, copy=False)
     return apply_activation(out, s.activation)
@@ -184,17 +224,19 @@ def final_check(kernel: Kernel, hw: HwSpec, a: np.ndarray, b: np.ndarray, bias: 
 
 def numpy_baseline(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> Callable[[], object]:
     """The fastest plain-numpy float32 way to compute what the kernel computes (BLAS where it applies)."""
-    ins, out_sub = s.reference.split("->")
-    a_sub, b_sub = ins.split(",")
-    # C[..., m, n] = A[..., m, k] @ B[..., k, n]: np.matmul (BLAS), batched over leading indices
-    lead = out_sub[:-2]
-    plain = a_sub == lead + out_sub[-2] + a_sub[-1] and b_sub == lead + a_sub[-1] + out_sub[-1]
+    plain = False
+    if s.conv is None:
+        ins, out_sub = s.reference.split("->")
+        a_sub, b_sub = ins.split(",")
+        # C[..., m, n] = A[..., m, k] @ B[..., k, n]: np.matmul (BLAS), batched over leading indices
+        lead = out_sub[:-2]
+        plain = a_sub == lead + out_sub[-2] + a_sub[-1] and b_sub == lead + a_sub[-1] + out_sub[-1]
     out = np.empty(s.shapes[2], dtype=np.float32)
 
     def contraction() -> np.ndarray:
         if plain:
             return np.matmul(a, b, out=out)
-        return np.einsum(s.reference, a, b, optimize=True)
+        return _contract(s, a, b)
 
     if not s.has_epilogue:
         return contraction

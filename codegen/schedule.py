@@ -5,12 +5,72 @@ code generation needs nothing else.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from aotune.analysis.workload import Workload
-from aotune.constraints.cpu import ORDERS, PAR_LOOPS, CpuSpace
+import numpy as np
+
+from aotune.analysis.polyhedral import AccessInfo, TensorAccessInfo
+from aotune.analysis.workload import ConvParams, Workload
+from aotune.constraints.cpu import ORDERS, PAR_LOOPS, CpuSpace, group_stride, operand_is_direct
 from aotune.constraints.space import Config
 from aotune.errors import ConfigError
+
+
+GroupSteps = tuple[tuple[int, tuple[int, ...]], ...]  # per loop, outer to inner: (extent, index step per dim)
+
+
+@dataclass(frozen=True)
+class Gather:
+    """How packing reads an input that is not one stride per group (a convolution window).
+
+    Element (row, k) of the GEMM operand is ``tensor[offsets + steps(row) + steps(k)]``, and zero
+    where a ``guarded`` dim leaves ``[0, dims[d])``. Codegen turns this into offset tables.
+    """
+
+    dims: tuple[int, ...]  # the addressed tensor's shape (the zero-padded copy's when there is one)
+    rows: GroupSteps  # the operand's m group (A) or n group (B)
+    k: GroupSteps
+    offsets: tuple[int, ...]
+    guarded: tuple[int, ...]
+
+    @staticmethod
+    def _flat(group: GroupSteps, ndim: int) -> np.ndarray:
+        """Index contribution per dim (columns) of every flat group index (rows), row-major."""
+        if not group:
+            return np.zeros((1, ndim), dtype=np.int64)
+        extents = [e for e, _ in group]
+        digits = np.indices(extents).reshape(len(extents), -1)
+        steps = np.array([s for _, s in group], dtype=np.int64)  # loops x dims
+        return digits.T.astype(np.int64) @ steps
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray, int]]]:
+        """(row offsets, k offsets, per guarded dim: row indices, k indices, bound), in elements.
+
+        A read is inside when ``0 <= row_idx + k_idx < bound`` for every guarded dim; the constant
+        offsets are folded into the row tables.
+        """
+        nd = len(self.dims)
+        row_strides = np.array([math.prod(self.dims[d + 1:]) for d in range(nd)], dtype=np.int64)
+        rows = self._flat(self.rows, nd) + np.array(self.offsets, dtype=np.int64)
+        ks = self._flat(self.k, nd)
+        guards = [(rows[:, d], ks[:, d], self.dims[d]) for d in self.guarded]
+        return rows @ row_strides, ks @ row_strides, guards
+
+
+@dataclass(frozen=True)
+class PadCopy:
+    """Copy one input into a zero-padded buffer before the GEMM, so packing needs no bounds checks."""
+
+    operand: str  # "a" or "b"
+    shape: tuple[int, ...]
+    lo: tuple[int, ...]  # zeros before each dim
+    padded: tuple[int, ...]
+
+    @property
+    def elems(self) -> int:
+        """Elements of the padded buffer."""
+        return math.prod(self.padded)
 
 
 @dataclass(frozen=True)
@@ -39,9 +99,14 @@ class CpuSchedule:
     c_sm: int
     batch: tuple[tuple[int, int, int, int], ...] = ()  # per batch loop: (extent, A, B, C element strides)
     shapes: tuple[tuple[int, ...], ...] = ()  # A, B, C tensor shapes (row-major), as the kernel expects them
-    reference: str = "mk,kn->mn"  # the contraction as an einsum over (A, B) -> C, for numpy checks
+    reference: str = "mk,kn->mn"  # the contraction as an einsum over (A, B) -> C, for numpy checks ("" for conv)
     bias: bool = False  # epilogue: add bias[n] to the finished output tile
     activation: str = "none"  # epilogue: then apply this activation
+    a_gather: Gather | None = None  # A read through offset tables while packing (else a_sm/a_sk)
+    b_gather: Gather | None = None
+    pad_copy: PadCopy | None = None
+    conv: ConvParams | None = None  # a convolution: the numpy reference is sliding windows, not einsum
+    a_is_first: bool = True  # A is the statement's first input (for a convolution: X)
 
     @property
     def batch_count(self) -> int:
@@ -89,16 +154,57 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
     assert w is not None and r is not None and info is not None and hw is not None
     c = cfg.as_dict()
     a, b, out = info.tensor(r.a), info.tensor(r.b), info.tensor(r.c)
+    loops = [lp.name for lp in w.loops]
+    pad = _pad_copy(w, info, r.a, r.b) if c.get("pad_copy") else None
+
+    def addressed(t: TensorAccessInfo, operand: str) -> tuple[int, ...]:
+        return pad.padded if pad is not None and pad.operand == operand else w.tensor(t.tensor).shape
+
+    def stride(t: TensorAccessInfo, operand: str, loop: str) -> int:
+        dims = addressed(t, operand)
+        return sum(dict(coeffs).get(loop, 0) * math.prod(dims[d + 1:]) for d, coeffs in enumerate(t.coefficients))
+
+    def gather(t: TensorAccessInfo, operand: str, rows: tuple[str, ...], vector_axis: bool) -> Gather | None:
+        if operand_is_direct(w, info, t.tensor, rows, r.k, vector_axis):
+            return None
+        dims = addressed(t, operand)
+        copied = pad is not None and pad.operand == operand
+        lo = pad.lo if copied else (0,) * len(dims)
+
+        def steps(group: tuple[str, ...]) -> GroupSteps:
+            return tuple((w.loop(n).extent, tuple(dict(cf).get(n, 0) for cf in t.coefficients)) for n in group)
+
+        return Gather(dims, steps(rows), steps(r.k), tuple(o + p for o, p in zip(t.offsets, lo)),
+                      () if copied else tuple(d for d, (below, above) in enumerate(t.halo) if below or above))
+
+    def linear(t: TensorAccessInfo, group: tuple[str, ...]) -> int:
+        s = group_stride(w, t, group)
+        return s if s is not None else 0  # unused: a gathered operand is always packed
+
     return CpuSchedule(
-        M=w.loop(r.m).extent, N=w.loop(r.n).extent, K=w.loop(r.k).extent,
+        M=math.prod(w.loop(n).extent for n in r.m), N=math.prod(w.loop(n).extent for n in r.n),
+        K=math.prod(w.loop(n).extent for n in r.k),
         mr=c["mr"], nr=c["nr"], kc=c["kc"], mc=c["mc"], nc=c["nc"], order=ORDERS[c["order"]],
         pack_a=bool(c["pack_a"]), pack_b=bool(c["pack_b"]), unroll=c["unroll"], par=PAR_LOOPS[c["par"]],
         threads=c["threads"], lanes=hw.vector_lanes_f32,
-        a_sm=a.stride(r.m), a_sk=a.stride(r.k), b_sk=b.stride(r.k), b_sn=b.stride(r.n), c_sm=out.stride(r.m),
-        shapes=tuple(w.tensor(t).shape for t in (r.a, r.b, r.c)), reference=_reference_spec(w, r.a),
-        batch=tuple((w.loop(bl).extent, a.stride(bl), b.stride(bl), out.stride(bl)) for bl in r.batch),
+        a_sm=linear(a, r.m), a_sk=linear(a, r.k), b_sk=linear(b, r.k), b_sn=linear(b, r.n) or 1,
+        c_sm=linear(out, r.m),
+        shapes=tuple(w.tensor(t).shape for t in (r.a, r.b, r.c)),
+        reference=_reference_spec(w, r.a) if w.conv is None else "",
+        batch=tuple((w.loop(bl).extent, stride(a, "a", bl), stride(b, "b", bl), out.stride(bl)) for bl in r.batch),
         bias=w.epilogue.bias, activation=w.epilogue.activation,
+        a_gather=gather(a, "a", r.m, False), b_gather=gather(b, "b", r.n, True), pad_copy=pad,
+        conv=w.conv, a_is_first=w.statement.inputs[0].tensor == r.a,
     )
+
+
+def _pad_copy(w: Workload, info: AccessInfo, a_name: str, b_name: str) -> PadCopy:
+    """The zero-padded copy of the input that reads outside its bounds."""
+    t = next(t for t in info.tensors if not t.is_output and t.reads_outside)
+    shape = w.tensor(t.tensor).shape
+    lo = tuple(below for below, _ in t.halo)
+    padded = tuple(n + below + above for n, (below, above) in zip(shape, t.halo))
+    return PadCopy("a" if t.tensor == a_name else "b", shape, lo, padded)
 
 
 def _reference_spec(w: Workload, a_name: str) -> str:

@@ -1,20 +1,25 @@
 """The CP-SAT space of CPU schedules for a two-input contraction (BLIS-style GEMM structure).
 
-Loop roles come from the access analysis, not from the operator name: ``n`` is the spatial loop
-along which the output is contiguous, ``m`` the other spatial loop, ``k`` the reduction. The
-schedule is: three cache-block loops (mc, nc, kc) in one of a few orders, optional packing of each
-input into contiguous panels, then an mr x nr register tile whose k loop is unrolled.
+Loop roles come from the access analysis, not from the operator name: ``n`` is the group of
+loops along which the output is contiguous, ``m`` the spatial loops of the other input, ``k`` the
+reductions; each group is flattened into one GEMM dimension. The schedule is: three cache-block
+loops (mc, nc, kc) in one of a few orders, optional packing of each input into contiguous panels,
+then an mr x nr register tile whose k loop is unrolled.
 
-Batch loops (spatial loops that index every tensor) run outermost, one GEMM at a time.
-Roadmap: several loops per role (conv windows) generalise ``Roles`` to loop groups; the
-constraint table below already takes every footprint from isl.
+An input that is not one stride per group (a convolution window) or reads outside its bounds
+(zero padding) must be packed: packing gathers it through offset tables, with bounds checks or
+from a zero-padded copy (the ``pad_copy`` decision). That is direct convolution: no im2col matrix
+is ever materialised, only the L2-sized panels the micro-kernel reads.
+Batch loops run outermost, one GEMM at a time.
+Roadmap: a micro-kernel that walks the window itself (no packing of the input) for stride-1 NHWC.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from aotune.analysis.polyhedral import AccessInfo, analyze
-from aotune.analysis.workload import Workload
+from aotune.analysis.polyhedral import AccessInfo, TensorAccessInfo, analyze
+from aotune.analysis.workload import Workload, einsum
 from aotune.constraints.expr import CeilDiv, Const, Expr, Prod, Sum, Var
 from aotune.constraints.space import Constraint, DecisionVar, Space
 from aotune.errors import UnsatisfiableError, UnsupportedWorkloadError
@@ -29,51 +34,100 @@ MAX_BLOCK = 4096  # cache blocks beyond this are never useful on today's caches
 
 @dataclass(frozen=True)
 class Roles:
-    """Which workload loop plays m, n and k, and which tensor is A (has m), B (has n), C (output).
+    """Which loops the GEMM rows (m), columns (n) and reduction (k) flatten, outer to inner, and
+    which tensor is A (has m), B (has n) and C (the output).
 
-    ``batch`` are the spatial loops every tensor is indexed by: independent GEMMs, run one after
-    another inside each thread (outermost loops).
+    A convolution is a GEMM in disguise: NHWC rows are (n, oh, ow), columns ``ko`` and the
+    reduction (r, s, c). ``batch`` loops run outermost, one GEMM after another: loops that index
+    every tensor, and loops that would break the output's row or column stride. Loops of extent 1
+    take no part anywhere; an empty group has extent 1.
     """
 
-    m: str
-    n: str
-    k: str
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    k: tuple[str, ...]
     a: str
     b: str
     c: str
     batch: tuple[str, ...] = ()
 
 
+def group_extent(w: Workload, group: tuple[str, ...]) -> int:
+    """Extent of a flattened loop group."""
+    return math.prod(w.loop(n).extent for n in group)
+
+
+def group_stride(w: Workload, t: TensorAccessInfo, group: tuple[str, ...]) -> int | None:
+    """Element stride of ``t`` along the flattened group, or None where the group is not one stride
+    (e.g. a convolution window: stepping ``s`` past its end jumps a whole input row)."""
+    if not group:
+        return 0
+    inner = t.stride(group[-1])
+    for outer, nxt in zip(group[:-1], group[1:]):
+        if t.stride(outer) != t.stride(nxt) * w.loop(nxt).extent:
+            return None
+    return inner
+
+
+def _linear_run(w: Workload, out: TensorAccessInfo, loops: list[str], innermost: str | None) -> tuple[str, ...]:
+    """The longest chain of ``loops``, from ``innermost`` outwards, along which the output is one stride."""
+    if innermost is None:
+        candidates = sorted(loops, key=out.stride)
+        if not candidates:
+            return ()
+        innermost = candidates[0]
+    chain = [innermost]
+    rest = [n for n in loops if n != innermost]
+    while True:
+        need = out.stride(chain[0]) * w.loop(chain[0]).extent
+        nxt = next((n for n in rest if out.stride(n) == need), None)
+        if nxt is None:
+            return tuple(chain)
+        chain.insert(0, nxt)
+        rest.remove(nxt)
+
+
 def find_roles(w: Workload, info: AccessInfo) -> Roles:
     """GEMM roles from the accesses; unsupported structures get a clear error."""
     if len(w.statement.inputs) != 2:
         raise UnsupportedWorkloadError(f"{w.op}: the CPU schedule handles two-input contractions")
-    tensors = [info.tensor(a.tensor) for a in (*w.statement.inputs, w.statement.output)]
-    spatial = [lp.name for lp in w.loops if lp.kind == "spatial"]
-    reduction = [lp.name for lp in w.loops if lp.kind == "reduction"]
-    batch = tuple(n for n in spatial if all(n not in t.invariant_loops for t in tensors))
-    spatial = [n for n in spatial if n not in batch]
-    if len(spatial) != 2 or len(reduction) != 1:
-        raise UnsupportedWorkloadError(
-            f"{w.op}: the CPU schedule handles contractions with batch loops (indexing every tensor), "
-            f"2 other spatial loops and 1 reduction loop; got spatial {spatial or 'none'} and reduction "
-            f"{reduction or 'none'}: merge adjacent indices into one (e.g. 'ab' -> one index of size a*b)")
+    in0, in1 = (info.tensor(a.tensor) for a in w.statement.inputs)
     out = info.tensor(w.statement.output.tensor)
-    # The loop indexing the output's last dimension is the contiguous one; strides alone cannot
-    # tell when an extent is 1 (a 2x1 output has stride 1 along both loops).
+    live = [lp for lp in w.loops if lp.extent > 1]
+    for lp in live:
+        if lp.kind == "reduction" and (lp.name in in0.invariant_loops or lp.name in in1.invariant_loops):
+            raise UnsupportedWorkloadError(
+                f"{w.op}: reduction index {lp.name} appears in only one input; the CPU schedule handles "
+                f"contractions whose every reduction index is in both inputs (sum that input first)")
+    spatial = [lp.name for lp in live if lp.kind == "spatial"]
+    batch = [n for n in spatial if n not in in0.invariant_loops and n not in in1.invariant_loops]
+    only = {t.tensor: [n for n in spatial if n not in batch and n not in t.invariant_loops] for t in (in0, in1)}
+    # B holds the loop along which the output is contiguous (the vector axis of the micro-kernel)
     last = w.statement.output.indices[-1].terms if w.statement.output.indices else ()
-    contiguous = [n for n in spatial if out.stride(n) == 1 and (n, 1) in last]
-    if not contiguous:
-        raise UnsupportedWorkloadError(f"{w.op}: output is contiguous along no loop; put a non-batch index last")
-    n = contiguous[0]
-    m = next(s for s in spatial if s != n)
-    k = reduction[0]
-    ins = [info.tensor(a.tensor) for a in w.statement.inputs]
-    a_t = [t for t in ins if m not in t.invariant_loops and n in t.invariant_loops]
-    b_t = [t for t in ins if n not in t.invariant_loops and m in t.invariant_loops]
-    if len(a_t) != 1 or len(b_t) != 1 or k in a_t[0].invariant_loops or k in b_t[0].invariant_loops:
-        raise UnsupportedWorkloadError(f"{w.op}: inputs are not of the form A[m,k], B[k,n] (in any layout)")
-    return Roles(m, n, k, a_t[0].tensor, b_t[0].tensor, out.tensor, batch)
+    contiguous = [n for n in spatial if n not in batch and out.stride(n) == 1 and (n, 1) in last]
+    if contiguous:
+        b_t = in0 if contiguous[0] in only[in0.tensor] else in1
+    else:  # no column loop (N = 1): B is the input with no loops of its own, if there is one
+        b_t = in1 if only[in1.tensor] == [] or only[in0.tensor] else in0
+    a_t = in1 if b_t is in0 else in0
+    n_group = _linear_run(w, out, only[b_t.tensor], contiguous[0] if contiguous else None) if contiguous else ()
+    m_group = _linear_run(w, out, only[a_t.tensor], None)
+    order = [lp.name for lp in w.loops]
+    batch += [n for n in only[a_t.tensor] + only[b_t.tensor] if n not in m_group and n not in n_group]
+    k_group = tuple(lp.name for lp in live if lp.kind == "reduction")
+    return Roles(m_group, n_group, k_group, a_t.tensor, b_t.tensor, out.tensor,
+                 tuple(sorted(batch, key=order.index)))
+
+
+def operand_is_direct(w: Workload, info: AccessInfo, tensor: str, rows: tuple[str, ...],
+                      k: tuple[str, ...], vector_axis: bool) -> bool:
+    """Whether the micro-kernel can read ``tensor`` in place: one stride per group, no reads outside
+    its bounds and, for the vector operand, unit stride along its columns."""
+    t = info.tensor(tensor)
+    row_stride = group_stride(w, t, rows)
+    if t.reads_outside or row_stride is None or group_stride(w, t, k) is None:
+        return False
+    return not vector_axis or row_stride == 1 or group_extent(w, rows) == 1
 
 
 @dataclass
@@ -103,6 +157,10 @@ def footprint_expr(info: AccessInfo, tensors: tuple[str, ...], tile_vars: dict[s
     return Sum(tuple(terms)) if len(terms) > 1 else terms[0]
 
 
+def _group_label(group: tuple[str, ...]) -> str:
+    return "(" + ", ".join(group) + ")" if len(group) > 1 else (group[0] if group else "nothing: extent 1")
+
+
 def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
@@ -111,7 +169,10 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     """Decision variables and constraints for ``w`` on CPU target ``hw``."""
     info = info or analyze(w)
     r = find_roles(w, info)
-    M, N, K = w.loop(r.m).extent, w.loop(r.n).extent, w.loop(r.k).extent
+    M, N, K = (group_extent(w, g) for g in (r.m, r.n, r.k))
+    # Footprints are those of the GEMM the micro-kernel sees: packed panels, or the operand itself
+    # where it is read in place (then its groups are single strides, so the view is exact).
+    view = analyze(einsum("mk,kn->mn", {"m": M, "n": N, "k": K}, names=(r.a, r.b, r.c)))
     vw, regs = hw.vector_lanes_f32, hw.isa.vector_registers
     if regs < 3:
         raise UnsatisfiableError(
@@ -122,23 +183,21 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     kcs = sorted({kc for kc in KC_CANDIDATES if kc < K} | {min(K, KC_CANDIDATES[-1])})
     m_cap, n_cap = min(M, MAX_BLOCK), min(_round_up(N, vw), MAX_BLOCK)
     variables = (
-        DecisionVar("mr", tuple(range(1, mr_max + 1)), f"register tile rows (along {r.m})"),
-        DecisionVar("nr", tuple(vw * i for i in range(1, nr_vec_max + 1)), f"register tile columns (along {r.n}), a multiple of {vw} lanes"),
-        DecisionVar("kc", tuple(kcs), f"L1 block of the reduction {r.k}"),
-        DecisionVar("mc", tuple(range(1, m_cap + 1)), f"L2 block of {r.m}, a multiple of mr"),
-        DecisionVar("nc", tuple(range(vw, n_cap + 1, vw)), f"L3 block of {r.n}, a multiple of nr"),
+        DecisionVar("mr", tuple(range(1, mr_max + 1)), f"register tile rows (along {_group_label(r.m)})"),
+        DecisionVar("nr", tuple(vw * i for i in range(1, nr_vec_max + 1)), f"register tile columns (along {_group_label(r.n)}), a multiple of {vw} lanes"),
+        DecisionVar("kc", tuple(kcs), f"L1 block of the reduction {_group_label(r.k)}"),
+        DecisionVar("mc", tuple(range(1, m_cap + 1)), f"L2 block of {_group_label(r.m)}, a multiple of mr"),
+        DecisionVar("nc", tuple(range(vw, n_cap + 1, vw)), f"L3 block of {_group_label(r.n)}, a multiple of nr"),
         DecisionVar("order", tuple(range(len(ORDERS))), "cache-block loop order, outer to inner", ORDERS),
         DecisionVar("pack_a", (0, 1), f"copy {r.a} blocks into contiguous mr-row panels"),
         DecisionVar("pack_b", (0, 1), f"copy {r.b} blocks into contiguous nr-column panels"),
-        DecisionVar("unroll", UNROLLS, f"unroll factor of the micro-kernel's {r.k} loop"),
+        DecisionVar("unroll", UNROLLS, f"unroll factor of the micro-kernel's {_group_label(r.k)} loop"),
         DecisionVar("par", tuple(range(len(PAR_LOOPS))), "loop split over the cores", PAR_LOOPS),
         DecisionVar("threads", tuple(range(1, hw.core.cores + 1)), "threads (one per core)"),
     )
     mr, nr, kc, mc, nc = (Var(x) for x in ("mr", "nr", "kc", "mc", "nc"))
     nr_vec = CeilDiv(nr, Const(vw))
-    one = {bl: Const(1) for bl in r.batch}  # one batch entry at a time
-    tile = {"L1": {r.m: mr, r.n: nr, r.k: kc, **one}, "L2": {r.m: mc, r.n: nr, r.k: kc, **one},
-            "L3": {r.m: mc, r.n: nc, r.k: kc, **one}}
+    tile = {"L1": {"m": mr, "n": nr, "k": kc}, "L2": {"m": mc, "n": nr, "k": kc}, "L3": {"m": mc, "n": nc, "k": kc}}
 
     def budget(level: int) -> int:
         return int(hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction)
@@ -153,16 +212,16 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
                    f"use nr in steps of {vw}"),
         Constraint("mc multiple of mr", mc, "divides", mr, "mc is a multiple of mr", "round mc to a multiple of mr"),
         Constraint("nc multiple of nr", nc, "divides", nr, "nc is a multiple of nr", "round nc to a multiple of nr"),
-        Constraint(f"cover {r.m}", mc, "<=", Prod((CeilDiv(Const(M), mr), mr)), f"mc <= {M} rounded up to mr",
+        Constraint("cover m", mc, "<=", Prod((CeilDiv(Const(M), mr), mr)), f"mc <= {M} rounded up to mr",
                    "reduce mc"),
-        Constraint(f"cover {r.n}", nc, "<=", Prod((CeilDiv(Const(N), nr), nr)), f"nc <= {N} rounded up to nr",
+        Constraint("cover n", nc, "<=", Prod((CeilDiv(Const(N), nr), nr)), f"nc <= {N} rounded up to nr",
                    "reduce nc"),
-        Constraint("L1 footprint", footprint_expr(info, ab, tile["L1"]), "<=", Const(budget(1)),
-                   f"L1 footprint(mr, nr, kc) = {footprint_expr(info, ab, tile['L1'])} B <= "
+        Constraint("L1 footprint", footprint_expr(view, ab, tile["L1"]), "<=", Const(budget(1)),
+                   f"L1 footprint(mr, nr, kc) = {footprint_expr(view, ab, tile['L1'])} B <= "
                    f"{hw.cache(1).usable_fraction:g} * {hw.cache(1).size_kib // hw.cache(1).shared_by_cores} KiB",
                    "reduce kc, mr or nr"),
-        Constraint("L2 footprint", footprint_expr(info, abc, tile["L2"]), "<=", Const(budget(2)),
-                   f"L2 footprint(mc, nr, kc) = {footprint_expr(info, abc, tile['L2'])} B <= "
+        Constraint("L2 footprint", footprint_expr(view, abc, tile["L2"]), "<=", Const(budget(2)),
+                   f"L2 footprint(mc, nr, kc) = {footprint_expr(view, abc, tile['L2'])} B <= "
                    f"{hw.cache(2).usable_fraction:g} * {hw.cache_bytes_per_core(2) // 1024} KiB",
                    "reduce mc or kc"),
         Constraint("unroll within kc", Var("unroll"), "<=", kc, "unroll <= kc", "reduce unroll"),
@@ -175,15 +234,22 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     ]
     if len(hw.caches) >= 3:
         constraints.append(
-            Constraint("L3 footprint", footprint_expr(info, abc, tile["L3"]), "<=", Const(budget(3)),
-                       f"L3 footprint(mc, nc, kc) = {footprint_expr(info, abc, tile['L3'])} B <= "
+            Constraint("L3 footprint", footprint_expr(view, abc, tile["L3"]), "<=", Const(budget(3)),
+                       f"L3 footprint(mc, nc, kc) = {footprint_expr(view, abc, tile['L3'])} B <= "
                        f"{hw.cache(3).usable_fraction:g} * {hw.cache_bytes_per_core(3) // 1024} KiB per core",
                        "reduce nc, mc or kc"))
-    if info.tensor(r.b).stride(r.n) != 1:
-        constraints.append(Constraint(f"{r.b} not contiguous along {r.n}", Var("pack_b"), "==", Const(1),
-                                      f"pack_b = 1 ({r.b} must be packed for vector loads)", "set pack_b=1"))
-    if info.tensor(r.c).stride(r.n) != 1:
-        raise UnsupportedWorkloadError(f"{w.op}: output {r.c} must be contiguous along {r.n}")
+    for flag, tensor, rows, vector_axis in (("pack_a", r.a, r.m, False), ("pack_b", r.b, r.n, True)):
+        if not operand_is_direct(w, info, tensor, rows, r.k, vector_axis):
+            why = ("reads outside its bounds (zero padding)" if info.tensor(tensor).reads_outside else
+                   "is not one stride along its rows or the reduction" if not vector_axis or
+                   group_stride(w, info.tensor(tensor), rows) is None else "is not contiguous along the vector axis")
+            constraints.append(Constraint(f"{tensor} must be packed", Var(flag), "==", Const(1),
+                                          f"{flag} = 1 ({tensor} {why}; packing gathers it into panels)",
+                                          f"set {flag}=1"))
+    padded = [t.tensor for t in info.tensors if not t.is_output and t.reads_outside]
+    if padded:
+        variables += (DecisionVar("pad_copy", (0, 1), f"0: bounds checks while packing {padded[0]}; "
+                                                      f"1: copy it into a zero-padded buffer first"),)
     space = CpuSpace(f"{w.op} {'x'.join(str(v) for _, v in w.shape)} on {hw.name}", variables, tuple(constraints),
                      workload=w, hw=hw, info=info, roles=r)
     return space

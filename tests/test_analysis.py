@@ -67,3 +67,47 @@ def test_unknown_operator():
 
 def test_flops_of_matmul():
     assert matmul(3, 5, 7).flops == 2 * 3 * 5 * 7
+
+
+def brute_force_box(w, tensor: str, tiles: dict[str, int]) -> int:
+    """Elements of the bounding box of what the tile at the origin touches, point by point."""
+    acc = next(a for a in (w.statement.output, *w.statement.inputs) if a.tensor == tensor)
+    names = [lp.name for lp in w.loops]
+    points = [tuple(sum(c * dict(zip(names, p))[v] for v, c in idx.terms) + idx.const for idx in acc.indices)
+              for p in itertools.product(*(range(tiles[n]) for n in names))]
+    size = 1
+    for d in range(len(acc.indices)):
+        size *= max(p[d] for p in points) - min(p[d] for p in points) + 1
+    return size
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=st.sampled_from(["NCHW", "NHWC"]), stride=st.integers(1, 3), dilation=st.integers(1, 3),
+       pad=st.integers(0, 2), groups=st.sampled_from([1, 2]), toh=st.integers(1, 4), tow=st.integers(1, 4),
+       tr=st.integers(1, 3), ts=st.integers(1, 3), tc=st.integers(1, 2), tko=st.integers(1, 2), tg=st.integers(1, 2))
+def test_isl_conv_footprints_equal_brute_force_counts(layout, stride, dilation, pad, groups, toh, tow, tr, ts, tc,
+                                                      tko, tg):
+    """Overlapping windows: isl's box extents equal the touched box, isl's exact count the touched set,
+    and the box is exact whenever nothing leaves gaps (unit stride and dilation, one channel group:
+    several groups with part of a group's channels skip the rest)."""
+    w = build_workload("conv2d", "1,4,12,12,4,3,3", stride=stride, pad=pad, dilation=dilation, groups=groups,
+                       layout=layout)
+    info = analyze(w)
+    tiles = {"n": 1, "g": min(tg, groups), "oh": toh, "ow": tow, "ko": tko, "r": tr, "s": ts, "c": tc}
+    tiles = {n: min(v, w.loop(n).extent) for n, v in tiles.items()}
+    origin = {n: 0 for n in tiles}
+    for t in info.tensors:
+        touched = brute_force_footprint(w, t.tensor, origin, tiles)
+        assert info.footprint_elements(t.tensor, tiles) == brute_force_box(w, t.tensor, tiles)
+        assert info.exact_footprint_elements(t.tensor, tiles) == touched
+        if stride == dilation == 1 and tiles["g"] == 1:
+            assert info.footprint_elements(t.tensor, tiles) == touched
+
+
+def test_conv_halo_is_the_padding_actually_read():
+    # H=5, pad 1, 3x3, stride 2: rows -1..5 are read, so one row of zeros above and one below;
+    # W=6: columns -1..4, nothing beyond the right edge is ever read
+    info = analyze(build_workload("conv2d", "1,2,5,6,2,3,3", stride=2, pad=1, layout="NCHW"))
+    assert info.tensor("X").halo == ((0, 0), (0, 0), (1, 1), (1, 0))
+    assert info.tensor("X").reads_outside and not info.tensor("Wt").reads_outside
+    assert not analyze(build_workload("conv2d", "1,2,5,6,2,3,3")).tensor("X").reads_outside

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from aotune.analysis.workload import ACTIVATIONS, batch_matmul, dense, einsum
+from aotune.analysis.workload import ACTIVATIONS, ConvParams, batch_matmul, conv2d, dense, depthwise_conv2d, einsum
 from aotune.codegen.compile import compile_kernel
-from aotune.codegen.runner import HostKernel, check_against_numpy, numpy_baseline, random_operands
+from aotune.codegen.runner import HostKernel, check_against_numpy, conv2d_reference, numpy_baseline, random_operands
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import UnsupportedWorkloadError
@@ -51,8 +51,9 @@ def test_dense_with_fused_epilogue_matches_numpy(M, N, K, bias, activation, seed
 
 
 # contractions in other layouts: transposed inputs, batch index in the middle, output order swapped
+# and several loops per GEMM dimension: two row indices, two reductions, no reduction at all
 LAYOUTS = ["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "kn,mk->mn", "bmk,bkn->bmn", "mbk,bkn->bmn", "bkm,bnk->bmn",
-           "abmk,abkn->abmn"]
+           "abmk,abkn->abmn", "abk,kn->abn", "mka,kan->mn", "mb,nb->mnb", "ma,na->mn"]
 
 
 @settings_
@@ -74,10 +75,83 @@ def test_numpy_baseline_computes_the_same_as_the_reference():
 
 
 @pytest.mark.parametrize("spec, dims, needle", [
-    ("ij,jk->k", {"i": 4, "j": 4, "k": 4}, "2 other spatial loops"),
-    ("ijl,jkl->ik", {"i": 4, "j": 4, "k": 4, "l": 2}, "1 reduction loop"),
-    ("ik,jk->ijk", {"i": 4, "j": 4, "k": 4}, "2 other spatial loops"),
+    ("ij,jk->k", {"i": 4, "j": 4, "k": 4}, "reduction index i appears in only one input"),
+    ("ijl,jk->ik", {"i": 4, "j": 4, "k": 4, "l": 2}, "reduction index l appears in only one input"),
 ])
 def test_unsupported_contractions_say_what_is_supported(spec, dims, needle):
     with pytest.raises(UnsupportedWorkloadError, match=needle):
         build_cpu_space(einsum(spec, dims), HOST)
+
+
+# Convolutions: small images (1, primes, below a vector), every layout, stride, dilation and
+# padding, grouped channels; shapes whose kernel does not fit the padded input are skipped here
+# (they are bad input, tested in test_cli).
+conv_small = st.sampled_from([1, 2, 3, 5, 7, 8, 11, 17])
+
+
+def conv_fits(H: int, W: int, R: int, S: int, pad: int, dilation: int) -> bool:
+    return dilation * (R - 1) + 1 <= H + 2 * pad and dilation * (S - 1) + 1 <= W + 2 * pad
+
+
+@settings_
+@given(N=st.integers(1, 2), groups=st.integers(1, 3), cg=conv_small, kg=conv_small, H=conv_small, W=conv_small,
+       R=st.integers(1, 3), S=st.integers(1, 3), stride=st.integers(1, 3), pad=st.integers(0, 2),
+       dilation=st.integers(1, 2), layout=st.sampled_from(["NCHW", "NHWC"]), seed=st.integers(0, 1 << 20))
+def test_conv2d_matches_numpy(N, groups, cg, kg, H, W, R, S, stride, pad, dilation, layout, seed):
+    if not conv_fits(H, W, R, S, pad, dilation):
+        return
+    check(conv2d(N, groups * cg, H, W, groups * kg, R, S, stride=stride, pad=pad, dilation=dilation,
+                 groups=groups, layout=layout), seed)
+
+
+@settings_
+@given(N=st.integers(1, 2), C=conv_small, H=conv_small, W=conv_small, R=st.integers(1, 3), S=st.integers(1, 3),
+       stride=st.integers(1, 2), pad=st.integers(0, 1), layout=st.sampled_from(["NCHW", "NHWC"]),
+       seed=st.integers(0, 1 << 20))
+def test_depthwise_conv2d_matches_numpy(N, C, H, W, R, S, stride, pad, layout, seed):
+    if not conv_fits(H, W, R, S, pad, 1):
+        return
+    check(depthwise_conv2d(N, C, H, W, R, S, stride=stride, pad=pad, layout=layout), seed)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("stride, pad, dilation, groups", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 2, 2, 1), (3, 1, 2, 4)])
+def test_conv_reference_equals_the_definition(layout, stride, pad, dilation, groups):
+    """The numpy reference (windows + tensordot) against the convolution's definition, loop by loop."""
+    rng = np.random.default_rng(0)
+    N, C, H, W, K, R, S = 2, 8, 7, 6, 4, 3, 2
+    p = ConvParams(stride, pad, dilation, groups, layout)
+    x = rng.standard_normal((N, C, H, W))
+    wt = rng.standard_normal((K, C // groups, R, S))
+    OH, OW = p.out_size(H, R), p.out_size(W, S)
+    want = np.zeros((N, K, OH, OW))
+    cg, kg = C // groups, K // groups
+    for n in range(N):
+        for k in range(K):
+            g = k // kg
+            for oh in range(OH):
+                for ow in range(OW):
+                    for c in range(cg):
+                        for r in range(R):
+                            for s in range(S):
+                                h, w_ = oh * stride + r * dilation - pad, ow * stride + s * dilation - pad
+                                if 0 <= h < H and 0 <= w_ < W:
+                                    want[n, k, oh, ow] += x[n, g * cg + c, h, w_] * wt[k, c, r, s]
+    if layout == "NHWC":
+        got = conv2d_reference(x.transpose(0, 2, 3, 1), wt.transpose(2, 3, 1, 0), p).transpose(0, 3, 1, 2)
+    else:
+        got = conv2d_reference(x, wt, p)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_conv_is_a_gemm_with_the_window_packed():
+    """NHWC 3x3: rows are output pixels, columns output channels, the window is gathered by packing."""
+    space = build_cpu_space(conv2d(1, 64, 56, 56, 64, 3, 3, pad=1, layout="NHWC"), HOST)
+    r = space.roles
+    assert (r.m, r.n, r.k, r.a, r.b) == (("oh", "ow"), ("ko",), ("r", "s", "c"), "X", "Wt")
+    assert "X must be packed" in {c.name for c in space.constraints}
+    assert space.var("pad_copy").domain == (0, 1)
+    # 1x1 without padding: every operand is one stride per group, so packing is a free choice
+    plain = build_cpu_space(conv2d(1, 64, 56, 56, 256, 1, 1, layout="NHWC"), HOST)
+    assert not {c.name for c in plain.constraints} & {"X must be packed", "Wt must be packed"}
+    assert "pad_copy" not in {v.name for v in plain.variables}

@@ -28,13 +28,19 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> None:
     p.add_argument("op", nargs="?" if op_optional else None, default="matmul",
-                   help="operator: matmul, batch_matmul, dense or einsum")
+                   help="operator: matmul, batch_matmul, dense, conv2d, depthwise_conv2d or einsum")
     p.add_argument("spec", nargs="?", default=None, help='einsum only: the contraction, e.g. "bij,bjk->bik"')
     p.add_argument("--shape", default=None,
-                   help="sizes: matmul/dense M x N x K (e.g. 1024x1024x1024), batch_matmul B x M x N x K")
+                   help="sizes: matmul/dense M x N x K (e.g. 1024x1024x1024), batch_matmul B x M x N x K, "
+                        "conv2d N,C,H,W,K,R,S, depthwise_conv2d N,C,H,W,R,S")
     p.add_argument("--dims", default=None, help="einsum only: size of each index, e.g. b=8,i=256,j=256,k=256")
     p.add_argument("--bias", action="store_true", help="dense only: add a bias vector of length N")
     p.add_argument("--activation", default="none", help="dense only: relu, gelu (tanh form), sigmoid or none")
+    p.add_argument("--stride", type=int, default=None, help="convolutions: step between output pixels (default 1)")
+    p.add_argument("--pad", type=int, default=None, help="convolutions: zeros on each side of H and W (default 0)")
+    p.add_argument("--dilation", type=int, default=None, help="convolutions: step between kernel taps (default 1)")
+    p.add_argument("--groups", type=int, default=None, help="conv2d: channel groups dividing C and K (default 1)")
+    p.add_argument("--layout", default=None, help="convolutions: NCHW (default) or NHWC, for input, weights and output")
     p.add_argument("--target", default="host", help="hwspec name, path to a .toml, or 'host' (default)")
 
 
@@ -92,7 +98,8 @@ def _problem(args: argparse.Namespace) -> tuple[Any, Any]:
     from aotune.hwspecs.spec import load_target
 
     w = build_workload(args.op, args.shape, spec=args.spec, dims=args.dims, bias=args.bias,
-                       activation=args.activation)
+                       activation=args.activation, stride=args.stride, pad=args.pad, dilation=args.dilation,
+                       groups=args.groups, layout=args.layout)
     return w, load_target(args.target)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
-from aotune.analysis.workload import matmul
+from aotune.analysis.workload import Workload, matmul
 from aotune.codegen.compile import compile_kernel
 from aotune.codegen.runner import final_check, random_operands
 from aotune.codegen.schedule import schedule_from_config
@@ -67,9 +67,9 @@ def topk_score(predicted: np.ndarray, measured: np.ndarray, k: int) -> float:
     return float(measured.min() / measured[picks].min())
 
 
-def model_accuracy(M: int, N: int, K: int, hw: HwSpec, samples: int, seed: int = 2026, log: Log = None) -> dict[str, Any]:
+def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log: Log = None) -> dict[str, Any]:
     """Sample valid configs, predict each from its assembly, measure each; correlation and top-k scores."""
-    space = build_cpu_space(matmul(M, N, K), hw)
+    space = build_cpu_space(w, hw)
     model = AnalyticalCpuModel(hw)
     predicted, measured, incorrect = [], [], 0
     operands = random_operands(schedule_from_config(space, space.solve()), seed)  # same shapes for every config
@@ -83,7 +83,7 @@ def model_accuracy(M: int, N: int, K: int, hw: HwSpec, samples: int, seed: int =
         measured.append(m.seconds)
     p, t = np.array(predicted), np.array(measured)
     return {"n": len(p), "spearman": spearman(p, t), "kendall": kendall(p, t), "top1": topk_score(p, t, 1),
-            "top5": topk_score(p, t, 5), "incorrect": incorrect, "best_sampled_gflops": 2 * M * N * K / t.min() / 1e9}
+            "top5": topk_score(p, t, 5), "incorrect": incorrect, "best_sampled_gflops": w.flops / t.min() / 1e9}
 
 
 def machine_description(hw: HwSpec) -> str:
@@ -105,7 +105,7 @@ def run_suite(quick: bool = False, samples: int = 64, log: Log = None) -> dict[s
         if log:
             log(f"[bench] {name}: measuring {samples} sampled configs for model accuracy")
         t0 = time.perf_counter()
-        acc = model_accuracy(M, N, K, hw, samples, log=log)
+        acc = model_accuracy(matmul(M, N, K), hw, samples, log=log)
         rows.append({
             "workload": name, "gflops": pick.gflops if pick else 0.0, "numpy_gflops": numpy_gflops,
             "ratio": (pick.gflops / numpy_gflops) if pick else 0.0, "search_seconds": result.search_seconds,

@@ -88,6 +88,8 @@ class CpuKernelBuilder:
     # ---- micro-kernel ----------------------------------------------------------------------------
     def a_strides(self) -> tuple[int, int]:
         """(row stride, k stride) of the A operand the micro-kernel reads."""
+        if self.s.a_panel_row_major:
+            return (self.s.kc, 1)
         return (1, self.s.mr) if self.s.pack_a else (self.s.a_sm, self.s.a_sk)
 
     def b_stride(self) -> int:
@@ -223,6 +225,20 @@ class CpuKernelBuilder:
         Offsets come from per-row and per-k tables; a read outside the tensor loads element 0
         instead (always valid) and is replaced by zero, so no branch sits in the packing loop.
         """
+        offset = self.gather_offsets(name, gather)
+
+        def fetch(b: ir.IRBuilder, base: ir.Value, row: ir.Value, k: ir.Value) -> ir.Value:
+            off, inside = offset(b, row, k)
+            if inside is None:
+                return b.load(b.gep(base, [off], inbounds=True))
+            val = b.load(b.gep(base, [b.select(inside, off, c64(0))], inbounds=True))
+            return b.select(inside, val, ir.Constant(F32, 0.0))
+
+        return fetch
+
+    def gather_offsets(self, name: str, gather: Gather) -> Callable[[ir.IRBuilder, ir.Value, ir.Value],
+                                                                   tuple[ir.Value, ir.Value | None]]:
+        """offset(b, row, k) -> (element offset, inside or None when nothing is guarded), from tables."""
         row_off, k_off, guards = gather.tables()
         g_row = self.table(f"{name}_row_off", row_off, I64)
         g_k = self.table(f"{name}_k_off", k_off, I64)
@@ -232,22 +248,67 @@ class CpuKernelBuilder:
         def at(b: ir.IRBuilder, g: ir.GlobalVariable, i: ir.Value) -> ir.Value:
             return b.load(b.gep(g, [ir.Constant(I32, 0), i], inbounds=True))
 
-        def fetch(b: ir.IRBuilder, base: ir.Value, row: ir.Value, k: ir.Value) -> ir.Value:
+        def offset(b: ir.IRBuilder, row: ir.Value, k: ir.Value) -> tuple[ir.Value, ir.Value | None]:
             off = b.add(at(b, g_row, row), at(b, g_k, k))
-            if not g_guards:
-                return b.load(b.gep(base, [off], inbounds=True))
             inside = None
             for g_ri, g_ki, bound in g_guards:  # 0 <= idx < bound as one unsigned compare
                 ok = b.icmp_unsigned("<", b.add(at(b, g_ri, row), at(b, g_ki, k)), ir.Constant(I32, bound))
                 inside = ok if inside is None else b.and_(inside, ok)
-            val = b.load(b.gep(base, [b.select(inside, off, c64(0))], inbounds=True))
-            return b.select(inside, val, ir.Constant(F32, 0.0))
+            return off, inside
 
-        return fetch
+        return offset
+
+    def pack_a_runs_fn(self) -> ir.Function:
+        """pack_a(A, ws, ic, pc, m_len, k_len) for a gathered A: ws[p*mr*kc + r*kc + k] = A(ic + p*mr + r, pc + k).
+
+        Row-major panels: k runs that are contiguous in A (a window's channels) are copied by an
+        inner loop LLVM vectorises; a run outside the tensor is written as zeros.
+        """
+        s = self.s
+        g = s.a_gather
+        assert g is not None
+        run = g.run
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_a")
+        fn.linkage = "internal"
+        A, ws, ic, pc, m_len, k_len = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        fetch_offset = self.gather_offsets("a", g)
+        k_end = b.add(pc, k_len)
+        first_run = b.sdiv(pc, c64(run))
+        runs_end = b.sdiv(b.add(k_end, c64(run - 1)), c64(run))
+        with counted_loop(b, c64(0), m_len, 1, "row") as row:
+            p = b.sdiv(row, c64(s.mr))
+            r = b.srem(row, c64(s.mr))
+            dst_row = b.add(b.mul(p, c64(s.mr * s.kc)), b.mul(r, c64(s.kc)))
+            gi = b.add(ic, row)
+            with counted_loop(b, first_run, runs_end, 1, "run") as ri:
+                start = b.mul(ri, c64(run))
+                lo_k = b.select(b.icmp_signed("<", start, pc), pc, start)
+                hi_k = smin(b, b.add(start, c64(run)), k_end)
+                off, inside = fetch_offset(b, gi, lo_k)
+                src = b.gep(A, [off], inbounds=True) if inside is None else None
+                dst = b.gep(ws, [b.add(dst_row, b.sub(lo_k, pc))], inbounds=True)
+                n = b.sub(hi_k, lo_k)
+                if inside is None:
+                    with counted_loop(b, c64(0), n, 1, "copy") as t_:
+                        b.store(b.load(b.gep(src, [t_], inbounds=True)), b.gep(dst, [t_], inbounds=True))
+                else:
+                    with b.if_else(inside) as (then, otherwise):
+                        with then:
+                            src = b.gep(A, [off], inbounds=True)
+                            with counted_loop(b, c64(0), n, 1, "copy") as t_:
+                                b.store(b.load(b.gep(src, [t_], inbounds=True)), b.gep(dst, [t_], inbounds=True))
+                        with otherwise:
+                            with counted_loop(b, c64(0), n, 1, "zero") as t_:
+                                b.store(ir.Constant(F32, 0.0), b.gep(dst, [t_], inbounds=True))
+        b.ret_void()
+        return fn
 
     def pack_a_fn(self) -> ir.Function:
         """pack_a(A, ws, ic, pc, m_len, k_len): ws[p*mr*kc + k*mr + r] = A[ic + p*mr + r, pc + k]."""
         s = self.s
+        if s.a_panel_row_major:
+            return self.pack_a_runs_fn()
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_a")
         fn.linkage = "internal"
         A, ws, ic, pc, m_len, k_len = fn.args

@@ -34,6 +34,17 @@ class Gather:
     offsets: tuple[int, ...]
     guarded: tuple[int, ...]
 
+    @property
+    def run(self) -> int:
+        """How many consecutive k indices are consecutive in memory (the innermost reduction loop,
+        e.g. NHWC channels), so packing can copy them as one contiguous run; 1 if none."""
+        if not self.k:
+            return 1
+        extent, step = self.k[-1]
+        last = len(self.dims) - 1
+        unit = step[last] == 1 and not any(step[:last])
+        return extent if unit and last not in self.guarded else 1
+
     @staticmethod
     def _flat(group: GroupSteps, ndim: int) -> np.ndarray:
         """Index contribution per dim (columns) of every flat group index (rows), row-major."""
@@ -125,6 +136,12 @@ class CpuSchedule:
     def has_epilogue(self) -> bool:
         """Whether the output tile's final store carries fused element-wise work."""
         return self.bias or self.activation != "none"
+
+    @property
+    def a_panel_row_major(self) -> bool:
+        """A gathered A is packed row by row (kc apart), so each window's contiguous channel runs
+        copy as vectors; the micro-kernel then reads A rows kc apart instead of interleaved."""
+        return self.pack_a and self.a_gather is not None
 
     @property
     def pack_a_elems(self) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from aotune.analysis.features import LoopFeatures
-from aotune.codegen.schedule import CpuSchedule
+from aotune.codegen.schedule import CpuSchedule, Gather
 from aotune.hwspecs.spec import HwSpec
 
 
@@ -144,14 +144,18 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     mem_bytes = total + s.M * s.N * isz if whole_fits else (
         s.M * s.K * isz * nblocks + s.K * s.N * isz * (1 if s.order != "mkn" else -(-s.M // s.mc)) + 2 * s.M * s.N * isz * Kt)
     mem_time = mem_bytes / (hw.memory.bandwidth_gbs * 1e9)
-    # Packing: scalar copy loops, one element per max(store slot, 4 issue slots) cycle.
+    # Packing: scalar copy loops, one element per max(store slot, 4 issue slots) cycle; a gathered
+    # operand pays its table loads and bounds checks per element, or, copied in contiguous runs,
+    # a vector per `lanes` elements plus the run's set-up.
     per_elem = max(1.0 / c.store_ports, 4.0 / c.issue_width)
-    pack_elems = 0
+    pack_cycles = 0.0
     if s.pack_a:
-        pack_elems += m_share * s.K * (1 if s.order == "mkn" else nblocks)
+        pack_cycles += m_share * s.K * (1 if s.order == "mkn" else nblocks) * _pack_cycles_per_elem(s.a_gather, s.a_gather.run if s.a_panel_row_major and s.a_gather else 1, hw, per_elem, lanes)
     if s.pack_b:
-        pack_elems += n_share * s.K * (1 if s.order == "nkm" else mblocks)
-    packing = pack_elems * per_elem / freq
+        pack_cycles += n_share * s.K * (1 if s.order == "nkm" else mblocks) * _pack_cycles_per_elem(s.b_gather, s.b_gather.row_run if s.b_gather else 1, hw, per_elem, lanes)
+    if s.pad_copy is not None:  # one thread copies the input into its padded buffer before the others start
+        pack_cycles += math.prod(s.pad_copy.shape) * 2.0 / lanes
+    packing = pack_cycles / freq
     overhead = hw.overhead.call_seconds + (threads - 1) * hw.overhead.thread_seconds
     parts = {"compute": compute, "L1": l1_time, "L2": l2_time, "L3": l3_time, "memory": mem_time}
     # batch entries are independent GEMMs run one after another; the epilogue costs a few vector
@@ -167,6 +171,17 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     if bottleneck == "compute" and l1_time >= compute * 0.999:
         bottleneck = "L1"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
+
+
+def _pack_cycles_per_elem(gather: Gather | None, run: int, hw: HwSpec, plain: float, lanes: int) -> float:
+    """Cycles per packed element: a strided copy, a table gather with bounds checks, or contiguous
+    runs of ``run`` elements copied as vectors."""
+    if gather is None:
+        return plain
+    issue = hw.core.issue_width
+    if run > 1:
+        return 2.0 / lanes + (12.0 + 4.0 * len(gather.guarded)) / issue / run
+    return max(plain, (6.0 + 4.0 * len(gather.guarded)) / issue)
 
 
 def _epilogue_ops(s: CpuSchedule) -> float:

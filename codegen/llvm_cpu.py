@@ -286,51 +286,86 @@ class CpuKernelBuilder:
                 lo_k = b.select(b.icmp_signed("<", start, pc), pc, start)
                 hi_k = smin(b, b.add(start, c64(run)), k_end)
                 off, inside = fetch_offset(b, gi, lo_k)
-                src = b.gep(A, [off], inbounds=True) if inside is None else None
                 dst = b.gep(ws, [b.add(dst_row, b.sub(lo_k, pc))], inbounds=True)
-                n = b.sub(hi_k, lo_k)
-                if inside is None:
-                    with counted_loop(b, c64(0), n, 1, "copy") as t_:
-                        b.store(b.load(b.gep(src, [t_], inbounds=True)), b.gep(dst, [t_], inbounds=True))
-                else:
-                    with b.if_else(inside) as (then, otherwise):
-                        with then:
-                            src = b.gep(A, [off], inbounds=True)
-                            with counted_loop(b, c64(0), n, 1, "copy") as t_:
-                                b.store(b.load(b.gep(src, [t_], inbounds=True)), b.gep(dst, [t_], inbounds=True))
-                        with otherwise:
-                            with counted_loop(b, c64(0), n, 1, "zero") as t_:
-                                b.store(ir.Constant(F32, 0.0), b.gep(dst, [t_], inbounds=True))
+                self.copy_run(b, A, off, inside, dst, b.sub(hi_k, lo_k))
         b.ret_void()
         return fn
 
     def pack_a_fn(self) -> ir.Function:
         """pack_a(A, ws, ic, pc, m_len, k_len): ws[p*mr*kc + k*mr + r] = A[ic + p*mr + r, pc + k]."""
         s = self.s
-        if s.a_panel_row_major:
+        if s.a_panel_row_major:  # a gathered A
             return self.pack_a_runs_fn()
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_a")
         fn.linkage = "internal"
         A, ws, ic, pc, m_len, k_len = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        fetch = self.gatherer("a", s.a_gather) if s.a_gather else None
         with counted_loop(b, c64(0), m_len, 1, "row") as row:
             p = b.sdiv(row, c64(s.mr))
             r = b.srem(row, c64(s.mr))
             src_row = b.add(b.mul(b.add(ic, row), c64(s.a_sm)), b.mul(pc, c64(s.a_sk)))
             dst_row = b.add(b.mul(p, c64(s.mr * s.kc)), r)
             with counted_loop(b, c64(0), k_len, 1, "k") as k:
-                if fetch is not None:
-                    val = fetch(b, A, b.add(ic, row), b.add(pc, k))
-                else:
-                    val = b.load(b.gep(A, [b.add(src_row, b.mul(k, c64(s.a_sk)))], inbounds=True))
+                val = b.load(b.gep(A, [b.add(src_row, b.mul(k, c64(s.a_sk)))], inbounds=True))
                 b.store(val, b.gep(ws, [b.add(dst_row, b.mul(k, c64(s.mr)))], inbounds=True))
+        b.ret_void()
+        return fn
+
+    def copy_run(self, b: ir.IRBuilder, base: ir.Value, off: ir.Value, inside: ir.Value | None, dst: ir.Value,
+                 n: ir.Value) -> None:
+        """dst[0:n] = base[off:off+n], or zeros where the run lies outside the tensor (a vectorisable loop)."""
+        def copy() -> None:
+            src = b.gep(base, [off], inbounds=True)
+            with counted_loop(b, c64(0), n, 1, "copy") as t_:
+                b.store(b.load(b.gep(src, [t_], inbounds=True)), b.gep(dst, [t_], inbounds=True))
+
+        if inside is None:
+            copy()
+            return
+        with b.if_else(inside) as (then, otherwise):
+            with then:
+                copy()
+            with otherwise:
+                with counted_loop(b, c64(0), n, 1, "zero") as t_:
+                    b.store(ir.Constant(F32, 0.0), b.gep(dst, [t_], inbounds=True))
+
+    def pack_b_runs_fn(self) -> ir.Function:
+        """pack_b for a gathered B whose columns run contiguously (NCHW pixels of one output row at
+        stride 1): each k row of a panel is copied run by run, the columns past N zero-filled."""
+        s = self.s
+        g = s.b_gather
+        assert g is not None
+        run = g.row_run
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_b")
+        fn.linkage = "internal"
+        B, ws, jc, pc, n_len, k_len = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        offset = self.gather_offsets("b", g)
+        n_pad = b.mul(b.sdiv(b.add(n_len, c64(s.nr - 1)), c64(s.nr)), c64(s.nr))
+        with counted_loop(b, c64(0), n_pad, s.nr, "q") as q0:
+            panel = b.mul(b.sdiv(q0, c64(s.nr)), c64(s.nr * s.kc))
+            cols = smin(b, c64(s.nr), b.sub(n_len, q0))
+            g_lo = b.add(jc, q0)
+            g_hi = b.add(g_lo, cols)
+            with counted_loop(b, c64(0), k_len, 1, "k") as k:
+                dst_row = b.add(panel, b.mul(k, c64(s.nr)))
+                with counted_loop(b, b.sdiv(g_lo, c64(run)), b.sdiv(b.add(g_hi, c64(run - 1)), c64(run)), 1, "run") as ri:
+                    start = b.mul(ri, c64(run))
+                    lo_c = b.select(b.icmp_signed("<", start, g_lo), g_lo, start)
+                    hi_c = smin(b, b.add(start, c64(run)), g_hi)
+                    off, inside = offset(b, lo_c, b.add(pc, k))
+                    dst = b.gep(ws, [b.add(dst_row, b.sub(lo_c, g_lo))], inbounds=True)
+                    self.copy_run(b, B, off, inside, dst, b.sub(hi_c, lo_c))
+                with counted_loop(b, cols, c64(s.nr), 1, "pad") as c:
+                    b.store(ir.Constant(F32, 0.0), b.gep(ws, [b.add(dst_row, c)], inbounds=True))
         b.ret_void()
         return fn
 
     def pack_b_fn(self) -> ir.Function:
         """pack_b(B, ws, jc, pc, n_len, k_len): ws[q*nr*kc + k*nr + c] = B[pc + k, jc + q*nr + c], 0-padded."""
         s = self.s
+        if s.b_gather is not None and s.b_gather.row_run > 1:
+            return self.pack_b_runs_fn()
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_b")
         fn.linkage = "internal"
         B, ws, jc, pc, n_len, k_len = fn.args

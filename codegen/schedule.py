@@ -34,16 +34,24 @@ class Gather:
     offsets: tuple[int, ...]
     guarded: tuple[int, ...]
 
+    def _run(self, group: GroupSteps) -> int:
+        if not group:
+            return 1
+        extent, step = group[-1]
+        last = len(self.dims) - 1
+        unit = step[last] == 1 and not any(step[:last])
+        return extent if unit and last not in self.guarded else 1
+
     @property
     def run(self) -> int:
         """How many consecutive k indices are consecutive in memory (the innermost reduction loop,
         e.g. NHWC channels), so packing can copy them as one contiguous run; 1 if none."""
-        if not self.k:
-            return 1
-        extent, step = self.k[-1]
-        last = len(self.dims) - 1
-        unit = step[last] == 1 and not any(step[:last])
-        return extent if unit and last not in self.guarded else 1
+        return self._run(self.k)
+
+    @property
+    def row_run(self) -> int:
+        """The same along the operand's rows (NCHW output pixels of one row, at stride 1)."""
+        return self._run(self.rows)
 
     @staticmethod
     def _flat(group: GroupSteps, ndim: int) -> np.ndarray:

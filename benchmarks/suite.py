@@ -14,7 +14,7 @@ import numpy as np
 
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
-from aotune.analysis.workload import Workload, matmul
+from aotune.analysis.workload import LAYOUTS, Workload, conv2d, dense, depthwise_conv2d, matmul
 from aotune.codegen.compile import compile_kernel
 from aotune.codegen.runner import final_check, random_operands
 from aotune.codegen.schedule import schedule_from_config
@@ -91,28 +91,55 @@ def machine_description(hw: HwSpec) -> str:
     return f"{platform.node() or 'unknown'}: {hw.description}; numpy {np.__version__}"
 
 
+def _resnet(C: int, HW: int, K: int, R: int, pad: int) -> Callable[[str], Workload]:
+    return lambda layout: conv2d(1, C, HW, HW, K, R, R, pad=pad, layout=layout)
+
+
+# The operator rows (issue 3): ResNet-50's convolution shapes in both layouts, a MobileNet-style
+# depthwise 3x3, and BERT's feed-forward dense with its bias + gelu epilogue.
+RESNET = (("56x56x64->64 3x3 p1", _resnet(64, 56, 64, 3, 1)), ("56x56x64->256 1x1", _resnet(64, 56, 256, 1, 0)),
+          ("28x28x128->128 3x3 p1", _resnet(128, 28, 128, 3, 1)), ("14x14x256->256 3x3 p1", _resnet(256, 14, 256, 3, 1)),
+          ("7x7x512->512 3x3 p1", _resnet(512, 7, 512, 3, 1)))
+OPERATORS_FULL = tuple((f"conv2d {name} {layout}", make(layout)) for name, make in RESNET for layout in LAYOUTS) + tuple(
+    (f"depthwise 112x112x32 3x3 p1 {layout}", depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout=layout))
+    for layout in LAYOUTS) + (("dense 128x768->3072 +bias gelu", dense(128, 3072, 768, True, "gelu")),)
+OPERATORS_QUICK = (("conv2d 56x56x64->64 3x3 p1 NHWC", _resnet(64, 56, 64, 3, 1)("NHWC")),)
+
+
+def bench_row(name: str, w: Workload, hw: HwSpec, samples: int, log: Log = None) -> dict[str, Any]:
+    """Tune ``w`` (no measurement), verify the top-k against numpy, then measure the model's accuracy."""
+    if log:
+        log(f"[bench] {name}: tuning")
+    result = driver.tune(w, hw, SearchOptions())
+    verified, numpy_gflops = driver.verify(result)
+    pick = driver.chosen(verified)
+    if log:
+        log(f"[bench] {name}: measuring {samples} sampled configs for model accuracy")
+    t0 = time.perf_counter()
+    acc = model_accuracy(w, hw, samples, log=log)
+    return {
+        "workload": name, "gflops": pick.gflops if pick else 0.0, "numpy_gflops": numpy_gflops,
+        "ratio": (pick.gflops / numpy_gflops) if pick else 0.0, "search_seconds": result.search_seconds,
+        "measurements": result.measurements, "all_correct": all(v.measurement.correct for v in verified),
+        "chosen_config": result.space.describe_config(pick.candidate.config) if pick else None,
+        "accuracy": acc, "accuracy_seconds": time.perf_counter() - t0,
+    }
+
+
 def run_suite(quick: bool = False, samples: int = 64, log: Log = None) -> dict[str, Any]:
-    """Run the suite on the host; returns the JSON document ``aotune bench --json`` prints."""
+    """Run the suite on the host; returns the JSON document ``aotune bench --json`` prints.
+
+    Operator rows carry ``efficiency_vs_matmul_1024``: their GFLOP/s over the tuned 1024^3
+    matmul's in the same run (the quick suite has no 1024^3 row, so it leaves it out).
+    """
     hw = load_target("host")
-    rows = []
-    for M, N, K in (QUICK if quick else FULL):
-        name = f"matmul {M}x{N}x{K}"
-        if log:
-            log(f"[bench] {name}: tuning")
-        result = driver.tune(matmul(M, N, K), hw, SearchOptions())
-        verified, numpy_gflops = driver.verify(result)
-        pick = driver.chosen(verified)
-        if log:
-            log(f"[bench] {name}: measuring {samples} sampled configs for model accuracy")
-        t0 = time.perf_counter()
-        acc = model_accuracy(matmul(M, N, K), hw, samples, log=log)
-        rows.append({
-            "workload": name, "gflops": pick.gflops if pick else 0.0, "numpy_gflops": numpy_gflops,
-            "ratio": (pick.gflops / numpy_gflops) if pick else 0.0, "search_seconds": result.search_seconds,
-            "measurements": result.measurements, "all_correct": all(v.measurement.correct for v in verified),
-            "chosen_config": result.space.describe_config(pick.candidate.config) if pick else None,
-            "accuracy": acc, "accuracy_seconds": time.perf_counter() - t0,
-        })
+    rows = [bench_row(f"matmul {M}x{N}x{K}", matmul(M, N, K), hw, samples, log) for M, N, K in (QUICK if quick else FULL)]
+    reference = next((r["gflops"] for r in rows if r["workload"] == "matmul 1024x1024x1024"), None)
+    for name, w in (OPERATORS_QUICK if quick else OPERATORS_FULL):
+        row = bench_row(name, w, hw, samples, log)
+        if reference:
+            row["efficiency_vs_matmul_1024"] = row["gflops"] / reference
+        rows.append(row)
     return {"machine": machine_description(hw), "rows": rows}
 
 
@@ -121,12 +148,14 @@ def print_table(result: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"aotune bench on {result['machine']}")
-    for col in ("workload", "GFLOP/s", "numpy", "ratio", "search s", "runs in search", "n", "Spearman", "Kendall",
-                "top-1", "top-5"):
+    for col in ("workload", "GFLOP/s", "numpy", "ratio", "vs 1024³", "search s", "runs in search", "n", "Spearman",
+                "Kendall", "top-1", "top-5"):
         table.add_column(col)
     for r in result["rows"]:
         a = r["accuracy"]
+        eff = r.get("efficiency_vs_matmul_1024")
         table.add_row(r["workload"], f"{r['gflops']:.1f}", f"{r['numpy_gflops']:.1f}", f"{r['ratio']:.2f}",
+                      f"{eff:.2f}" if eff is not None else "-",
                       f"{r['search_seconds']:.1f}", str(r["measurements"]), str(a["n"]), f"{a['spearman']:.2f}",
                       f"{a['kendall']:.2f}", f"{a['top1']:.2f}", f"{a['top5']:.2f}")
     console.print(table)

@@ -220,13 +220,22 @@ def cmd_space(args: argparse.Namespace) -> int:
             "space": space.title,
             "variables": [{"name": v.name, "domain": v.domain_text(), "description": v.description} for v in space.variables],
             "constraints": [{"name": c.name, "text": c.text, "when": c.when} for c in space.constraints],
+            "accesses": [{"tensor": t.tensor, "map": t.access_map, "tile_footprint": t.footprint_text(),
+                          "halo": t.halo} for t in space.info.tensors],
             "count": n, "exact": exact}, indent=1))
         return 0
+    from rich.markup import escape
+
     out = _console()
     out.print(f"[bold]space: {space.title}[/]")
     out.print("decision variables:")
     for v in space.variables:
         out.print(f"  {v.name:<8} {v.domain_text():<28} {v.description}")
+    out.print("accesses (isl): tile footprint in elements, for a tile of T_loop iterations per loop")
+    for t in space.info.tensors:
+        halo = [f"{lo}/{hi}" for lo, hi in t.halo]
+        reach = f"; reads outside by {', '.join(halo)} per dim (zeros)" if t.reads_outside else ""
+        out.print(escape(f"  {t.access_map}\n      footprint {t.footprint_text()}{reach}"))
     out.print("constraints:")
     for c in space.constraints:
         guard = f"   (when {c.when[0]} = {space.var(c.when[0]).label(c.when[1])})" if c.when else ""

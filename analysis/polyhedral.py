@@ -37,6 +37,13 @@ class LinearForm:
         """The value at concrete tile sizes."""
         return sum(c * tiles[n] for n, c in self.terms) + self.const
 
+    def __str__(self) -> str:
+        parts = [f"{c}*T_{n}" if c != 1 else f"T_{n}" for n, c in self.terms]
+        text = " + ".join(parts) or str(self.const)
+        if parts and self.const:
+            text += f" - {-self.const}" if self.const < 0 else f" + {self.const}"
+        return text
+
 
 @dataclass(frozen=True)
 class TensorAccessInfo:
@@ -61,6 +68,10 @@ class TensorAccessInfo:
     def stride(self, loop: str) -> int:
         """Element stride of this access along ``loop``."""
         return dict(self.strides)[loop]
+
+    def footprint_text(self) -> str:
+        """The tile footprint as a product of per-dim extents in the tile sizes ``T_loop``."""
+        return " x ".join(f"({e})" if len(e.terms) > 1 or (e.terms and e.const) else str(e) for e in self.extents)
 
 
 @dataclass(frozen=True)

@@ -306,7 +306,9 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: in
     Cg, Kg = C // groups, K // groups
     h = AffineIndex((("oh", stride), ("r", dilation)), -pad)
     w = AffineIndex((("ow", stride), ("s", dilation)), -pad)
-    ci, ko = AffineIndex((("g", Cg), ("c", 1))), AffineIndex((("g", Kg), ("ko", 1)))
+    # a g loop only with several groups, so an ordinary convolution's accesses stay plain
+    ci = AffineIndex((("g", Cg), ("c", 1))) if groups > 1 else AffineIndex((("c", 1),))
+    ko = AffineIndex((("g", Kg), ("ko", 1))) if groups > 1 else AffineIndex((("ko", 1),))
 
     def ix(name: str) -> AffineIndex:
         return AffineIndex(((name, 1),))
@@ -325,6 +327,7 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: in
         wt = Access("Wt", (ko, ix("c"), ix("r"), ix("s")))
         y = Access("Y", (ix("n"), ko, ix("oh"), ix("ow")))
         shapes = ((N, C, H, W), (K, Cg, R, S), (N, K, OH, OW))
+    spatial = tuple(n for n in spatial if n != "g" or groups > 1)
     loops = tuple(Loop(n, sp[n], "spatial") for n in spatial) + tuple(Loop(n, red[n], "reduction") for n in reduction)
     tensors = tuple(Tensor(name, shape, dtype) for name, shape in zip(("X", "Wt", "Y"), shapes))
     shape = (("N", N), ("C", C), ("H", H), ("W", W)) + ((("K", K),) if op == "conv2d" else ()) + (("R", R), ("S", S))

@@ -58,6 +58,19 @@ def one_register_spec(tmp_path_factory) -> Path:
     (["tune", "batch_matmul", "--shape", "8x8x8"], ["expected 4", "BxMxNxK"]),
     (["tune", "matmul", "--shape", "8x8x8", "--bias"], ["apply to dense"]),
     (["tune", "dense", "--shape", "8x8x8", "--activation", "swish"], ["activation 'swish'", "relu"]),
+    # convolutions: each parameter that breaks its rule is named, with the rule
+    (["tune", "conv2d", "--shape", "1,3,4,4,8,7,7"], ["kernel R=7", "larger than the padded input", "H+2*pad=4"]),
+    (["tune", "conv2d", "--shape", "1,3,4,4,8,3,3", "--dilation", "3"], ["dilated span 7", "padded input"]),
+    (["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--stride", "0"], ["stride must be an integer >= 1"]),
+    (["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--dilation", "0"], ["dilation must be an integer >= 1"]),
+    (["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--pad", "-1"], ["pad must be an integer >= 0"]),
+    (["tune", "conv2d", "--shape", "1,6,8,8,8,3,3", "--groups", "4"], ["groups=4 does not divide C=6"]),
+    (["tune", "conv2d", "--shape", "1,8,8,8,6,3,3", "--groups", "4"], ["groups=4 does not divide K=6"]),
+    (["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--layout", "NWHC"], ["layout 'NWHC'", "NCHW, NHWC"]),
+    (["tune", "conv2d", "--shape", "1,3,8,8,8,3"], ["expected 7", "N,C,H,W,K,R,S"]),
+    (["tune", "conv2d", "--shape", "1,3,0,8,8,3,3"], ["dimension H", "got 0"]),
+    (["tune", "matmul", "--shape", "8x8x8", "--layout", "NHWC"], ["--layout apply to conv2d"]),
+    (["tune", "depthwise_conv2d", "--shape", "1,8,8,8,3,3", "--groups", "2"], ["one group per channel"]),
 ])
 def test_bad_input_gets_one_line_error(args, needles):
     assert_one_line_error(run_cli(*args), *needles)
@@ -94,6 +107,17 @@ def test_space_prints_variables_constraints_and_count(capsys):
     assert "accumulators mr*nr/16 + operand regs (nr/16 + 1) <= 32 vector registers" in out
     assert "L1 footprint(mr, nr, kc) = (4*mr*kc + 4*kc*nr) B <= 0.8 * 32 KiB" in out
     assert "valid configs:" in out
+
+
+def test_space_of_a_convolution_shows_isl_window_footprints_and_the_padding_decision(capsys):
+    assert main(["space", "conv2d", "--shape", "1,8,9,9,16,3,3", "--stride", "2", "--pad", "1", "--layout", "NHWC",
+                 "--count-seconds", "0.5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    x = next(a for a in doc["accesses"] if a["tensor"] == "X")
+    assert x["tile_footprint"] == "T_n x (2*T_oh + T_r - 2) x (2*T_ow + T_s - 2) x T_c"
+    assert x["halo"] == [[0, 0], [1, 1], [1, 1], [0, 0]]
+    assert "pad_copy" in {v["name"] for v in doc["variables"]}
+    assert "X must be packed" in {c["name"] for c in doc["constraints"]}
 
 
 def test_predict_names_the_bottleneck(capsys):

@@ -258,6 +258,12 @@ class CpuKernelBuilder:
 
         return offset
 
+    def pack_prologue(self, name: str) -> tuple[ir.Function, ir.IRBuilder]:
+        """An internal ``name(src, ws, outer0, k0, outer_len, k_len)`` packing function and its builder."""
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name=name)
+        fn.linkage = "internal"
+        return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
     def pack_a_runs_fn(self) -> ir.Function:
         """pack_a(A, ws, ic, pc, m_len, k_len) for a gathered A: ws[p*mr*kc + r*kc + k] = A(ic + p*mr + r, pc + k).
 
@@ -268,26 +274,16 @@ class CpuKernelBuilder:
         g = s.a_gather
         assert g is not None
         run = g.run
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_a")
-        fn.linkage = "internal"
+        fn, b = self.pack_prologue("pack_a")
         A, ws, ic, pc, m_len, k_len = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
         fetch_offset = self.gather_offsets("a", g)
-        k_end = b.add(pc, k_len)
-        first_run = b.sdiv(pc, c64(run))
-        runs_end = b.sdiv(b.add(k_end, c64(run - 1)), c64(run))
         with counted_loop(b, c64(0), m_len, 1, "row") as row:
             p = b.sdiv(row, c64(s.mr))
             r = b.srem(row, c64(s.mr))
             dst_row = b.add(b.mul(p, c64(s.mr * s.kc)), b.mul(r, c64(s.kc)))
             gi = b.add(ic, row)
-            with counted_loop(b, first_run, runs_end, 1, "run") as ri:
-                start = b.mul(ri, c64(run))
-                lo_k = b.select(b.icmp_signed("<", start, pc), pc, start)
-                hi_k = smin(b, b.add(start, c64(run)), k_end)
-                off, inside = fetch_offset(b, gi, lo_k)
-                dst = b.gep(ws, [b.add(dst_row, b.sub(lo_k, pc))], inbounds=True)
-                self.copy_run(b, A, off, inside, dst, b.sub(hi_k, lo_k))
+            self.copy_runs(b, A, pc, b.add(pc, k_len), run, lambda k: fetch_offset(b, gi, k),
+                           lambda k: b.gep(ws, [b.add(dst_row, b.sub(k, pc))], inbounds=True))
         b.ret_void()
         return fn
 
@@ -296,10 +292,8 @@ class CpuKernelBuilder:
         s = self.s
         if s.a_panel_row_major:  # a gathered A
             return self.pack_a_runs_fn()
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_a")
-        fn.linkage = "internal"
+        fn, b = self.pack_prologue("pack_a")
         A, ws, ic, pc, m_len, k_len = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
         with counted_loop(b, c64(0), m_len, 1, "row") as row:
             p = b.sdiv(row, c64(s.mr))
             r = b.srem(row, c64(s.mr))
@@ -310,6 +304,18 @@ class CpuKernelBuilder:
                 b.store(val, b.gep(ws, [b.add(dst_row, b.mul(k, c64(s.mr)))], inbounds=True))
         b.ret_void()
         return fn
+
+    def copy_runs(self, b: ir.IRBuilder, base: ir.Value, lo: ir.Value, hi: ir.Value, run: int,
+                  source: Callable[[ir.Value], tuple[ir.Value, ir.Value | None]],
+                  dest: Callable[[ir.Value], ir.Value]) -> None:
+        """Copy indices [lo, hi), which are contiguous in ``base`` within each aligned block of ``run``:
+        one vectorisable copy per block, from ``source(first index)`` to ``dest(first index)``."""
+        with counted_loop(b, b.sdiv(lo, c64(run)), b.sdiv(b.add(hi, c64(run - 1)), c64(run)), 1, "run") as ri:
+            start = b.mul(ri, c64(run))
+            first = b.select(b.icmp_signed("<", start, lo), lo, start)
+            end = smin(b, b.add(start, c64(run)), hi)
+            off, inside = source(first)
+            self.copy_run(b, base, off, inside, dest(first), b.sub(end, first))
 
     def copy_run(self, b: ir.IRBuilder, base: ir.Value, off: ir.Value, inside: ir.Value | None, dst: ir.Value,
                  n: ir.Value) -> None:
@@ -336,10 +342,8 @@ class CpuKernelBuilder:
         g = s.b_gather
         assert g is not None
         run = g.row_run
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_b")
-        fn.linkage = "internal"
+        fn, b = self.pack_prologue("pack_b")
         B, ws, jc, pc, n_len, k_len = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
         offset = self.gather_offsets("b", g)
         n_pad = b.mul(b.sdiv(b.add(n_len, c64(s.nr - 1)), c64(s.nr)), c64(s.nr))
         with counted_loop(b, c64(0), n_pad, s.nr, "q") as q0:
@@ -349,13 +353,9 @@ class CpuKernelBuilder:
             g_hi = b.add(g_lo, cols)
             with counted_loop(b, c64(0), k_len, 1, "k") as k:
                 dst_row = b.add(panel, b.mul(k, c64(s.nr)))
-                with counted_loop(b, b.sdiv(g_lo, c64(run)), b.sdiv(b.add(g_hi, c64(run - 1)), c64(run)), 1, "run") as ri:
-                    start = b.mul(ri, c64(run))
-                    lo_c = b.select(b.icmp_signed("<", start, g_lo), g_lo, start)
-                    hi_c = smin(b, b.add(start, c64(run)), g_hi)
-                    off, inside = offset(b, lo_c, b.add(pc, k))
-                    dst = b.gep(ws, [b.add(dst_row, b.sub(lo_c, g_lo))], inbounds=True)
-                    self.copy_run(b, B, off, inside, dst, b.sub(hi_c, lo_c))
+                gk = b.add(pc, k)
+                self.copy_runs(b, B, g_lo, g_hi, run, lambda col: offset(b, col, gk),
+                               lambda col: b.gep(ws, [b.add(dst_row, b.sub(col, g_lo))], inbounds=True))
                 with counted_loop(b, cols, c64(s.nr), 1, "pad") as c:
                     b.store(ir.Constant(F32, 0.0), b.gep(ws, [b.add(dst_row, c)], inbounds=True))
         b.ret_void()
@@ -366,10 +366,8 @@ class CpuKernelBuilder:
         s = self.s
         if s.b_gather is not None and s.b_gather.row_run > 1:
             return self.pack_b_runs_fn()
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name="pack_b")
-        fn.linkage = "internal"
+        fn, b = self.pack_prologue("pack_b")
         B, ws, jc, pc, n_len, k_len = fn.args
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
         fetch = self.gatherer("b", s.b_gather) if s.b_gather else None
         n_pad = b.mul(b.sdiv(b.add(n_len, c64(s.nr - 1)), c64(s.nr)), c64(s.nr))
         with counted_loop(b, c64(0), n_pad, s.nr, "q") as q0:

@@ -150,9 +150,9 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     per_elem = max(1.0 / c.store_ports, 4.0 / c.issue_width)
     pack_cycles = 0.0
     if s.pack_a:
-        pack_cycles += m_share * s.K * (1 if s.order == "mkn" else nblocks) * _pack_cycles_per_elem(s.a_gather, s.a_gather.run if s.a_panel_row_major and s.a_gather else 1, hw, per_elem, lanes)
+        pack_cycles += m_share * s.K * (1 if s.order == "mkn" else nblocks) * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, hw, per_elem, lanes)
     if s.pack_b:
-        pack_cycles += n_share * s.K * (1 if s.order == "nkm" else mblocks) * _pack_cycles_per_elem(s.b_gather, s.b_gather.row_run if s.b_gather else 1, hw, per_elem, lanes)
+        pack_cycles += n_share * s.K * (1 if s.order == "nkm" else mblocks) * _pack_cycles_per_elem(s.b_gather, s.b_pack_run, hw, per_elem, lanes)
     if s.pad_copy is not None:  # one thread copies the input into its padded buffer before the others start
         pack_cycles += math.prod(s.pad_copy.shape) * 2.0 / lanes
     packing = pack_cycles / freq

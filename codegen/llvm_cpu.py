@@ -273,7 +273,7 @@ class CpuKernelBuilder:
         s = self.s
         g = s.a_gather
         assert g is not None
-        run = g.run
+        run = s.a_pack_run  # 1 works too: runs of one element
         fn, b = self.pack_prologue("pack_a")
         A, ws, ic, pc, m_len, k_len = fn.args
         fetch_offset = self.gather_offsets("a", g)
@@ -341,7 +341,7 @@ class CpuKernelBuilder:
         s = self.s
         g = s.b_gather
         assert g is not None
-        run = g.row_run
+        run = s.b_pack_run
         fn, b = self.pack_prologue("pack_b")
         B, ws, jc, pc, n_len, k_len = fn.args
         offset = self.gather_offsets("b", g)
@@ -364,7 +364,7 @@ class CpuKernelBuilder:
     def pack_b_fn(self) -> ir.Function:
         """pack_b(B, ws, jc, pc, n_len, k_len): ws[q*nr*kc + k*nr + c] = B[pc + k, jc + q*nr + c], 0-padded."""
         s = self.s
-        if s.b_gather is not None and s.b_gather.row_run > 1:
+        if s.b_pack_run > 1:
             return self.pack_b_runs_fn()
         fn, b = self.pack_prologue("pack_b")
         B, ws, jc, pc, n_len, k_len = fn.args

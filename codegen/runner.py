@@ -91,10 +91,15 @@ class HostKernel:
             bias = np.ascontiguousarray(bias, dtype=np.float32)
         c = out if out is not None else np.empty(c_shape, dtype=np.float32)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
-        if self._pad is not None and self._padded is not None and s.pad_copy is not None:
-            src = pa if s.pad_copy.operand == "a" else pb
-            self._pad(src, self._padded.ctypes.data)
-            pa, pb = (self._padded.ctypes.data, pb) if s.pad_copy.operand == "a" else (pa, self._padded.ctypes.data)
+        if s.pad_copy is not None:  # both set in __init__ exactly when the schedule has a padded copy
+            assert self._pad is not None and self._padded is not None
+            padded = self._padded.ctypes.data
+            if s.pad_copy.operand == "a":
+                self._pad(pa, padded)
+                pa = padded
+            else:
+                self._pad(pb, padded)
+                pb = padded
         pbias = bias.ctypes.data if s.bias else None  # checked above: present when the kernel adds it
         calls = [(pa, pb, pc, pbias, lo, hi, wa.ctypes.data, wb.ctypes.data) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws)]
         if len(calls) == 1:

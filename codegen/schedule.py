@@ -12,7 +12,7 @@ import numpy as np
 
 from aotune.analysis.polyhedral import AccessInfo, TensorAccessInfo
 from aotune.analysis.workload import ConvParams, Workload
-from aotune.constraints.cpu import ORDERS, PAR_LOOPS, CpuSpace, group_stride, operand_is_direct
+from aotune.constraints.cpu import ORDERS, PAR_LOOPS, CpuSpace, group_extent, group_stride, must_pack_because
 from aotune.constraints.space import Config
 from aotune.errors import ConfigError
 
@@ -152,6 +152,16 @@ class CpuSchedule:
         return self.pack_a and self.a_gather is not None
 
     @property
+    def a_pack_run(self) -> int:
+        """Elements packing copies per contiguous run of a gathered A (1: element by element)."""
+        return self.a_gather.run if self.a_panel_row_major and self.a_gather is not None else 1
+
+    @property
+    def b_pack_run(self) -> int:
+        """The same for a gathered B, whose runs lie along its columns."""
+        return self.b_gather.row_run if self.pack_b and self.b_gather is not None else 1
+
+    @property
     def pack_a_elems(self) -> int:
         """Workspace for one packed A block (mc rows rounded up to mr, kc deep)."""
         return -(-self.mc // self.mr) * self.mr * self.kc if self.pack_a else 1
@@ -179,8 +189,7 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
     assert w is not None and r is not None and info is not None and hw is not None
     c = cfg.as_dict()
     a, b, out = info.tensor(r.a), info.tensor(r.b), info.tensor(r.c)
-    loops = [lp.name for lp in w.loops]
-    pad = _pad_copy(w, info, r.a, r.b) if c.get("pad_copy") else None
+    pad = _pad_copy(w, info, r.a) if c.get("pad_copy") else None
 
     def addressed(t: TensorAccessInfo, operand: str) -> tuple[int, ...]:
         return pad.padded if pad is not None and pad.operand == operand else w.tensor(t.tensor).shape
@@ -190,7 +199,7 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         return sum(dict(coeffs).get(loop, 0) * math.prod(dims[d + 1:]) for d, coeffs in enumerate(t.coefficients))
 
     def gather(t: TensorAccessInfo, operand: str, rows: tuple[str, ...], vector_axis: bool) -> Gather | None:
-        if operand_is_direct(w, info, t.tensor, rows, r.k, vector_axis):
+        if must_pack_because(w, info, t.tensor, rows, r.k, vector_axis) is None:
             return None
         dims = addressed(t, operand)
         copied = pad is not None and pad.operand == operand
@@ -207,8 +216,7 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         return s if s is not None else 0  # unused: a gathered operand is always packed
 
     return CpuSchedule(
-        M=math.prod(w.loop(n).extent for n in r.m), N=math.prod(w.loop(n).extent for n in r.n),
-        K=math.prod(w.loop(n).extent for n in r.k),
+        M=group_extent(w, r.m), N=group_extent(w, r.n), K=group_extent(w, r.k),
         mr=c["mr"], nr=c["nr"], kc=c["kc"], mc=c["mc"], nc=c["nc"], order=ORDERS[c["order"]],
         pack_a=bool(c["pack_a"]), pack_b=bool(c["pack_b"]), unroll=c["unroll"], par=PAR_LOOPS[c["par"]],
         threads=c["threads"], lanes=hw.vector_lanes_f32,
@@ -223,7 +231,7 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
     )
 
 
-def _pad_copy(w: Workload, info: AccessInfo, a_name: str, b_name: str) -> PadCopy:
+def _pad_copy(w: Workload, info: AccessInfo, a_name: str) -> PadCopy:
     """The zero-padded copy of the input that reads outside its bounds."""
     t = next(t for t in info.tensors if not t.is_output and t.reads_outside)
     shape = w.tensor(t.tensor).shape

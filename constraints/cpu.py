@@ -110,7 +110,7 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
     else:  # no column loop (N = 1): B is the input with no loops of its own, if there is one
         b_t = in1 if only[in1.tensor] == [] or only[in0.tensor] else in0
     a_t = in1 if b_t is in0 else in0
-    n_group = _linear_run(w, out, only[b_t.tensor], contiguous[0] if contiguous else None) if contiguous else ()
+    n_group = _linear_run(w, out, only[b_t.tensor], contiguous[0]) if contiguous else ()
     m_group = _linear_run(w, out, only[a_t.tensor], None)
     order = [lp.name for lp in w.loops]
     batch += [n for n in only[a_t.tensor] + only[b_t.tensor] if n not in m_group and n not in n_group]
@@ -119,15 +119,20 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
                  tuple(sorted(batch, key=order.index)))
 
 
-def operand_is_direct(w: Workload, info: AccessInfo, tensor: str, rows: tuple[str, ...],
-                      k: tuple[str, ...], vector_axis: bool) -> bool:
-    """Whether the micro-kernel can read ``tensor`` in place: one stride per group, no reads outside
-    its bounds and, for the vector operand, unit stride along its columns."""
+def must_pack_because(w: Workload, info: AccessInfo, tensor: str, rows: tuple[str, ...],
+                      k: tuple[str, ...], vector_axis: bool) -> str | None:
+    """Why the micro-kernel cannot read ``tensor`` in place, or None when it can: that needs one
+    stride per group, no reads outside its bounds and, for the vector operand, unit stride along
+    its columns."""
     t = info.tensor(tensor)
     row_stride = group_stride(w, t, rows)
-    if t.reads_outside or row_stride is None or group_stride(w, t, k) is None:
-        return False
-    return not vector_axis or row_stride == 1 or group_extent(w, rows) == 1
+    if t.reads_outside:
+        return "reads outside its bounds (zero padding)"
+    if row_stride is None or group_stride(w, t, k) is None:
+        return "is not one stride along its rows or the reduction"
+    if vector_axis and row_stride != 1 and group_extent(w, rows) > 1:
+        return "is not contiguous along the vector axis"
+    return None
 
 
 @dataclass
@@ -239,10 +244,8 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
                        f"{hw.cache(3).usable_fraction:g} * {hw.cache_bytes_per_core(3) // 1024} KiB per core",
                        "reduce nc, mc or kc"))
     for flag, tensor, rows, vector_axis in (("pack_a", r.a, r.m, False), ("pack_b", r.b, r.n, True)):
-        if not operand_is_direct(w, info, tensor, rows, r.k, vector_axis):
-            why = ("reads outside its bounds (zero padding)" if info.tensor(tensor).reads_outside else
-                   "is not one stride along its rows or the reduction" if not vector_axis or
-                   group_stride(w, info.tensor(tensor), rows) is None else "is not contiguous along the vector axis")
+        why = must_pack_because(w, info, tensor, rows, r.k, vector_axis)
+        if why is not None:
             constraints.append(Constraint(f"{tensor} must be packed", Var(flag), "==", Const(1),
                                           f"{flag} = 1 ({tensor} {why}; packing gathers it into panels)",
                                           f"set {flag}=1"))

@@ -54,6 +54,8 @@ def mix_from_schedule(s: CpuSchedule) -> KStepMix:
     """The mix the schedule implies: nr/lanes B vectors, mr broadcasts, mr*nr/lanes FMAs, loop control."""
     nvec = -(-s.nr // s.lanes)
     fma = s.mr * nvec
+    if s.a_shared:  # A is a vector per (row, k) too, found through one k-offset table load
+        return KStepMix(fma, nvec + fma, 1.0, 0.0, 0.0, 2 * fma + nvec + 2.0 + 3.0 / s.unroll)
     return KStepMix(fma, nvec, s.mr, 0.0, 0.0, fma + nvec + s.mr + 3.0 / s.unroll)
 
 
@@ -126,13 +128,14 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
     # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets.
     b_reused = s.pack_b or _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw)
-    a_bytes_l2 = calls * s.mr * s.kc * isz
+    a_cols = s.nr if s.a_shared else 1  # an A shared along the columns is read as nr-wide vectors
+    a_bytes_l2 = calls * s.mr * s.kc * a_cols * isz
     b_bytes_l2 = (calls * s.kc * s.nr if not b_reused else Nt_t * Kt * mblocks * s.kc * s.nr) * isz
     c_bytes = calls * s.mr * s.nr * isz * 2
     l2_time = (a_bytes_l2 + b_bytes_l2 + c_bytes) / bw(2)
     # Into L2 from L3: A blocks once per n block, B panels once per m block, C tiles every call
     # unless the C rows of an mc block stay in L2.
-    a_bytes_l3 = m_share * s.K * isz * (1 if s.order == "mkn" else nblocks)
+    a_bytes_l3 = m_share * s.K * isz * (n_share if s.a_shared else 1 if s.order == "mkn" else nblocks)
     b_bytes_l3 = n_share * s.K * isz * mblocks
     c_l3 = c_bytes if not fits(2, s.mc * n_share * isz) else m_share * n_share * isz * 2
     levels = len(hw.caches)
@@ -210,6 +213,10 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int) -> KStepMix:
     vec_ratio = -(-cols // s.lanes) / nvec
     row_ratio = rows / s.mr
     fma, vloads, sloads = mix.fma * vec_ratio * row_ratio, mix.vector_loads * vec_ratio, mix.scalar_loads * row_ratio
+    if s.a_shared:  # A's vector loads shrink with the rows too, B's do not; the table load stays
+        a_part = mix.vector_loads * s.mr / (s.mr + 1)
+        vloads = (mix.vector_loads - a_part + a_part * row_ratio) * vec_ratio
+        sloads = mix.scalar_loads
     other = max(0.0, mix.instructions - mix.fma - mix.vector_loads - mix.scalar_loads)
     return KStepMix(fma, vloads, sloads, mix.stores, mix.spills, fma + vloads + sloads + other)
 
@@ -285,7 +292,7 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     """
     isz, line, page = 4, hw.cache(1).line_bytes, hw.memory.page_bytes
     b_row_lines = -(-s.nr * isz // line)
-    group = [(s.a_sm * isz, s.mr, not s.pack_a), (s.b_sk * isz, s.kc * b_row_lines, not s.pack_b)]
+    group = [(s.a_sm * isz, s.mr, not s.pack_a and not s.a_shared), (s.b_sk * isz, s.kc * b_row_lines, not s.pack_b)]
     lines = sum(n for stride, n, unpacked in group if unpacked and stride % page == 0)
     return _l1_miss_fraction(page, lines, line, hw) if lines else 0.0
 

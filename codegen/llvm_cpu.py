@@ -34,6 +34,7 @@ I1 = ir.IntType(1)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PF32 = F32.as_pointer()
+PI64 = I64.as_pointer()
 
 
 def c64(v: int) -> ir.Constant:
@@ -106,7 +107,7 @@ class CpuKernelBuilder:
         nvec = -(-cols // lanes)
         tail = cols - (nvec - 1) * lanes  # lanes used in the last vector
         mask = ir.Constant(self.mask_ty, [1 if i < tail else 0 for i in range(lanes)]) if tail < lanes else None
-        params = [PF32, PF32, PF32, I64, I1] + ([I1, PF32] if s.has_epilogue else [])
+        params = [PF32, PF32, PF32, I64, I1] + ([I1, PF32] if s.has_epilogue else []) + ([PI64, PI64] if s.a_shared else [])
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), params), name=f"ukernel_{rows}x{cols}")
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # keeps each variant a symbol of its own for the asm features
@@ -141,10 +142,22 @@ class CpuKernelBuilder:
 
         # B panels are zero-padded to nr columns, so only unpacked B needs masked loads.
         b_masked = not s.pack_b
+        if s.a_shared:  # A(row, k) vectors sit at a + row_off[r] + k_off[k]; the row offsets are per call
+            row_tab, k_tab = fn.args[-2:]
+            a_rows = [b.load(b.gep(row_tab, [c64(r)], inbounds=True)) for r in range(rows)]
 
         def k_step(k: ir.Value) -> None:
             bvec = [load_vec(b_ptr, b.add(b.mul(k, c64(b_rs)), c64(v * lanes)), b_masked and v == nvec - 1)
                     for v in range(nvec)]
+            if s.a_shared:
+                k_off = b.load(b.gep(k_tab, [k], inbounds=True))
+                for r in range(rows):
+                    at = b.add(a_rows[r], k_off)
+                    for v in range(nvec):
+                        avec = load_vec(a_ptr, b.add(at, c64(v * lanes)), v == nvec - 1)
+                        cur = b.load(acc[r][v])
+                        b.store(b.call(self.fma, [avec, bvec[v], cur]), acc[r][v])
+                return
             for r in range(rows):
                 a_val = b.load(b.gep(a_ptr, [b.add(b.mul(k, c64(a_cs)), c64(r * a_rs))], inbounds=True), align=4)
                 splat = b.shuffle_vector(b.insert_element(undef, a_val, ir.Constant(I32, 0)), undef,
@@ -433,6 +446,11 @@ class CpuKernelBuilder:
             self.pad_fn()
         pack_a = self.pack_a_fn() if s.pack_a else None
         pack_b = self.pack_b_fn() if s.pack_b else None
+        a_tables = None
+        if s.a_shared:
+            assert s.a_gather is not None and not s.a_gather.guarded
+            row_off, k_off, _ = s.a_gather.tables()
+            a_tables = (self.table("a_rows", row_off, I64), self.table("a_ks", k_off, I64))
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         batch_loops = []
         for i, (extent, a_st, b_st, c_st) in enumerate(s.batch):  # independent GEMMs, outermost
@@ -471,7 +489,9 @@ class CpuKernelBuilder:
             with counted_loop(b, c64(0), length["m"], s.mr, "ir") as ir_:
                 row = b.add(start["m"], ir_)
                 col = b.add(start["n"], jr)
-                if s.pack_a:
+                if s.a_shared:
+                    a_op = b.gep(A, [col], inbounds=True)  # unit stride along the columns
+                elif s.pack_a:
                     a_op = b.gep(ws_a, [b.mul(b.sdiv(ir_, c64(s.mr)), c64(s.mr * s.kc))], inbounds=True)
                 else:
                     a_op = b.gep(A, [b.add(b.mul(row, c64(s.a_sm)), b.mul(start["k"], c64(s.a_sk)))], inbounds=True)
@@ -483,6 +503,9 @@ class CpuKernelBuilder:
                 args = [a_op, b_op, c_op, length["k"], first]
                 if s.has_epilogue:
                     args += [last, b.gep(bias, [col], inbounds=True)]
+                if a_tables is not None:
+                    args += [b.gep(a_tables[0], [c64(0), row], inbounds=True),
+                             b.gep(a_tables[1], [c64(0), start["k"]], inbounds=True)]
                 self._dispatch(b, row, col, m_tail, n_tail, args)
         for cm in reversed(batch_loops + stack):
             cm.__exit__(None, None, None)

@@ -1,14 +1,13 @@
 """Final check on the host: JIT the kernel, run it on numpy arrays across threads, compare, time.
 
-ctypes releases the GIL during the foreign call, so Python threads give real parallelism; each
-thread gets its own packing workspace and its own slice of the parallel loop.
+Each thread gets its own packing workspace and its own slice of the parallel loop; the slices run
+on native worker threads (``workers.py``) that hand work over without waking a sleeping thread.
 """
 from __future__ import annotations
 
 import ctypes
 import statistics
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,22 +18,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 from aotune.analysis.workload import ConvParams
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
 from aotune.codegen.schedule import CpuSchedule
+from aotune.codegen.workers import workers
 from aotune.errors import FinalCheckError
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
 
 _SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2))
 _SIG_PAD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool(n: int) -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None or _POOL._max_workers < n:  # noqa: SLF001 - grow the shared pool when needed
-        _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="aotune")
-    return _POOL
-
-
 def _aligned(n: int, align: int = 64) -> np.ndarray:
     raw = np.zeros(n + align // 4, dtype=np.float32)
     offset = (-raw.ctypes.data % align) // 4
@@ -67,13 +57,17 @@ class HostKernel:
             mod = optimize(kernel.llvm_ir, tm)
             self._engine = llvm.create_mcjit_compiler(mod, tm)
             self._engine.finalize_object()
-            self._fn = _SIG(self._engine.get_function_address(kernel.entry))
+            self._addr = self._engine.get_function_address(kernel.entry)
+            self._fn = _SIG(self._addr)
             self._pad = _SIG_PAD(self._engine.get_function_address(f"{kernel.entry}_pad")) if s.pad_copy else None
         # the padded copy's border stays zero: the kernel writes only its interior
         self._padded = _aligned(s.pad_copy.elems) if s.pad_copy else None
         ranges = kernel.launch
         self._ranges = ranges
         self._ws = [(_aligned(s.pack_a_elems), _aligned(s.pack_b_elems)) for _ in ranges]
+        # addresses looked up once: each ``.ctypes.data`` costs about a microsecond
+        self._ws_addr = [(wa.ctypes.data, wb.ctypes.data) for wa, wb in self._ws]
+        self._padded_addr = self._padded.ctypes.data if self._padded is not None else 0
 
     def __call__(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
                  out: np.ndarray | None = None) -> np.ndarray:
@@ -92,23 +86,20 @@ class HostKernel:
         c = out if out is not None else np.empty(c_shape, dtype=np.float32)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
         if s.pad_copy is not None:  # both set in __init__ exactly when the schedule has a padded copy
-            assert self._pad is not None and self._padded is not None
-            padded = self._padded.ctypes.data
+            assert self._pad is not None
+            padded = self._padded_addr
             if s.pad_copy.operand == "a":
                 self._pad(pa, padded)
                 pa = padded
             else:
                 self._pad(pb, padded)
                 pb = padded
-        pbias = bias.ctypes.data if s.bias else None  # checked above: present when the kernel adds it
-        calls = [(pa, pb, pc, pbias, lo, hi, wa.ctypes.data, wb.ctypes.data) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws)]
+        pbias = bias.ctypes.data if s.bias else 0  # checked above: present when the kernel adds it
+        calls = [(pa, pb, pc, pbias, lo, hi, wa, wb) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws_addr)]
         if len(calls) == 1:
             self._fn(*calls[0])
         else:
-            futures = [_pool(len(calls)).submit(self._fn, *args) for args in calls[1:]]
-            self._fn(*calls[0])
-            for f in futures:
-                f.result()
+            workers().run(self._addr, calls)
         return c
 
 

@@ -122,6 +122,7 @@ class CpuSchedule:
     bias: bool = False  # epilogue: add bias[n] to the finished output tile
     activation: str = "none"  # epilogue: then apply this activation
     a_gather: Gather | None = None  # A read through offset tables while packing (else a_sm/a_sk)
+    a_shared: bool = False  # A is indexed by the columns too: read in place as vectors via a_gather's tables
     b_gather: Gather | None = None
     pad_copy: PadCopy | None = None
     conv: ConvParams | None = None  # a convolution: the numpy reference is sliding windows, not einsum
@@ -198,8 +199,9 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         dims = addressed(t, operand)
         return sum(dict(coeffs).get(loop, 0) * math.prod(dims[d + 1:]) for d, coeffs in enumerate(t.coefficients))
 
-    def gather(t: TensorAccessInfo, operand: str, rows: tuple[str, ...], vector_axis: bool) -> Gather | None:
-        if must_pack_because(w, info, t.tensor, rows, r.k, vector_axis) is None:
+    def gather(t: TensorAccessInfo, operand: str, rows: tuple[str, ...], vector_axis: bool,
+               always: bool = False) -> Gather | None:
+        if not always and must_pack_because(w, info, t.tensor, rows, r.k, vector_axis) is None:
             return None
         dims = addressed(t, operand)
         copied = pad is not None and pad.operand == operand
@@ -226,7 +228,8 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         reference=_reference_spec(w, r.a) if w.conv is None else "",
         batch=tuple((w.loop(bl).extent, stride(a, "a", bl), stride(b, "b", bl), out.stride(bl)) for bl in r.batch),
         bias=w.epilogue.bias, activation=w.epilogue.activation,
-        a_gather=gather(a, "a", r.m, False), b_gather=gather(b, "b", r.n, True), pad_copy=pad,
+        a_gather=gather(a, "a", r.m, False, always=r.shared_n), a_shared=r.shared_n,
+        b_gather=gather(b, "b", r.n, True), pad_copy=pad,
         conv=w.conv, a_is_first=w.statement.inputs[0].tensor == r.a,
     )
 

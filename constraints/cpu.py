@@ -11,7 +11,10 @@ An input that is not one stride per group (a convolution window) or reads outsid
 from a zero-padded copy (the ``pad_copy`` decision). That is direct convolution: no im2col matrix
 is ever materialised, only the L2-sized panels the micro-kernel reads.
 Batch loops run outermost, one GEMM at a time.
-Roadmap: a micro-kernel that walks the window itself (no packing of the input) for stride-1 NHWC.
+When the output's contiguous loop indexes every tensor (NHWC depthwise channels), it becomes the
+column loop with A "shared" along it: the micro-kernel loads A as vectors through offset tables
+(element-wise with B) instead of broadcasting it, so the vector lanes stay full.
+Roadmap: the same in-place window walk for the GEMM-shaped convolutions, to skip packing A.
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ class Roles:
     b: str
     c: str
     batch: tuple[str, ...] = ()
+    shared_n: bool = False  # the columns also index A: A is loaded as vectors along them, not broadcast
 
 
 def group_extent(w: Workload, group: tuple[str, ...]) -> int:
@@ -105,6 +109,20 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
     # B holds the loop along which the output is contiguous (the vector axis of the micro-kernel)
     last = w.statement.output.indices[-1].terms if w.statement.output.indices else ()
     contiguous = [n for n in spatial if n not in batch and out.stride(n) == 1 and (n, 1) in last]
+    order = [lp.name for lp in w.loops]
+    k_group = tuple(lp.name for lp in live if lp.kind == "reduction")
+    shared = [n for n in batch if out.stride(n) == 1 and (n, 1) in last]
+    if not contiguous and shared:
+        # The output's contiguous loop indexes every tensor (a depthwise convolution's channels):
+        # the columns are that loop, element-wise in both inputs. A is the input with loops of its
+        # own, read as vectors along the columns, so it needs unit stride there.
+        a_t = in0 if only[in0.tensor] or not only[in1.tensor] else in1
+        b_t = in1 if a_t is in0 else in0
+        if a_t.stride(shared[0]) == 1:
+            m_group = _linear_run(w, out, only[a_t.tensor], None)
+            rest = [n for n in batch + only[a_t.tensor] + only[b_t.tensor] if n != shared[0] and n not in m_group]
+            return Roles(m_group, (shared[0],), k_group, a_t.tensor, b_t.tensor, out.tensor,
+                         tuple(sorted(rest, key=order.index)), shared_n=True)
     if contiguous:
         b_t = in0 if contiguous[0] in only[in0.tensor] else in1
     else:  # no column loop (N = 1): B is the input with no loops of its own, if there is one
@@ -112,9 +130,7 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
     a_t = in1 if b_t is in0 else in0
     n_group = _linear_run(w, out, only[b_t.tensor], contiguous[0]) if contiguous else ()
     m_group = _linear_run(w, out, only[a_t.tensor], None)
-    order = [lp.name for lp in w.loops]
     batch += [n for n in only[a_t.tensor] + only[b_t.tensor] if n not in m_group and n not in n_group]
-    k_group = tuple(lp.name for lp in live if lp.kind == "reduction")
     return Roles(m_group, n_group, k_group, a_t.tensor, b_t.tensor, out.tensor,
                  tuple(sorted(batch, key=order.index)))
 
@@ -177,7 +193,9 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     M, N, K = (group_extent(w, g) for g in (r.m, r.n, r.k))
     # Footprints are those of the GEMM the micro-kernel sees: packed panels, or the operand itself
     # where it is read in place (then its groups are single strides, so the view is exact).
-    view = analyze(einsum("mk,kn->mn", {"m": M, "n": N, "k": K}, names=(r.a, r.b, r.c)))
+    # An A shared along the columns is a vector per (row, k): its tile is mr x kc x nr.
+    view = analyze(einsum("mkn,kn->mn" if r.shared_n else "mk,kn->mn", {"m": M, "n": N, "k": K},
+                          names=(r.a, r.b, r.c)))
     vw, regs = hw.vector_lanes_f32, hw.isa.vector_registers
     if regs < 3:
         raise UnsatisfiableError(
@@ -244,6 +262,11 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
                        f"{hw.cache(3).usable_fraction:g} * {hw.cache_bytes_per_core(3) // 1024} KiB per core",
                        "reduce nc, mc or kc"))
     for flag, tensor, rows, vector_axis in (("pack_a", r.a, r.m, False), ("pack_b", r.b, r.n, True)):
+        if flag == "pack_a" and r.shared_n:
+            constraints.append(Constraint(f"{tensor} is read in place", Var(flag), "==", Const(0),
+                                          f"pack_a = 0 ({tensor} shares the column loop {r.n[0]}: the micro-kernel "
+                                          f"loads it as vectors through row and k offset tables)", "set pack_a=0"))
+            continue
         why = must_pack_because(w, info, tensor, rows, r.k, vector_axis)
         if why is not None:
             constraints.append(Constraint(f"{tensor} must be packed", Var(flag), "==", Const(1),
@@ -253,6 +276,10 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     if padded:
         variables += (DecisionVar("pad_copy", (0, 1), f"0: bounds checks while packing {padded[0]}; "
                                                       f"1: copy it into a zero-padded buffer first"),)
+        if r.shared_n and padded[0] == r.a:
+            constraints.append(Constraint(f"{r.a} is read padded", Var("pad_copy"), "==", Const(1),
+                                          f"pad_copy = 1 ({r.a} is read in place, which has no bounds checks, "
+                                          f"and reads outside its bounds)", "set pad_copy=1"))
     space = CpuSpace(f"{w.op} {'x'.join(str(v) for _, v in w.shape)} on {hw.name}", variables, tuple(constraints),
                      workload=w, hw=hw, info=info, roles=r)
     return space

@@ -53,7 +53,8 @@ def test_dense_with_fused_epilogue_matches_numpy(M, N, K, bias, activation, seed
 # contractions in other layouts: transposed inputs, batch index in the middle, output order swapped
 # and several loops per GEMM dimension: two row indices, two reductions, no reduction at all
 LAYOUTS = ["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "kn,mk->mn", "bmk,bkn->bmn", "mbk,bkn->bmn", "bkm,bnk->bmn",
-           "abmk,abkn->abmn", "abk,kn->abn", "mka,kan->mn", "mb,nb->mnb", "ma,na->mn"]
+           "abmk,abkn->abmn", "abk,kn->abn", "mka,kan->mn", "mb,nb->mnb", "ma,na->mn",
+           "mkb,kb->mb", "bkm,bk->bm"]
 
 
 @settings_
@@ -142,6 +143,19 @@ def test_conv_reference_equals_the_definition(layout, stride, pad, dilation, gro
     else:
         got = conv2d_reference(x, wt, p)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_depthwise_nhwc_vectorises_over_channels():
+    """NHWC depthwise: the channels index every tensor and are contiguous, so they are the columns,
+    with X read in place as vectors (no packing, its padding from the padded copy)."""
+    space = build_cpu_space(depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout="NHWC"), HOST)
+    r = space.roles
+    assert (r.m, r.n, r.k, r.a, r.b, r.shared_n) == (("oh", "ow"), ("g",), ("r", "s"), "X", "Wt", True)
+    for cfg in space.sample(8, seed=1):
+        sched = schedule_from_config(space, cfg)
+        assert sched.a_shared and not sched.pack_a and sched.pad_copy is not None
+    # NCHW: the contiguous loop (ow) is X's own, so it stays a GEMM per channel
+    assert not build_cpu_space(depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1), HOST).roles.shared_n
 
 
 def test_conv_is_a_gemm_with_the_window_packed():

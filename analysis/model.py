@@ -14,8 +14,11 @@ Cost of one thread (the slowest one, since threads split the parallel loop):
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+
+import numpy as np
 from typing import Sequence
 
 from aotune.analysis.features import LoopFeatures
@@ -128,20 +131,27 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
     # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets.
     b_reused = s.pack_b or _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw)
-    a_cols = s.nr if s.a_shared else 1  # an A shared along the columns is read as nr-wide vectors
-    a_bytes_l2 = calls * s.mr * s.kc * a_cols * isz
+    # An A shared along the columns is read as nr-wide vectors, in place: a tile's overlapping
+    # windows touch fewer distinct elements than (row, k) pairs.
+    a_tile = s.nr * _distinct_share(s.a_gather, s.mr, s.kc) if s.a_shared and s.a_gather else 1.0
+    a_bytes_l2 = calls * s.mr * s.kc * a_tile * isz
     b_bytes_l2 = (calls * s.kc * s.nr if not b_reused else Nt_t * Kt * mblocks * s.kc * s.nr) * isz
     c_bytes = calls * s.mr * s.nr * isz * 2
     l2_time = (a_bytes_l2 + b_bytes_l2 + c_bytes) / bw(2)
     # Into L2 from L3: A blocks once per n block, B panels once per m block, C tiles every call
     # unless the C rows of an mc block stay in L2.
-    a_bytes_l3 = m_share * s.K * isz * (n_share if s.a_shared else 1 if s.order == "mkn" else nblocks)
+    a_bytes_l3 = m_share * s.K * isz * (1 if s.order == "mkn" else nblocks)
+    if s.a_shared and s.a_gather:  # each element belongs to one column: the thread's rows of A, once
+        a_bytes_l3 = math.prod(s.a_gather.dims) * isz / s.batch_count * m_share / s.M
     b_bytes_l3 = n_share * s.K * isz * mblocks
     c_l3 = c_bytes if not fits(2, s.mc * n_share * isz) else m_share * n_share * isz * 2
     levels = len(hw.caches)
     l3_time = (a_bytes_l3 + b_bytes_l3 + c_l3) / bw(3) if levels >= 3 else 0.0
     # From DRAM (all threads share it)
-    total = (s.M * s.K + s.K * s.N + s.M * s.N) * isz
+    # a gathered operand's tensor (a convolution input) is smaller than its GEMM view: windows overlap
+    a_elems = math.prod(s.a_gather.dims) / s.batch_count if s.a_gather else s.M * s.K
+    b_elems = math.prod(s.b_gather.dims) / s.batch_count if s.b_gather else s.K * s.N
+    total = (a_elems + b_elems + s.M * s.N) * isz
     last = levels
     whole_fits = total <= hw.cache(last).size_kib * 1024 * hw.cache(last).usable_fraction
     mem_bytes = total + s.M * s.N * isz if whole_fits else (
@@ -156,8 +166,10 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         pack_cycles += m_share * s.K * (1 if s.order == "mkn" else nblocks) * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, hw, per_elem, lanes)
     if s.pack_b:
         pack_cycles += n_share * s.K * (1 if s.order == "nkm" else mblocks) * _pack_cycles_per_elem(s.b_gather, s.b_pack_run, hw, per_elem, lanes)
-    if s.pad_copy is not None:  # one thread copies the input into its padded buffer before the others start
-        pack_cycles += math.prod(s.pad_copy.shape) * 2.0 / lanes
+    if s.pad_copy is not None:  # one thread copies the input into its padded buffer before the others
+        # start: a stream of reads and writes at about L2 bandwidth
+        moved = (math.prod(s.pad_copy.shape) + s.pad_copy.elems) * isz
+        pack_cycles += max(math.prod(s.pad_copy.shape) * 2.0 / lanes, moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle)
     packing = pack_cycles / freq
     overhead = hw.overhead.call_seconds + (threads - 1) * hw.overhead.thread_seconds
     parts = {"compute": compute, "L1": l1_time, "L2": l2_time, "L3": l3_time, "memory": mem_time}
@@ -185,6 +197,15 @@ def _pack_cycles_per_elem(gather: Gather | None, run: int, hw: HwSpec, plain: fl
     if run > 1:
         return 2.0 / lanes + (12.0 + 4.0 * len(gather.guarded)) / issue / run
     return max(plain, (6.0 + 4.0 * len(gather.guarded)) / issue)
+
+
+@functools.lru_cache(maxsize=512)
+def _distinct_share(gather: Gather, mr: int, kc: int) -> float:
+    """Distinct elements per (row, k) pair in the first mr x kc tile of a gathered operand (1 when
+    no two pairs read the same element; 1/3 for the rows of a 3-wide window at stride 1)."""
+    row_off, k_off, _ = gather.tables()
+    tile = row_off[:mr, None] + k_off[None, :kc]
+    return np.unique(tile).size / tile.size
 
 
 def _epilogue_ops(s: CpuSchedule) -> float:

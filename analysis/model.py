@@ -141,9 +141,14 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     # Into L2 from L3: A blocks once per n block, B panels once per m block, C tiles every call
     # unless the C rows of an mc block stay in L2.
     a_bytes_l3 = m_share * s.K * isz * (1 if s.order == "mkn" else nblocks)
-    if s.a_shared and s.a_gather:  # each element belongs to one column: the thread's rows of A, once
+    if s.a_gather and s.a_shared:  # each element belongs to one column: the thread's rows of A, once
         a_bytes_l3 = math.prod(s.a_gather.dims) * isz / s.batch_count * m_share / s.M
+    elif s.a_gather and s.pack_a:  # packing gathers the window from the tensor: L3 serves each element once
+        a_bytes_l3 = min(a_bytes_l3, math.prod(s.a_gather.dims) * isz / s.batch_count * m_share / s.M
+                         * (1 if s.order == "mkn" else nblocks))
     b_bytes_l3 = n_share * s.K * isz * mblocks
+    if s.b_gather and s.pack_b:  # packing gathers the window from the tensor: L3 serves each element once
+        b_bytes_l3 = min(b_bytes_l3, math.prod(s.b_gather.dims) * isz / s.batch_count * n_share / s.N * mblocks)
     c_l3 = c_bytes if not fits(2, s.mc * n_share * isz) else m_share * n_share * isz * 2
     levels = len(hw.caches)
     l3_time = (a_bytes_l3 + b_bytes_l3 + c_l3) / bw(3) if levels >= 3 else 0.0
@@ -166,11 +171,13 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         pack_cycles += m_share * s.K * (1 if s.order == "mkn" else nblocks) * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, hw, per_elem, lanes)
     if s.pack_b:
         pack_cycles += n_share * s.K * (1 if s.order == "nkm" else mblocks) * _pack_cycles_per_elem(s.b_gather, s.b_pack_run, hw, per_elem, lanes)
-    if s.pad_copy is not None:  # one thread copies the input into its padded buffer before the others
-        # start: a stream of reads and writes at about L2 bandwidth
-        moved = (math.prod(s.pad_copy.shape) + s.pad_copy.elems) * isz
-        pack_cycles += max(math.prod(s.pad_copy.shape) * 2.0 / lanes, moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle)
     packing = pack_cycles / freq
+    pad_cycles = 0.0
+    if s.pad_copy is not None:  # one thread copies the whole input into its padded buffer, once per
+        # call (not per batch entry), before the others start: reads and writes streamed at about L2 bandwidth
+        moved = (math.prod(s.pad_copy.shape) + s.pad_copy.elems) * isz
+        pad_cycles = max(math.prod(s.pad_copy.shape) * 2.0 / lanes,
+                         moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle)
     overhead = hw.overhead.call_seconds + (threads - 1) * hw.overhead.thread_seconds
     parts = {"compute": compute, "L1": l1_time, "L2": l2_time, "L3": l3_time, "memory": mem_time}
     # batch entries are independent GEMMs run one after another; the epilogue costs a few vector
@@ -178,7 +185,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     nb = s.batch_count
     parts = {k: v * nb for k, v in parts.items()}
     parts["compute"] += nb * s.M * s.N / lanes * _epilogue_ops(s) / c.issue_width / freq / threads
-    packing *= nb
+    packing = packing * nb + pad_cycles / freq
     bound = max(parts.values())
     seconds = bound + packing + overhead
     breakdown = {**parts, "packing": packing, "overhead": overhead}

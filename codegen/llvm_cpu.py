@@ -6,10 +6,13 @@ Structure of the generated module (all sizes and strides are compile-time consta
         batch loops (independent GEMMs, pointers offset per entry), then three cache-block loops over m (mc), n (nc), k (kc) in the schedule's order, the parallel
         one restricted to [lo, hi); A/B blocks packed into panels where the schedule says so;
         then jr over nr columns, ir over mr rows, calling a micro-kernel variant:
-    void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first[, i1 last, float* bias])
+    void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first[, i1 last, float* bias]
+                               [, i64* row_off, i64* k_off])
         rows x ceil(cols/lanes) accumulator vectors, explicit llvm.fma per (row, vector), the k loop
         unrolled; the last vector of a column tail is loaded/stored with a lane mask. With an
         epilogue, the store of the last k block adds bias[n] and applies the activation.
+        A is a broadcast scalar per (row, k), or, when A is shared along the columns (NHWC
+        depthwise), a vector at a + row_off[r] + k_off[k], loaded in place like B.
 
     void <entry>_pad(float* src, float* dst)        (only with a padded copy)
         copies a zero-padding input into the interior of its padded buffer, before the threads run.

@@ -29,6 +29,7 @@ SLOT_WORDS = 16  # 128 bytes: two cache lines, so neighbouring slots never share
 MAX_WORKERS = 63
 SPIN_ROUNDS = 200_000  # ~2-5 ms of polling after a job before a worker starts napping
 NAP_MICROSECONDS = 1000
+YIELD_EVERY = 64  # spin rounds between sched_yield calls (a power of two)
 ARGS = 8  # the kernel entry: (A, B, C, bias, lo, hi, ws_a, ws_b)
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -41,6 +42,7 @@ def _module(triple: str) -> str:
     mod.triple = triple
     p64 = I64.as_pointer()
     usleep = ir.Function(mod, ir.FunctionType(I32, [I32]), name="usleep")
+    sched_yield = ir.Function(mod, ir.FunctionType(I32, []), name="sched_yield")
     pause = (ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name="llvm.x86.sse2.pause")
              if triple.startswith(("x86_64", "i686")) else None)
 
@@ -51,9 +53,14 @@ def _module(triple: str) -> str:
         fn = b.inttoptr(fn_addr, _KERNEL_TY.as_pointer())
         b.call(fn, [b.load(word(b, args, i)) for i in range(ARGS)])
 
-    def relax(b: ir.IRBuilder) -> None:
+    def relax(b: ir.IRBuilder, rounds: ir.Value) -> None:
+        """Spin politely: a pause hint, and every YIELD_EVERY rounds a sched_yield, so a thread that
+        shares this CPU with the spinner (the caller, before the OS spreads them) is not starved."""
         if pause is not None:
             b.call(pause, [])
+        every = b.and_(rounds, ir.Constant(I64, YIELD_EVERY - 1))
+        with b.if_then(b.icmp_unsigned("==", every, ir.Constant(I64, YIELD_EVERY - 1))):
+            b.call(sched_yield, [])
 
     # ---- the worker: poll, claim, run, mark done; nap when idle for long -------------------------
     worker = ir.Function(mod, ir.FunctionType(ir.VoidType(), [p64]), name="aotune_worker")
@@ -77,10 +84,10 @@ def _module(triple: str) -> str:
     b.branch(blocks["poll"])
     spins.add_incoming(ir.Constant(I64, 0), blocks["run"])
     b.position_at_end(blocks["idle"])
-    relax(b)
+    relax(b, spins)
     more = b.add(spins, ir.Constant(I64, 1))
+    spins.add_incoming(more, b.block)
     b.cbranch(b.icmp_unsigned("<", more, ir.Constant(I64, SPIN_ROUNDS)), blocks["poll"], blocks["nap"])
-    spins.add_incoming(more, blocks["idle"])
     b.position_at_end(blocks["nap"])
     b.call(usleep, [ir.Constant(I32, NAP_MICROSECONDS)])
     b.branch(blocks["poll"])
@@ -108,12 +115,16 @@ def _module(triple: str) -> str:
                 run_share(b, fn_addr, word(b, s, 2))
                 b.store_atomic(ir.Constant(I64, 0), word(b, s, 0), "release", 8)
             with theirs:  # a worker is running it: wait until it is done
+                before = b.block
                 wait = b.append_basic_block("wait")
                 done = b.append_basic_block("done")
                 b.branch(wait)
                 b.position_at_end(wait)
-                relax(b)
+                rounds = b.phi(I64, name="rounds")
+                rounds.add_incoming(ir.Constant(I64, 0), before)
+                relax(b, rounds)
                 busy = b.icmp_unsigned("!=", b.load_atomic(word(b, s, 0), "acquire", 8), ir.Constant(I64, 0))
+                rounds.add_incoming(b.add(rounds, ir.Constant(I64, 1)), b.block)
                 b.cbranch(busy, wait, done)
                 b.position_at_end(done)
     b.ret_void()

@@ -103,14 +103,9 @@ class HostKernel:
         return c
 
 
-def time_call(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 0.2,
-              warmup_seconds: float = 0.1) -> tuple[float, int, float]:
-    """Warm up, then time until at least ``min_runs`` runs and ``min_seconds``: (median, runs, spread).
-
-    The warm-up runs for a fixed time, not a fixed count: after compilation the core is often at a
-    low clock, and a single warm-up call of a short kernel leaves it there (seen: 62 vs 109 GFLOP/s
-    for the same kernel).
-    """
+def _timed_runs(fn: Callable[[], object], min_runs: int, min_seconds: float, warmup_seconds: float) -> list[float]:
+    """Warm up for ``warmup_seconds``, then the seconds of each run until at least ``min_runs`` runs
+    and ``min_seconds`` (at most 200 runs)."""
     start = time.perf_counter()
     fn()
     while time.perf_counter() - start < warmup_seconds:
@@ -121,8 +116,40 @@ def time_call(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
+    return times
+
+
+def _summary(times: list[float]) -> tuple[float, int, float]:
     med = statistics.median(times)
     return med, len(times), (max(times) - min(times)) / med if med > 0 else 0.0
+
+
+def time_call(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 0.2,
+              warmup_seconds: float = 0.1) -> tuple[float, int, float]:
+    """Warm up, then time until at least ``min_runs`` runs and ``min_seconds``: (median, runs, spread).
+
+    The warm-up runs for a fixed time, not a fixed count: after compilation the core is often at a
+    low clock, and a single warm-up call of a short kernel leaves it there (seen: 62 vs 109 GFLOP/s
+    for the same kernel).
+    """
+    return _summary(_timed_runs(fn, min_runs, min_seconds, warmup_seconds))
+
+
+def time_side_by_side(fns: list[Callable[[], object]], min_runs: int = 5, min_seconds: float = 0.2,
+                      rounds: int = 3) -> list[tuple[float, int, float]]:
+    """Time several functions in interleaved rounds, each round a short warm-up and a share of the
+    runs of every function; (median, runs, spread) of each over all its rounds.
+
+    On a shared machine the background load drifts over seconds; interleaving puts every function
+    (our kernels and numpy) under the same drift, so their ratio is what it would be on a quiet
+    machine rather than a comparison of two different moments.
+    """
+    per_round_runs = max(1, -(-min_runs // rounds))
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            times[i] += _timed_runs(fn, per_round_runs, min_seconds / rounds, 0.1 / rounds)
+    return [_summary(t) for t in times]
 
 
 Operands = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # A, B, bias
@@ -211,11 +238,27 @@ def check_against_numpy(hk: HostKernel, a: np.ndarray, b: np.ndarray,
 def final_check(kernel: Kernel, hw: HwSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
                 min_runs: int = 5, min_seconds: float = 0.2) -> Measurement:
     """Run on the host, compare with numpy, time with warm-up and a median of >= ``min_runs`` runs."""
-    hk = HostKernel(kernel, hw)
-    correct, err, tol = check_against_numpy(hk, a, b, bias)
-    out = np.empty(kernel.schedule.shapes[2], dtype=np.float32)
-    med, runs, spread = time_call(lambda: hk(a, b, bias, out), min_runs, min_seconds)
-    return Measurement(med, runs, spread, correct, err, tol)
+    return final_check_side_by_side([kernel], hw, a, b, bias, min_runs, min_seconds, with_numpy=False)[0][0]
+
+
+def final_check_side_by_side(kernels: list[Kernel], hw: HwSpec, a: np.ndarray, b: np.ndarray,
+                             bias: np.ndarray | None = None, min_runs: int = 5, min_seconds: float = 0.2,
+                             with_numpy: bool = True) -> tuple[list[Measurement], float | None]:
+    """Check each kernel against numpy, then time them all, and numpy's baseline for the same
+    computation, in interleaved rounds: (one measurement per kernel, numpy's median seconds)."""
+    fns: list[Callable[[], object]] = []
+    checks = []
+    for kernel in kernels:
+        hk = HostKernel(kernel, hw)
+        checks.append(check_against_numpy(hk, a, b, bias))
+        out = np.empty(kernel.schedule.shapes[2], dtype=np.float32)
+        fns.append(lambda hk=hk, out=out: hk(a, b, bias, out))
+    if with_numpy:
+        fns.append(numpy_baseline(kernels[0].schedule, a, b, bias))
+    timed = time_side_by_side(fns, min_runs, min_seconds, rounds=3 if with_numpy else 1)
+    measured = [Measurement(med, runs, spread, correct, err, tol)
+                for (med, runs, spread), (correct, err, tol) in zip(timed, checks)]
+    return measured, (timed[-1][0] if with_numpy else None)
 
 
 def numpy_baseline(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> Callable[[], object]:
@@ -244,10 +287,3 @@ def numpy_baseline(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarra
         return apply_activation(r, s.activation)
 
     return with_epilogue
-
-
-def time_numpy(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-               min_runs: int = 5, min_seconds: float = 0.2) -> float:
-    """numpy's median seconds for the same computation, timed the same way."""
-    med, _, _ = time_call(numpy_baseline(s, a, b, bias), min_runs, min_seconds)
-    return med

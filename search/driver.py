@@ -4,7 +4,7 @@
     tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
     tier 2 = compile the best ``compile_top`` + capstone features + model.predict_batch
     top-k  = best tier-2 predictions                    # measurements during search: 0
-    verify = final_check(top-k) vs numpy on the host    # optional, never for a foreign target
+    verify = final check of the top-k vs numpy on the host, timed side by side   # optional, never for a foreign target
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel, Prediction
 from aotune.analysis.workload import Workload
 from aotune.codegen.compile import Kernel, compile_kernel
-from aotune.codegen.runner import Measurement, final_check, random_operands, time_numpy
+from aotune.codegen.runner import Measurement, final_check_side_by_side, random_operands
 from aotune.codegen.schedule import CpuSchedule, schedule_from_config
 from aotune.constraints.cpu import CpuSpace, build_cpu_space
 from aotune.constraints.space import Config
@@ -111,12 +111,15 @@ def verify(result: TuneResult, seed: int = 0, min_runs: int = 5,
     """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s)."""
     s = result.best.schedule
     a, b, bias = random_operands(s, seed)
-    out = []
-    for i, cand in enumerate(result.candidates):
-        out.append(Verified(cand, final_check(cand.kernel, result.hw, a, b, bias, min_runs=min_runs)))
-        if progress:
-            progress("verify", i + 1, len(result.candidates))
-    numpy_seconds = time_numpy(s, a, b, bias, min_runs=min_runs)
+    if progress:
+        progress("verify", 0, len(result.candidates))
+    # every candidate and numpy timed in interleaved rounds, so they see the same machine load
+    measured, numpy_seconds = final_check_side_by_side([c.kernel for c in result.candidates], result.hw,
+                                                       a, b, bias, min_runs=min_runs)
+    assert numpy_seconds is not None
+    if progress:
+        progress("verify", len(result.candidates), len(result.candidates))
+    out = [Verified(cand, m) for cand, m in zip(result.candidates, measured)]
     return out, result.workload.flops / numpy_seconds / 1e9
 
 

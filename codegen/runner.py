@@ -135,8 +135,14 @@ def time_call(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 
     return _summary(_timed_runs(fn, min_runs, min_seconds, warmup_seconds))
 
 
+# Each round warms up for longer than a BLAS library keeps its threads spinning after its last
+# call (OpenBLAS: ~2^28 cycles, under 0.1 s), so a function never runs against the previous one's
+# spinners (seen: our 2-thread 512^3 at 97 GFLOP/s right after numpy, 195 alone).
+SWITCH_WARMUP_SECONDS = 0.15
+
+
 def time_side_by_side(fns: list[Callable[[], object]], min_runs: int = 5, min_seconds: float = 0.2,
-                      rounds: int = 3) -> list[tuple[float, int, float]]:
+                      rounds: int = 3, warmup_seconds: float = SWITCH_WARMUP_SECONDS) -> list[tuple[float, int, float]]:
     """Time several functions in interleaved rounds, each round a short warm-up and a share of the
     runs of every function; (median, runs, spread) of each over all its rounds.
 
@@ -148,7 +154,7 @@ def time_side_by_side(fns: list[Callable[[], object]], min_runs: int = 5, min_se
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
-            times[i] += _timed_runs(fn, per_round_runs, min_seconds / rounds, 0.1 / rounds)
+            times[i] += _timed_runs(fn, per_round_runs, min_seconds / rounds, warmup_seconds)
     return [_summary(t) for t in times]
 
 
@@ -236,14 +242,16 @@ def check_against_numpy(hk: HostKernel, a: np.ndarray, b: np.ndarray,
 
 
 def final_check(kernel: Kernel, hw: HwSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-                min_runs: int = 5, min_seconds: float = 0.2) -> Measurement:
+                min_runs: int = 5, min_seconds: float = 0.2, warmup_seconds: float = 0.1) -> Measurement:
     """Run on the host, compare with numpy, time with warm-up and a median of >= ``min_runs`` runs."""
-    return final_check_side_by_side([kernel], hw, a, b, bias, min_runs, min_seconds, with_numpy=False)[0][0]
+    return final_check_side_by_side([kernel], hw, a, b, bias, min_runs, min_seconds, with_numpy=False,
+                                    warmup_seconds=warmup_seconds)[0][0]
 
 
 def final_check_side_by_side(kernels: list[Kernel], hw: HwSpec, a: np.ndarray, b: np.ndarray,
                              bias: np.ndarray | None = None, min_runs: int = 5, min_seconds: float = 0.2,
-                             with_numpy: bool = True) -> tuple[list[Measurement], float | None]:
+                             with_numpy: bool = True, warmup_seconds: float = SWITCH_WARMUP_SECONDS
+                             ) -> tuple[list[Measurement], float | None]:
     """Check each kernel against numpy, then time them all, and numpy's baseline for the same
     computation, in interleaved rounds: (one measurement per kernel, numpy's median seconds)."""
     fns: list[Callable[[], object]] = []
@@ -255,7 +263,7 @@ def final_check_side_by_side(kernels: list[Kernel], hw: HwSpec, a: np.ndarray, b
         fns.append(lambda hk=hk, out=out: hk(a, b, bias, out))
     if with_numpy:
         fns.append(numpy_baseline(kernels[0].schedule, a, b, bias))
-    timed = time_side_by_side(fns, min_runs, min_seconds, rounds=3 if with_numpy else 1)
+    timed = time_side_by_side(fns, min_runs, min_seconds, rounds=3 if with_numpy else 1, warmup_seconds=warmup_seconds)
     measured = [Measurement(med, runs, spread, correct, err, tol)
                 for (med, runs, spread), (correct, err, tol) in zip(timed, checks)]
     return measured, (timed[-1][0] if with_numpy else None)

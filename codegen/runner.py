@@ -25,6 +25,8 @@ from aotune.hwspecs.spec import HwSpec
 
 _SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2))
 _SIG_PAD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+
+
 def _aligned(n: int, align: int = 64) -> np.ndarray:
     raw = np.zeros(n + align // 4, dtype=np.float32)
     offset = (-raw.ctypes.data % align) // 4
@@ -105,7 +107,12 @@ class HostKernel:
 
 def _timed_runs(fn: Callable[[], object], min_runs: int, min_seconds: float, warmup_seconds: float) -> list[float]:
     """Warm up for ``warmup_seconds``, then the seconds of each run until at least ``min_runs`` runs
-    and ``min_seconds`` (at most 200 runs)."""
+    and ``min_seconds`` (at most 200 runs).
+
+    The warm-up runs for a fixed time, not a fixed count: after compilation the core is often at a
+    low clock, and a single warm-up call of a short kernel leaves it there (seen: 62 vs 109 GFLOP/s
+    for the same kernel).
+    """
     start = time.perf_counter()
     fn()
     while time.perf_counter() - start < warmup_seconds:
@@ -124,17 +131,6 @@ def _summary(times: list[float]) -> tuple[float, int, float]:
     return med, len(times), (max(times) - min(times)) / med if med > 0 else 0.0
 
 
-def time_call(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 0.2,
-              warmup_seconds: float = 0.1) -> tuple[float, int, float]:
-    """Warm up, then time until at least ``min_runs`` runs and ``min_seconds``: (median, runs, spread).
-
-    The warm-up runs for a fixed time, not a fixed count: after compilation the core is often at a
-    low clock, and a single warm-up call of a short kernel leaves it there (seen: 62 vs 109 GFLOP/s
-    for the same kernel).
-    """
-    return _summary(_timed_runs(fn, min_runs, min_seconds, warmup_seconds))
-
-
 # Each round warms up for longer than a BLAS library keeps its threads spinning after its last
 # call (OpenBLAS: ~2^28 cycles, under 0.1 s), so a function never runs against the previous one's
 # spinners (seen: our 2-thread 512^3 at 97 GFLOP/s right after numpy, 195 alone).
@@ -143,8 +139,8 @@ SWITCH_WARMUP_SECONDS = 0.15
 
 def time_side_by_side(fns: list[Callable[[], object]], min_runs: int = 5, min_seconds: float = 0.2,
                       rounds: int = 3, warmup_seconds: float = SWITCH_WARMUP_SECONDS) -> list[tuple[float, int, float]]:
-    """Time several functions in interleaved rounds, each round a short warm-up and a share of the
-    runs of every function; (median, runs, spread) of each over all its rounds.
+    """Time several functions in interleaved rounds, each round a warm-up and a share of the runs
+    of every function; (median, runs, spread) of each over all its rounds.
 
     On a shared machine the background load drifts over seconds; interleaving puts every function
     (our kernels and numpy) under the same drift, so their ratio is what it would be on a quiet

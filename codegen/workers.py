@@ -24,6 +24,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from aotune.codegen.compile import _LLVM_LOCK, _init_llvm
+from aotune.codegen.llvm_cpu import c64, counted_loop
 
 SLOT_WORDS = 16  # 128 bytes: two cache lines, so neighbouring slots never share one
 MAX_WORKERS = 63
@@ -99,7 +100,7 @@ def _module(triple: str) -> str:
     par = ir.Function(mod, ir.FunctionType(ir.VoidType(), [p64, I64, I64, p64]), name="aotune_parallel")
     slots, n, fn_addr, args = par.args
     b = ir.IRBuilder(par.append_basic_block("entry"))
-    with _loop(b, n, "post") as i:
+    with counted_loop(b, c64(1), n, 1, "post") as i:
         s = b.gep(slots, [b.mul(b.sub(i, ir.Constant(I64, 1)), ir.Constant(I64, SLOT_WORDS))], inbounds=True)
         b.store(fn_addr, word(b, s, 1))
         for a in range(ARGS):
@@ -107,7 +108,7 @@ def _module(triple: str) -> str:
                     word(b, s, 2 + a))
         b.store_atomic(ir.Constant(I64, 1), word(b, s, 0), "release", 8)
     run_share(b, fn_addr, args)
-    with _loop(b, n, "join") as i:
+    with counted_loop(b, c64(1), n, 1, "join") as i:
         s = b.gep(slots, [b.mul(b.sub(i, ir.Constant(I64, 1)), ir.Constant(I64, SLOT_WORDS))], inbounds=True)
         pair = b.cmpxchg(word(b, s, 0), ir.Constant(I64, 1), ir.Constant(I64, 2), "acq_rel", "acquire")
         with b.if_else(b.extract_value(pair, 1)) as (mine, theirs):
@@ -129,34 +130,6 @@ def _module(triple: str) -> str:
                 b.position_at_end(done)
     b.ret_void()
     return str(mod)
-
-
-class _loop:
-    """``for i in 1..n-1`` (the shares other than the caller's) as a context manager."""
-
-    def __init__(self, b: ir.IRBuilder, n: ir.Value, name: str) -> None:
-        self.b, self.n, self.name = b, n, name
-
-    def __enter__(self) -> ir.Value:
-        b = self.b
-        self.pre = b.block
-        self.head = b.append_basic_block(f"{self.name}.head")
-        self.body = b.append_basic_block(f"{self.name}.body")
-        self.end = b.append_basic_block(f"{self.name}.end")
-        b.branch(self.head)
-        b.position_at_end(self.head)
-        self.i = b.phi(I64, name=self.name)
-        self.i.add_incoming(ir.Constant(I64, 1), self.pre)
-        b.cbranch(b.icmp_signed("<", self.i, self.n), self.body, self.end)
-        b.position_at_end(self.body)
-        return self.i
-
-    def __exit__(self, *exc: object) -> None:
-        b = self.b
-        nxt = b.add(self.i, ir.Constant(I64, 1))
-        self.i.add_incoming(nxt, b.block)
-        b.branch(self.head)
-        b.position_at_end(self.end)
 
 
 class WorkerPool:

@@ -14,8 +14,9 @@ Structure of the generated module (all sizes and strides are compile-time consta
         A is a broadcast scalar per (row, k), or, when A is shared along the columns (NHWC
         depthwise), a vector at a + row_off[r] + k_off[k], loaded in place like B.
 
-    void <entry>_pad(float* src, float* dst)        (only with a padded copy)
-        copies a zero-padding input into the interior of its padded buffer, before the threads run.
+    void <entry>_pad(float* src, float* dst, -, -, i64 lo, i64 hi, -, -)     (only with a padded copy)
+        copies rows [lo, hi) of a zero-padding input into the interior of its padded buffer, split
+        over the threads before they run the kernel.
 
 Remainders: one variant for full tiles and one for the m tail, the n tail and both, because the
 tails of M and N are known when the kernel is generated. A gathered operand (a convolution window)
@@ -406,33 +407,35 @@ class CpuKernelBuilder:
         return fn
 
     def pad_fn(self) -> ir.Function:
-        """<entry>_pad(src, dst): copy the input into the interior of its zero-padded buffer.
+        """<entry>_pad(src, dst, -, -, lo, hi, -, -): copy rows [lo, hi) of the input (all dims but
+        the last, flattened) into the interior of its zero-padded buffer.
 
-        The buffer's border is zeroed once when it is allocated and never written, so each call
-        copies only the interior, row by contiguous row.
+        It has the entry's signature, so the worker pool can split the copy over the threads. The
+        buffer's border is zeroed once when it is allocated and never written, so each call copies
+        only the interior, row by contiguous row.
         """
         pc = self.s.pad_copy
         assert pc is not None
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32]), name=f"{self.entry}_pad")
-        src, dst = fn.args
-        for arg in fn.args:
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, PF32, I64, I64, PF32, PF32]),
+                         name=f"{self.entry}_pad")
+        src, dst, _, _, lo, hi, _, _ = fn.args
+        for arg in (src, dst):
             arg.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         nd = len(pc.shape)
-        src_strides = [math.prod(pc.shape[d + 1:]) for d in range(nd)]
+        width = pc.shape[-1]
         dst_strides = [math.prod(pc.padded[d + 1:]) for d in range(nd)]
-        loops = []
-        src_off, dst_off = c64(0), c64(sum(lo * st for lo, st in zip(pc.lo, dst_strides)))
-        for d in range(nd):
-            cm = counted_loop(b, c64(0), c64(pc.shape[d]), 1, f"p{d}")
-            i = cm.__enter__()
-            loops.append(cm)
-            src_off = b.add(src_off, b.mul(i, c64(src_strides[d])))
-            dst_off = b.add(dst_off, b.mul(i, c64(dst_strides[d])))
-        val = b.load(b.gep(src, [src_off], inbounds=True))
-        b.store(val, b.gep(dst, [dst_off], inbounds=True))
-        for cm in reversed(loops):
-            cm.__exit__(None, None, None)
+        with counted_loop(b, lo, hi, 1, "row") as row:
+            # the row's index in each outer dim, innermost first, and its offset in the padded buffer
+            dst_off, rest = c64(sum(p * st for p, st in zip(pc.lo, dst_strides))), row
+            for d in reversed(range(nd - 1)):
+                idx = b.urem(rest, c64(pc.shape[d])) if d else rest
+                rest = b.udiv(rest, c64(pc.shape[d]))
+                dst_off = b.add(dst_off, b.mul(idx, c64(dst_strides[d])))
+            src_row = b.mul(row, c64(width))
+            with counted_loop(b, c64(0), c64(width), 1, "col") as col:
+                val = b.load(b.gep(src, [b.add(src_row, col)], inbounds=True))
+                b.store(val, b.gep(dst, [b.add(dst_off, col)], inbounds=True))
         b.ret_void()
         return fn
 

@@ -6,6 +6,7 @@ on native worker threads (``workers.py``) that hand work over without waking a s
 from __future__ import annotations
 
 import ctypes
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -24,7 +25,6 @@ from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
 
 _SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2))
-_SIG_PAD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
 
 def _aligned(n: int, align: int = 64) -> np.ndarray:
@@ -60,8 +60,8 @@ class HostKernel:
             self._engine = llvm.create_mcjit_compiler(mod, tm)
             self._engine.finalize_object()
             self._addr = self._engine.get_function_address(kernel.entry)
-            self._fn = _SIG(self._addr)
-            self._pad = _SIG_PAD(self._engine.get_function_address(f"{kernel.entry}_pad")) if s.pad_copy else None
+            self._pad_addr = self._engine.get_function_address(f"{kernel.entry}_pad") if s.pad_copy else 0
+            self._callable = {addr: _SIG(addr) for addr in (self._addr, self._pad_addr) if addr}
         # the padded copy's border stays zero: the kernel writes only its interior
         self._padded = _aligned(s.pad_copy.elems) if s.pad_copy else None
         ranges = kernel.launch
@@ -70,6 +70,9 @@ class HostKernel:
         # addresses looked up once: each ``.ctypes.data`` costs about a microsecond
         self._ws_addr = [(wa.ctypes.data, wb.ctypes.data) for wa, wb in self._ws]
         self._padded_addr = self._padded.ctypes.data if self._padded is not None else 0
+        # the padded copy's rows (all dims but the last), split evenly over the same threads
+        rows = math.prod(s.pad_copy.shape[:-1]) if s.pad_copy else 0
+        self._pad_ranges = [(t * rows // len(ranges), (t + 1) * rows // len(ranges)) for t in range(len(ranges))]
 
     def __call__(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
                  out: np.ndarray | None = None) -> np.ndarray:
@@ -88,21 +91,23 @@ class HostKernel:
         c = out if out is not None else np.empty(c_shape, dtype=np.float32)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
         if s.pad_copy is not None:  # both set in __init__ exactly when the schedule has a padded copy
-            assert self._pad is not None
             padded = self._padded_addr
+            src = pa if s.pad_copy.operand == "a" else pb
+            self._run(self._pad_addr, [(src, padded, 0, 0, lo, hi, 0, 0) for lo, hi in self._pad_ranges])
             if s.pad_copy.operand == "a":
-                self._pad(pa, padded)
                 pa = padded
             else:
-                self._pad(pb, padded)
                 pb = padded
         pbias = bias.ctypes.data if s.bias else 0  # checked above: present when the kernel adds it
-        calls = [(pa, pb, pc, pbias, lo, hi, wa, wb) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws_addr)]
-        if len(calls) == 1:
-            self._fn(*calls[0])
-        else:
-            workers().run(self._addr, calls)
+        self._run(self._addr, [(pa, pb, pc, pbias, lo, hi, wa, wb) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws_addr)])
         return c
+
+    def _run(self, addr: int, shares: list[tuple[int, ...]]) -> None:
+        """Call a function of the entry's signature once per share: here, or on the worker threads."""
+        if len(shares) == 1:
+            self._callable[addr](*shares[0])
+        else:
+            workers().run(addr, shares)
 
 
 def _timed_runs(fn: Callable[[], object], min_runs: int, min_seconds: float, warmup_seconds: float) -> list[float]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
-from typing import Sequence
 
 from aotune.analysis.features import LoopFeatures
 from aotune.codegen.schedule import CpuSchedule, Gather
@@ -128,6 +128,10 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         return nbytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction
 
     mblocks, nblocks = -(-m_share // s.mc), -(-n_share // s.nc)
+    # Elements per batch entry of each input tensor: a gathered operand (a convolution input) is
+    # smaller than its GEMM view, because its windows overlap.
+    a_elems = math.prod(s.a_gather.dims) / s.batch_count if s.a_gather else s.M * s.K
+    b_elems = math.prod(s.b_gather.dims) / s.batch_count if s.b_gather else s.K * s.N
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
     # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets.
     b_reused = s.pack_b or _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw)
@@ -142,20 +146,16 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     # unless the C rows of an mc block stay in L2.
     a_bytes_l3 = m_share * s.K * isz * (1 if s.order == "mkn" else nblocks)
     if s.a_gather and s.a_shared:  # each element belongs to one column: the thread's rows of A, once
-        a_bytes_l3 = math.prod(s.a_gather.dims) * isz / s.batch_count * m_share / s.M
+        a_bytes_l3 = a_elems * isz * m_share / s.M
     elif s.a_gather and s.pack_a:  # packing gathers the window from the tensor: L3 serves each element once
-        a_bytes_l3 = min(a_bytes_l3, math.prod(s.a_gather.dims) * isz / s.batch_count * m_share / s.M
-                         * (1 if s.order == "mkn" else nblocks))
+        a_bytes_l3 = min(a_bytes_l3, a_elems * isz * m_share / s.M * (1 if s.order == "mkn" else nblocks))
     b_bytes_l3 = n_share * s.K * isz * mblocks
-    if s.b_gather and s.pack_b:  # packing gathers the window from the tensor: L3 serves each element once
-        b_bytes_l3 = min(b_bytes_l3, math.prod(s.b_gather.dims) * isz / s.batch_count * n_share / s.N * mblocks)
+    if s.b_gather and s.pack_b:
+        b_bytes_l3 = min(b_bytes_l3, b_elems * isz * n_share / s.N * mblocks)
     c_l3 = c_bytes if not fits(2, s.mc * n_share * isz) else m_share * n_share * isz * 2
     levels = len(hw.caches)
     l3_time = (a_bytes_l3 + b_bytes_l3 + c_l3) / bw(3) if levels >= 3 else 0.0
     # From DRAM (all threads share it)
-    # a gathered operand's tensor (a convolution input) is smaller than its GEMM view: windows overlap
-    a_elems = math.prod(s.a_gather.dims) / s.batch_count if s.a_gather else s.M * s.K
-    b_elems = math.prod(s.b_gather.dims) / s.batch_count if s.b_gather else s.K * s.N
     total = (a_elems + b_elems + s.M * s.N) * isz
     last = levels
     whole_fits = total <= hw.cache(last).size_kib * 1024 * hw.cache(last).usable_fraction

@@ -25,9 +25,10 @@ import numpy as np
 
 from aotune.codegen.compile import _LLVM_LOCK, _init_llvm
 from aotune.codegen.llvm_cpu import c64, counted_loop
+from aotune.errors import FinalCheckError
 
 SLOT_WORDS = 16  # 128 bytes: two cache lines, so neighbouring slots never share one
-MAX_WORKERS = 63
+MAX_WORKERS = 1023  # 128 KiB of slots; a host's cores (and so threads) stay below this
 SPIN_ROUNDS = 200_000  # ~2-5 ms of polling after a job before a worker starts napping
 NAP_MICROSECONDS = 1000
 YIELD_EVERY = 64  # spin rounds between sched_yield calls (a power of two)
@@ -158,8 +159,8 @@ class WorkerPool:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()  # one parallel call at a time owns the slots
 
-    def _grow(self, workers: int) -> None:
-        while len(self._threads) < workers:
+    def _grow(self, count: int) -> None:
+        while len(self._threads) < count:
             addr = self._slots_addr + len(self._threads) * SLOT_WORDS * 8
             t = threading.Thread(target=self._worker, args=(addr,), daemon=True,
                                  name=f"aotune-worker-{len(self._threads)}")
@@ -169,7 +170,8 @@ class WorkerPool:
     def run(self, fn_addr: int, shares: list[tuple[int, ...]]) -> None:
         """Call the kernel at ``fn_addr`` once per share (8 integer arguments each), in parallel."""
         if len(shares) - 1 > MAX_WORKERS:
-            raise ValueError(f"{len(shares)} shares; at most {MAX_WORKERS + 1} threads")
+            raise FinalCheckError(f"{len(shares)} threads requested; the worker pool runs at most "
+                                  f"{MAX_WORKERS + 1}: use fewer threads")
         flat = [x for share in shares for x in share]
         args = (ctypes.c_uint64 * len(flat))(*flat)
         with self._lock:

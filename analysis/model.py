@@ -95,6 +95,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     c = hw.core
     freq = c.frequency_ghz * 1e9
     lanes, isz = s.lanes, 4
+    mix = _with_split_loads(mix, s, hw)
     Mt, Nt, Kt = -(-s.M // s.mr), -(-s.N // s.nr), -(-s.K // s.kc)
     ranges = s.thread_ranges()
     widest = max(hi - lo for lo, hi in ranges)
@@ -155,12 +156,14 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     c_l3 = c_bytes if not fits(2, s.mc * n_share * isz) else m_share * n_share * isz * 2
     levels = len(hw.caches)
     l3_time = (a_bytes_l3 + b_bytes_l3 + c_l3) / bw(3) if levels >= 3 else 0.0
-    # From DRAM (all threads share it)
-    total = (a_elems + b_elems + s.M * s.N) * isz
-    last = levels
-    whole_fits = total <= hw.cache(last).size_kib * 1024 * hw.cache(last).usable_fraction
-    mem_bytes = total + s.M * s.N * isz if whole_fits else (
-        s.M * s.K * isz * nblocks + s.K * s.N * isz * (1 if s.order != "mkn" else -(-s.M // s.mc)) + 2 * s.M * s.N * isz * Kt)
+    # From DRAM (all threads share it): each tensor once, C read and written; a tensor that does
+    # not fit the last level is fetched again on each sweep over it (A per n block, B per m block,
+    # C per k block).
+    llc = hw.cache(levels).size_kib * 1024 * hw.cache(levels).usable_fraction
+    a_total, b_total, c_total = a_elems * isz, b_elems * isz, s.M * s.N * isz
+    mem_bytes = (a_total * (1 if s.order == "mkn" or a_total <= llc else nblocks)
+                 + b_total * (1 if s.order != "mkn" or b_total <= llc else -(-s.M // s.mc))
+                 + 2 * c_total * (1 if c_total <= llc else Kt))
     mem_time = mem_bytes / (hw.memory.bandwidth_gbs * 1e9)
     # Packing: scalar copy loops, one element per max(store slot, 4 issue slots) cycle; a gathered
     # operand pays its table loads and bounds checks per element, or, copied in contiguous runs,
@@ -168,9 +171,13 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     per_elem = max(1.0 / c.store_ports, 4.0 / c.issue_width)
     pack_cycles = 0.0
     if s.pack_a:
-        pack_cycles += m_share * s.K * (1 if s.order == "mkn" else nblocks) * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, hw, per_elem, lanes)
+        packs = 1 if s.order == "mkn" else nblocks
+        plain = _strided_pack_cycles_per_elem(hw, per_elem, s.kc if s.a_sk == 1 else 1, m_share * s.K * isz, packs, s.M * s.K * isz)
+        pack_cycles += m_share * s.K * packs * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, hw, plain, lanes)
     if s.pack_b:
-        pack_cycles += n_share * s.K * (1 if s.order == "nkm" else mblocks) * _pack_cycles_per_elem(s.b_gather, s.b_pack_run, hw, per_elem, lanes)
+        packs = 1 if s.order == "nkm" else mblocks
+        plain = _strided_pack_cycles_per_elem(hw, per_elem, s.nr if s.b_sn == 1 else 1, n_share * s.K * isz, packs, s.K * s.N * isz)
+        pack_cycles += n_share * s.K * packs * _pack_cycles_per_elem(s.b_gather, s.b_pack_run, hw, plain, lanes)
     packing = pack_cycles / freq
     pad_cycles = 0.0
     if s.pad_copy is not None:  # the threads copy the whole input into its padded buffer, once per
@@ -193,6 +200,43 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     if bottleneck == "compute" and l1_time >= compute * 0.999:
         bottleneck = "L1"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
+
+
+def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:
+    """Charge an unpacked B's vector loads that straddle two cache lines twice.
+
+    Packed panels and line-aligned rows are read whole, but rows ``b_sk`` elements apart start at
+    offsets that cycle through multiples of gcd(row bytes, line) (N = 1000: every other row starts
+    mid-line), and a vector load across a line boundary takes two L1 accesses.
+    """
+    line = hw.cache(1).line_bytes
+    if s.pack_b or s.a_shared or s.b_sn != 1 or (s.b_sk * 4) % line == 0:
+        return mix
+    split_share = 1.0 - math.gcd(s.b_sk * 4, line) / line
+    extra = -(-s.nr // s.lanes) * split_share
+    return KStepMix(mix.fma, mix.vector_loads + extra, mix.scalar_loads, mix.stores, mix.spills, mix.instructions)
+
+
+def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, share_bytes: int, packs: int,
+                                  tensor_bytes: int) -> float:
+    """Cycles per element of a plain packing copy, which walks its source one panel row (``segment``
+    contiguous elements) at a time, a whole operand row apart.
+
+    The prefetchers do not follow dozens of short rows a page apart, so each row waits for its
+    line from where the source lives: narrow panels pay that latency over few elements (measured
+    on Zen 4 from L3: ~3 cycles per element for 16-wide panels, ~1 for 64-wide). Repacked
+    blocks come from the level that holds the thread's whole share of the operand (it was all
+    swept in between); a block packed once per call comes from where the tensor lives.
+    """
+    held = share_bytes if packs > 1 else tensor_bytes
+    latency = hw.caches[-1].latency_cycles
+    for level in range(2, len(hw.caches) + 1):
+        cache = hw.cache(level)
+        capacity = (cache.size_kib * 1024 if level == len(hw.caches) else hw.cache_bytes_per_core(level)) * cache.usable_fraction
+        if held <= capacity:
+            latency = cache.latency_cycles
+            break
+    return max(per_elem, latency / segment)
 
 
 def _pack_cycles_per_elem(gather: Gather | None, run: int, hw: HwSpec, plain: float, lanes: int) -> float:

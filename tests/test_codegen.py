@@ -49,6 +49,18 @@ def test_non_finite_or_wrong_results_are_caught():
     assert not correct
 
 
+def test_measured_inputs_and_outputs_start_on_a_cache_line():
+    """The model assumes line-aligned operands; the measured ones are (numpy promises only 16 B)."""
+    hw = load_target("host")
+    space = build_cpu_space(matmul(37, 1000, 13), hw)
+    sched = schedule_from_config(space, space.solve())
+    a, b, _ = random_operands(sched, 3)
+    c = HostKernel(compile_kernel(sched, hw), hw)(a, b)
+    for x in (a, b, c):
+        assert x.ctypes.data % 64 == 0 and x.flags.c_contiguous and x.dtype == np.float32
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_cross_compiles_for_aarch64_without_running():
     hw = load_target("neoverse-n1")
     space = build_cpu_space(matmul(64, 64, 64), hw)

@@ -47,6 +47,33 @@ def test_bigger_register_tiles_and_more_threads_predict_faster(space):
     assert t_large < t_single
 
 
+def test_model_charges_only_what_the_caches_cannot_hold():
+    """DRAM traffic re-reads only a tensor larger than the last level; narrow repacked panels and
+    rows that straddle cache lines cost more."""
+    hw = load_target("skylake-avx512")
+    model = AnalyticalCpuModel(hw)
+
+    def parts(w, cfg):
+        space = build_cpu_space(w, hw)
+        p, = model.estimate_batch([schedule_from_config(space, space.parse_config(cfg))])
+        return dict(p.breakdown)
+
+    # C (512 KB) stays cached across the 504 k blocks: DRAM sees each tensor about once
+    w = matmul(128, 1000, 4032)
+    mem = parts(w, "mr=11,nr=16,kc=8,mc=11,nc=464,order=nkm,pack_a=0,pack_b=1,unroll=2,par=m,threads=2")["memory"]
+    once = (128 * 4032 + 4032 * 1000 + 2 * 128 * 1000) * 4 / (hw.memory.bandwidth_gbs * 1e9)
+    assert mem == pytest.approx(once)
+    # B repacked for every 12-row block from L3: 16-wide panels pay more per element than 64-wide
+    repack = "kc=64,mc=12,nc=512,order=mkn,pack_a=1,pack_b=1,unroll=1,par=m,threads=1"
+    narrow = parts(matmul(1024, 1024, 1024), f"mr=12,nr=16,{repack}")["packing"]
+    wide = parts(matmul(1024, 1024, 1024), f"mr=6,nr=64,{repack}")["packing"]
+    assert narrow > 2 * wide
+    # an unpacked B with 1000-float rows: every other row starts mid-line, its loads split
+    cfg = "mr=1,nr=192,kc=24,mc=89,nc=192,order=nkm,pack_a=0,pack_b=0,unroll=1,par=n,threads=1"
+    per_flop = {n: parts(matmul(89, n, 24), cfg)["L1"] / n for n in (1000, 1024)}
+    assert per_flop[1000] > 1.2 * per_flop[1024]
+
+
 def test_ga_children_are_valid_and_search_is_deterministic(space):
     import random
 

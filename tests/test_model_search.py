@@ -97,3 +97,14 @@ def test_random_strategy_and_option_validation(space):
         SearchOptions(strategy="anneal")
     with pytest.raises(ConfigError, match="top_k"):
         SearchOptions(top_k=5, compile_top=2)
+
+
+def test_copied_runs_are_cut_at_panel_boundaries():
+    """A run of 112 pixels copied 64 columns at a time is cut into pieces of ~45 elements; 16-wide
+    panels of it are never cut; a 224-wide panel holds two whole runs."""
+    from aotune.analysis.model import _effective_run
+
+    assert _effective_run(112, 16) == 16
+    assert _effective_run(112, 224) == 112
+    assert 40 < _effective_run(112, 64) < 50
+    assert _effective_run(3, 9) == 3

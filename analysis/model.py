@@ -135,7 +135,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     b_elems = math.prod(s.b_gather.dims) / s.batch_count if s.b_gather else s.K * s.N
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
     # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets.
-    b_reused = s.pack_b or _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw)
+    b_reused = (s.pack_b or _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw)) and _panel_stays_in_l1(s, hw)
     # An A shared along the columns is read as nr-wide vectors, in place: a tile's overlapping
     # windows touch fewer distinct elements than (row, k) pairs.
     a_tile = s.nr * _distinct_share(s.a_gather, s.mr, s.kc) if s.a_shared and s.a_gather else 1.0
@@ -200,6 +200,21 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     if bottleneck == "compute" and l1_time >= compute * 0.999:
         bottleneck = "L1"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
+
+
+def _panel_stays_in_l1(s: CpuSchedule, hw: HwSpec) -> bool:
+    """Whether the kc x nr B micro-panel survives in L1 from one call to the next.
+
+    Each call also brings new lines of A and C, and rows of both sit a power of two apart often
+    enough to land in the panel's sets; with LRU the panel's lines, touched once per call, are then
+    the oldest and go first. A panel taking more than PANEL_L1_SHARE of L1 is refetched from L2 on
+    every call (seen on Zen 4: a 1 x 192 tile with kc=32, a 24 KiB panel, ran at half the predicted
+    speed, L2-bound).
+    """
+    return s.kc * s.nr * 4 <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024
+
+
+PANEL_L1_SHARE = 0.5
 
 
 def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:

@@ -243,15 +243,16 @@ def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, sha
     blocks come from the level that holds the thread's whole share of the operand (it was all
     swept in between); a block packed once per call comes from where the tensor lives.
     """
-    held = share_bytes if packs > 1 else tensor_bytes
-    latency = hw.caches[-1].latency_cycles
+    return max(per_elem, _latency_of_level_holding(share_bytes if packs > 1 else tensor_bytes, hw) / segment)
+
+
+def _latency_of_level_holding(nbytes: float, hw: HwSpec) -> float:
+    """Load latency from the nearest level beyond L1 whose share per core holds ``nbytes`` (the
+    last level's when none does: streamed data is prefetched, so DRAM latency is not charged)."""
     for level in range(2, len(hw.caches) + 1):
-        cache = hw.cache(level)
-        capacity = (cache.size_kib * 1024 if level == len(hw.caches) else hw.cache_bytes_per_core(level)) * cache.usable_fraction
-        if held <= capacity:
-            latency = cache.latency_cycles
-            break
-    return max(per_elem, latency / segment)
+        if nbytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction:
+            return hw.cache(level).latency_cycles
+    return hw.caches[-1].latency_cycles
 
 
 def _pack_cycles_per_elem(gather: Gather | None, run: int, panel: int, hw: HwSpec, plain: float, lanes: int) -> float:
@@ -275,7 +276,7 @@ RUN_SETUP_INSTRUCTIONS = 48.0
 @functools.lru_cache(maxsize=512)
 def _effective_run(run: int, panel: int) -> float:
     """Mean elements per copied piece when panels of ``panel`` elements, starting at multiples of
-    ``panel``, are cut at multiples of ``run`` (a 16-wide panel of 112-element rows: ~14)."""
+    ``panel``, are cut at multiples of ``run`` (64-wide panels of 112-element rows: ~45)."""
     starts = range(0, run * panel // math.gcd(run, panel), panel)
     pieces = [(p % run + panel - 1) // run + 1 for p in starts]
     return panel * len(pieces) / sum(pieces)
@@ -378,12 +379,7 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_sha
         return 0.0
     inner = s.order[s.order.index("k") + 1:]
     c_bytes = (m_share if "m" in inner else s.mc) * (n_share if "n" in inner else s.nc) * isz
-    latency = hw.caches[-1].latency_cycles
-    for level in range(2, len(hw.caches) + 1):
-        if c_bytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction:
-            latency = hw.cache(level).latency_cycles
-            break
-    return miss * rows * -(-cols * isz // line) * latency / 2
+    return miss * rows * -(-cols * isz // line) * _latency_of_level_holding(c_bytes, hw) / 2
 
 
 def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:

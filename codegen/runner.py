@@ -27,10 +27,12 @@ from aotune.hwspecs.spec import HwSpec
 _SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2))
 
 
-def _aligned(n: int, align: int = 64) -> np.ndarray:
+def _aligned(shape: int | tuple[int, ...], align: int = 64) -> np.ndarray:
+    """Zeros of ``shape`` (float32, C order) starting on an ``align``-byte boundary."""
+    n = math.prod(shape) if isinstance(shape, tuple) else shape
     raw = np.zeros(n + align // 4, dtype=np.float32)
     offset = (-raw.ctypes.data % align) // 4
-    return raw[offset:offset + n]
+    return raw[offset:offset + n].reshape(shape)
 
 
 def aligned_copy(x: np.ndarray, align: int = 64) -> np.ndarray:
@@ -41,7 +43,7 @@ def aligned_copy(x: np.ndarray, align: int = 64) -> np.ndarray:
     the tile. Measured inputs are cache-line aligned, as the model assumes (and as a tuned
     program's allocator gives: PyTorch aligns CPU tensors to 64 bytes).
     """
-    out = _aligned(x.size, align).reshape(x.shape)
+    out = _aligned(x.shape, align)
     out[...] = x
     return out
 
@@ -101,7 +103,7 @@ class HostKernel:
                 raise FinalCheckError(f"kernel adds a bias of shape ({c_shape[-1]},); got "
                                       f"{None if bias is None else bias.shape}")
             bias = np.ascontiguousarray(bias, dtype=np.float32)
-        c = out if out is not None else _aligned(math.prod(c_shape)).reshape(c_shape)
+        c = out if out is not None else _aligned(c_shape)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
         if s.pad_copy is not None:  # both set in __init__ exactly when the schedule has a padded copy
             padded = self._padded_addr
@@ -274,7 +276,7 @@ def final_check_side_by_side(kernels: list[Kernel], hw: HwSpec, a: np.ndarray, b
     for kernel in kernels:
         hk = HostKernel(kernel, hw)
         checks.append(check_against_numpy(hk, a, b, bias))
-        out = _aligned(math.prod(kernel.schedule.shapes[2])).reshape(kernel.schedule.shapes[2])
+        out = _aligned(kernel.schedule.shapes[2])
         fns.append(lambda hk=hk, out=out: hk(a, b, bias, out))
     if with_numpy:
         fns.append(numpy_baseline(kernels[0].schedule, a, b, bias))
@@ -293,7 +295,7 @@ def numpy_baseline(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarra
         # C[..., m, n] = A[..., m, k] @ B[..., k, n]: np.matmul (BLAS), batched over leading indices
         lead = out_sub[:-2]
         plain = a_sub == lead + out_sub[-2] + a_sub[-1] and b_sub == lead + a_sub[-1] + out_sub[-1]
-    out = _aligned(math.prod(s.shapes[2])).reshape(s.shapes[2])
+    out = _aligned(s.shapes[2])
 
     def contraction() -> np.ndarray:
         if plain:

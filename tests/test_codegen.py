@@ -55,12 +55,12 @@ def test_measured_inputs_and_outputs_start_on_a_cache_line():
     space = build_cpu_space(matmul(37, 1000, 13), hw)
     sched = schedule_from_config(space, space.solve())
     a, b, _ = random_operands(sched, 3)
-    c = HostKernel(compile_kernel(sched, hw), hw)(a, b)
+    hk = HostKernel(compile_kernel(sched, hw), hw)
+    c = hk(a, b)
     for x in (a, b, c):
         assert x.ctypes.data % 64 == 0 and x.flags.c_contiguous and x.dtype == np.float32
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
     # a user's arrays may start anywhere a float can: the kernel is as correct there, only slower
-    hk = HostKernel(compile_kernel(sched, hw), hw)
     for shift in (1, 2, 3):
         a_off = np.empty(a.size + shift, np.float32)[shift:].reshape(a.shape)
         b_off = np.empty(b.size + shift, np.float32)[shift:].reshape(b.shape)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -362,6 +363,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # the reader went away (``aotune predict ... | head``): stop quietly, as other CLI tools do;
+        # pointing stdout at devnull keeps the interpreter's exit flush from failing again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

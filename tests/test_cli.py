@@ -166,3 +166,14 @@ def test_hw_list_and_show(capsys):
     assert "skylake-avx512" in out and "neoverse-n1" in out and "host" in out
     assert main(["hw", "show", "neoverse-n1"]) == 0
     assert "aarch64" in capsys.readouterr().out
+
+
+def test_output_cut_short_by_the_reader_is_not_a_traceback():
+    """``aotune hw show NAME | head -1`` where the reader has gone before the first write: the closed
+    pipe ends the command quietly."""
+    proc = subprocess.Popen([sys.executable, "-m", "aotune", "hw", "show", "znver4"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr

@@ -109,7 +109,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         Mt_t, Nt_t = Mt, -(-widest // s.nr)
     calls = Mt_t * Nt_t * Kt
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
-    conflict = _conflict_miss_cycles(s, hw, m_share)
+    conflict = _conflict_miss_cycles(s, hw, m_share, mix.instructions)
+    dtlb = _dtlb_miss_cycles(s, hw)
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(m_share, n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols)
@@ -117,7 +118,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         tile_vecs = rows * -(-cols // lanes)
         call_cycles = 20.0 + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
         call_cycles += _c_store_miss_cycles(s, hw, rows, cols, m_share, n_share)
-        compute_cycles += tiles * (s.K * max(cyc_k, conflict) + Kt * call_cycles)
+        compute_cycles += tiles * (s.K * (max(cyc_k, conflict) + dtlb) + Kt * call_cycles)
         load_cycles += tiles * s.K * load_k
     compute = compute_cycles / freq
     l1_time = load_cycles / freq
@@ -325,18 +326,19 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int) -> KStepMix:
     return KStepMix(fma, vloads, sloads, mix.stores, mix.spills, fma + vloads + sloads + other)
 
 
-def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
+def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions_per_kstep: float) -> float:
     """Extra cycles per k step when an unpacked operand's micro-panel is not in L1.
 
-    Whether a refetch from L2 costs latency depends on the prefetchers:
-    - B is one strided stream (a new row every k step). The stride prefetcher follows it only up to
-      ``memory.prefetch_stride_bytes``; beyond that each row waits for L2 (plus a TLB miss at a
-      page or more). It happens on the first call of each sweep over the mr-row tiles, and on
-      every call when rows a power of two apart evict each other from their few L1 sets.
+    - B is one strided stream (a new row every k step). Rows that the panel's own set conflicts
+      evict during a call wait for L2 one after another (measured on Zen 4: 1 x 16 tiles at a
+      4 KiB stride, kc=24, ~7 cycles per k step with half the rows evicted; kc=64, ~15). Rows met
+      for the first time, on the first call of each sweep over the mr-row tiles, are independent
+      loads many k steps ahead in the reorder window, so their misses overlap (a 9 x 16 tile that
+      never reuses its panel, at a 2 or 4 KiB stride, ran at FMA speed, 176-206 GFLOP/s). Strides
+      within ``memory.prefetch_stride_bytes`` are prefetched.
     - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows
       a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
-    (Measured on Zen 4: 1 x 16 tiles of B at a 2 KiB stride take ~14 cycles per k step, at 1 KiB
-    the misses are hidden.) Packing exists to avoid all of this.
+    Packing exists to avoid all of this.
     """
     line, isz, page = hw.cache(1).line_bytes, 4, hw.memory.page_bytes
     l2 = hw.cache(2) if len(hw.caches) > 1 else hw.cache(1)
@@ -344,14 +346,14 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
     b_stride, a_stride = s.b_sk * isz, s.a_sm * isz
     shared = _shared_set_miss_fraction(s, hw)
     if not s.pack_b and b_stride > hw.memory.prefetch_stride_bytes:
-        # Calls that find the B micro-panel outside L1 (the first of each sweep over mr-row tiles,
-        # or all of them when the panel's rows evict each other) wait for each row, whose lines
-        # are fetched together: latency-bound for short rows, bandwidth-bound for long ones.
-        sweep_calls = -(-min(s.mc, m_share) // s.mr)
-        fresh = max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), 1.0 / sweep_calls, shared)
-        row_latency = l2.latency_cycles + (hw.memory.tlb_miss_cycles if b_stride >= page else 0)
         row_lines = -(-s.nr * isz // line)
-        extra += fresh * max(row_latency, row_lines * line / l2.bandwidth_bytes_per_cycle)
+        transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
+        thrash = max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), shared)
+        first_touch = (1.0 - thrash) / -(-min(s.mc, m_share) // s.mr)
+        rows_in_flight = max(1.0, hw.core.reorder_window / max(instructions_per_kstep, 1.0))
+        tlb = hw.memory.tlb_miss_cycles if b_stride >= page else 0
+        extra += thrash * max(l2.latency_cycles, transfer)
+        extra += first_touch * max((l2.latency_cycles + tlb) / rows_in_flight, transfer)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;
         # otherwise only the panel's reuse across calls is lost, one miss per line
@@ -361,6 +363,26 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
             extra += s.mr * isz / line * l2.latency_cycles
     return extra
+
+
+def _dtlb_miss_cycles(s: CpuSchedule, hw: HwSpec) -> float:
+    """Extra cycles per k step when an unpacked B micro-panel spans more pages than the first-level
+    data TLB holds: its rows are visited in the same order on every call, so under LRU each row's
+    page has just been evicted. These lookups go to the second-level TLB one per row and do not
+    hide under the FMAs (fitted on Zen 4: N=1000 panels of 96-192 rows, each row on its own page,
+    ran 1.3-2x below FMA speed; panels of <= 48 rows at FMA speed).
+    """
+    if s.pack_b or s.a_shared:
+        return 0.0
+    rows_per_page = max(1, hw.memory.page_bytes // (s.b_sk * 4))
+    if -(-s.kc // rows_per_page) <= hw.memory.dtlb_entries:
+        return 0.0
+    return DTLB_MISS_SHARE * hw.memory.tlb_miss_cycles / rows_per_page
+
+
+# Share of the second-level TLB lookup latency a row's k step waits for; the rest overlaps with the
+# previous rows' lookups (fitted on the recorded Zen 4 samples of 128x1000x4032 and 1024^3).
+DTLB_MISS_SHARE = 0.5
 
 
 def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_share: int, n_share: int) -> float:
@@ -405,18 +427,29 @@ CONFLICT_SLACK = 2.0
 def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:
     """Share of a panel's lines that miss L1 when ``rows`` rows ``stride_bytes`` apart are swept again.
 
-    Rows a power of two apart fall into few L1 sets; the panel keeps only as many lines as those
-    sets' ways hold, and the rest are refetched on every sweep.
+    Rows a power of two apart fall into few L1 sets; each set keeps only as many of the panel's
+    lines as its ways hold, and the rest are refetched on every sweep. A row wider than a line
+    spreads over consecutive sets (112 floats at a 1 KiB stride: 8 rows cover 28 sets, two lines
+    each), so the sets are counted line by line.
     """
     l1 = hw.cache(1)
-    line = l1.line_bytes
-    sets = max(1, l1.size_kib * 1024 // (line * l1.associativity))
-    step = (stride_bytes // line) % sets if stride_bytes % line == 0 else 1
-    distinct = sets // math.gcd(step, sets) if step else 1
-    lines = rows * -(-row_bytes // line)
-    if lines == 0:
+    return _set_overflow_share(stride_bytes, rows, row_bytes, l1.line_bytes,
+                               max(1, l1.size_kib * 1024 // (l1.line_bytes * l1.associativity)),
+                               CONFLICT_SLACK * l1.associativity * l1.usable_fraction)
+
+
+@functools.lru_cache(maxsize=4096)
+def _set_overflow_share(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int, capacity: float) -> float:
+    """Share of the distinct lines of ``rows`` rows (``row_bytes`` long, ``stride_bytes`` apart,
+    the first on a line boundary) beyond ``capacity`` lines in their set."""
+    if rows <= 0 or row_bytes <= 0:
         return 0.0
-    return max(0.0, 1.0 - CONFLICT_SLACK * distinct * l1.associativity * l1.usable_fraction / lines)
+    starts = np.arange(rows, dtype=np.int64) * stride_bytes
+    first, last = starts // line, (starts + row_bytes - 1) // line
+    span = int((last - first).max()) + 1
+    lines = np.unique((first[:, None] + np.arange(span)[None, :])[np.arange(span)[None, :] <= (last - first)[:, None]])
+    per_set = np.bincount(lines % sets, minlength=sets)
+    return float(np.maximum(per_set - capacity, 0.0).sum() / lines.size)
 
 
 def _rows_fit_l1(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> bool:

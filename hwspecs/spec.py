@@ -71,6 +71,7 @@ class MemorySpec:
     page_bytes: int  # prefetchers stop at page boundaries; each page also needs a TLB entry
     prefetch_stride_bytes: int  # largest stride between accesses that the stride prefetcher follows
     tlb_miss_cycles: int  # extra latency of an access whose page misses the first-level data TLB
+    dtlb_entries: int  # pages the first-level data TLB holds
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,7 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
         "core.issue_width": spec.core.issue_width, "core.reorder_window": spec.core.reorder_window,
         "memory.bandwidth_gbs": spec.memory.bandwidth_gbs, "memory.page_bytes": spec.memory.page_bytes,
         "memory.prefetch_stride_bytes": spec.memory.prefetch_stride_bytes,
-        "memory.tlb_miss_cycles": spec.memory.tlb_miss_cycles,
+        "memory.tlb_miss_cycles": spec.memory.tlb_miss_cycles, "memory.dtlb_entries": spec.memory.dtlb_entries,
     }
     for key, value in positive.items():
         if value <= 0:

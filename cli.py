@@ -81,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run the benchmark suite")
     b.add_argument("--quick", action="store_true", help="a subset in under 2 minutes")
     b.add_argument("--json", action="store_true")
-    b.add_argument("--samples", type=int, default=64, help="configs measured per workload for model accuracy")
+    b.add_argument("--samples", type=int, default=None,
+                   help="configs measured per workload for model accuracy (default 64; 32 with --quick)")
     return parser
 
 
@@ -319,6 +320,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``aotune bench``."""
     from aotune.benchmarks.suite import print_table, run_suite
 
+    if args.samples is not None and args.samples < 5:
+        raise ConfigError(f"--samples {args.samples}: model accuracy needs at least 5 measured configs "
+                          "(the top-5 score); pass --samples 5 or more")
     result = run_suite(quick=args.quick, samples=args.samples, log=None if args.json else _console(stderr=True).print)
     if args.json:
         print(json.dumps(result, indent=1))

@@ -25,6 +25,7 @@ from aotune.search.options import SearchOptions
 
 FULL = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (128, 1000, 4032))
 QUICK = ((256, 256, 256), (512, 512, 512))
+FULL_SAMPLES, QUICK_SAMPLES = 64, 32
 Log = Callable[[str], None] | None
 
 
@@ -162,13 +163,17 @@ def bench_row(name: str, w: Workload, hw: HwSpec, samples: int, log: Log = None)
     }
 
 
-def run_suite(quick: bool = False, samples: int = 64, log: Log = None) -> dict[str, Any]:
+def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) -> dict[str, Any]:
     """Run the suite on the host; returns the JSON document ``aotune bench --json`` prints.
+
+    ``samples`` configs per row are measured for model accuracy: 64 by default, 32 in the quick
+    suite (every config is timed in several rounds, and the quick suite must stay under 2 minutes).
 
     Operator rows carry ``efficiency_vs_matmul_1024``: their GFLOP/s over the tuned 1024^3
     matmul's in the same run (the quick suite has no 1024^3 row, so it leaves it out).
     """
     hw = load_target("host")
+    samples = samples if samples is not None else (QUICK_SAMPLES if quick else FULL_SAMPLES)
     rows = [bench_row(f"matmul {M}x{N}x{K}", matmul(M, N, K), hw, samples, log) for M, N, K in (QUICK if quick else FULL)]
     reference = next((r["gflops"] for r in rows if r["workload"] == "matmul 1024x1024x1024"), None)
     for name, w in (OPERATORS_QUICK if quick else OPERATORS_FULL):

@@ -48,6 +48,7 @@ def one_register_spec(tmp_path_factory) -> Path:
     (["space", "matmul", "--shape", "8x8x8", "--target", "nonexistent/file.toml"], ["cannot read hwspec"]),
     (["tune", "--top-k", "0"], ["top_k must be >= 1"]),
     (["frobnicate"], ["invalid choice"]),
+    (["bench", "--quick", "--samples", "2"], ["--samples 2", "at least 5"]),
     (["tune", "einsum", "bij,bjk->bik", "--dims", "b=2,i=4,j=4"], ["index 'k' has no size", "add k=N"]),
     (["tune", "einsum", "ij,jk->iz", "--dims", "i=4,j=4,k=4,z=2"], ["output index 'z' appears in no input"]),
     (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=4,k=4,q=3"], ["does not use", "q"]),

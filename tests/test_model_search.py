@@ -148,3 +148,26 @@ def test_unpacked_panel_met_once_overlaps_its_misses():
                    for kc in (8, 64))
     t_short, t_long = (p.seconds for p in model.estimate_batch([short, long]))
     assert t_long > 2 * t_short
+
+
+def test_threads_writing_one_line_pair_and_warm_last_level():
+    """par=n splitting 32 NHWC channels 16 + 16 puts both threads in every 128-byte C line pair;
+    a pair-aligned split shares none. A working set that fits the last level costs no DRAM time."""
+    from aotune.analysis.model import _c_line_pair_sharing
+    from aotune.analysis.workload import depthwise_conv2d
+
+    hw = load_target("znver4")
+    model = AnalyticalCpuModel(hw)
+    space = build_cpu_space(depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout="NHWC"), hw)
+    rest = "mr=12,nr=16,kc=9,mc=660,nc=32,order=nkm,pack_a=0,pack_b=0,unroll=2,threads=2,pad_copy=1"
+    by_channel, by_pixel = (schedule_from_config(space, space.parse_config(f"{rest},par={par}")) for par in "nm")
+    assert _c_line_pair_sharing(by_channel, hw, 2) == 1.0
+    assert _c_line_pair_sharing(by_pixel, hw, 2) == 0.0
+    t_channel, t_pixel = (p.seconds for p in model.estimate_batch([by_channel, by_pixel]))
+    assert t_channel > 1.3 * t_pixel
+    assert dict(model.estimate_batch([by_pixel])[0].breakdown)["memory"] == 0.0
+    mm = build_cpu_space(matmul(256, 256, 256), hw)
+    aligned = schedule_from_config(mm, mm.parse_config(
+        "mr=4,nr=32,kc=64,mc=64,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"))
+    assert aligned.thread_ranges() == [(0, 128), (128, 256)]
+    assert _c_line_pair_sharing(aligned, hw, 2) == 0.0

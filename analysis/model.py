@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -62,10 +63,26 @@ def mix_from_schedule(s: CpuSchedule) -> KStepMix:
     return KStepMix(fma, nvec, s.mr, 0.0, 0.0, fma + nvec + s.mr + 3.0 / s.unroll)
 
 
+_TILE_FUNCTION = re.compile(r"ukernel_(\d+)x(\d+)$")
+
+
 def mix_from_features(s: CpuSchedule, f: LoopFeatures) -> KStepMix:
-    """The mix the disassembled loop shows, normalised to one k step."""
+    """The mix the disassembled loop shows, normalised to one k step.
+
+    The loop's FMAs per k step are its tile's rows times vectors, read from the function's name:
+    LLVM may unroll further than the schedule asked (a 1 x 49 tile, the whole row of a 7 x 7 image,
+    showed 8 k steps in one iteration). A loop found in a tile of another shape than mr x nr (no
+    full tile fits the extent) does not show the full tile's mix; the schedule's is used then.
+    """
     nvec = -(-s.nr // s.lanes)
-    steps = max(1.0, f.fma / (s.mr * nvec)) if f.function == f"ukernel_{s.mr}x{s.nr}" else max(1.0, float(s.unroll))
+    tile = _TILE_FUNCTION.match(f.function)
+    if tile is None:
+        steps = max(1.0, float(s.unroll))
+    else:
+        rows, vecs = int(tile[1]), -(-int(tile[2]) // s.lanes)
+        if (rows, vecs) != (s.mr, nvec):
+            return mix_from_schedule(s)
+        steps = max(1.0, f.fma / (rows * vecs))
     return KStepMix(f.fma / steps, f.vector_loads / steps, f.scalar_loads / steps, f.stores / steps,
                     f.spills / steps, f.instructions / steps)
 

@@ -171,3 +171,18 @@ def test_threads_writing_one_line_pair_and_warm_last_level():
         "mr=4,nr=32,kc=64,mc=64,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"))
     assert aligned.thread_ranges() == [(0, 128), (128, 256)]
     assert _c_line_pair_sharing(aligned, hw, 2) == 0.0
+
+
+def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():
+    """7 x 7 images give 49-wide rows, so nr=64 compiles a 1 x 49 tile, and LLVM unrolls its loop
+    8 k steps deep: the mix per k step is still 4 FMAs (one per vector), not 32."""
+    from aotune.analysis.model import mix_from_features
+    from aotune.analysis.workload import conv2d
+
+    hw = load_target("znver4")
+    space = build_cpu_space(conv2d(1, 64, 7, 7, 64, 3, 3, pad=1, layout="NCHW"), hw)
+    s = schedule_from_config(space, space.parse_config(
+        "mr=1,nr=64,kc=96,mc=32,nc=64,order=nmk,pack_a=0,pack_b=1,unroll=1,par=m,threads=2,pad_copy=0"))
+    loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
+    assert loop.function == "ukernel_1x49"
+    assert mix_from_features(s, loop).fma == 4

@@ -127,7 +127,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     calls = Mt_t * Nt_t * Kt
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
     conflict = _conflict_miss_cycles(s, hw, m_share, mix.instructions)
-    dtlb = _dtlb_miss_cycles(s, hw)
+    dtlb = _dtlb_miss_cycles(s, hw, m_share)
     pair_shared = _c_line_pair_sharing(s, hw, threads)
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(m_share, n_share, s.mr, s.nr):
@@ -389,24 +389,23 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions
     return extra
 
 
-def _dtlb_miss_cycles(s: CpuSchedule, hw: HwSpec) -> float:
+def _dtlb_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
     """Extra cycles per k step when an unpacked B micro-panel spans more pages than the first-level
-    data TLB holds: its rows are visited in the same order on every call, so under LRU each row's
-    page has just been evicted. These lookups go to the second-level TLB one per row and do not
-    hide under the FMAs (fitted on Zen 4: N=1000 panels of 96-192 rows, each row on its own page,
-    ran 1.3-2x below FMA speed; panels of <= 48 rows at FMA speed).
+    data TLB holds, paid on the first call of each sweep over the mr-row tiles.
+
+    A fresh panel's rows each need a translation from the second-level TLB, one after another,
+    and these do not hide under the FMAs the way the rows' cache misses do (measured on Zen 4 at
+    N=1000, each row on its own page: panels of 128-192 rows met once per call ran at 70-135
+    GFLOP/s where the FMAs allow 175; panels of <= 48 rows, or 96-128 rows reused by 5 or more
+    calls, at 150-190).
     """
     if s.pack_b or s.a_shared:
         return 0.0
     rows_per_page = max(1, hw.memory.page_bytes // (s.b_sk * 4))
     if -(-s.kc // rows_per_page) <= hw.memory.dtlb_entries:
         return 0.0
-    return DTLB_MISS_SHARE * hw.memory.tlb_miss_cycles / rows_per_page
-
-
-# Share of the second-level TLB lookup latency a row's k step waits for; the rest overlaps with the
-# previous rows' lookups (fitted on the recorded Zen 4 samples of 128x1000x4032 and 1024^3).
-DTLB_MISS_SHARE = 0.5
+    sweep_calls = -(-min(s.mc, m_share) // s.mr)
+    return hw.memory.tlb_miss_cycles / rows_per_page / sweep_calls
 
 
 def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, threads: int) -> float:

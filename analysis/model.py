@@ -7,9 +7,12 @@ broadcasts, spills, extra unrolling. Coefficients (issue rates, latencies, bandw
 hwspec; nothing is measured.
 
 Cost of one thread (the slowest one, since threads split the parallel loop):
-    compute   = k steps * max(FMA issue, load ports, issue width, store port, FMA latency) + per-call C I/O
+    compute   = k steps * (max(FMA issue, load ports, issue width, store port, FMA latency,
+                               unpacked-operand L1 misses) + DTLB misses) + per-call C I/O
+                (C stores that miss, or whose line pair another thread writes)
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
-    memory    = bytes from DRAM (all threads) / DRAM bandwidth
+    memory    = bytes from DRAM (all threads) / DRAM bandwidth; none when the working set stays
+                in the last level between calls
     seconds   = max(compute, L2, L3, memory) + packing + call/thread overhead
 """
 from __future__ import annotations

@@ -79,13 +79,11 @@ ACCURACY_ROUNDS = 3
 FINALIST_ROUNDS = 2
 
 
-def _fastest_rounds(runs: list[Callable[[], object]], rounds: int) -> np.ndarray:
-    """Each function's fastest median over ``rounds`` interleaved rounds (each a warm-up and >= 5 runs)."""
-    best = np.full(len(runs), np.inf)
-    for _ in range(rounds):
-        timed = time_side_by_side(runs, min_runs=5, min_seconds=0.05, rounds=1, warmup_seconds=ACCURACY_WARMUP_SECONDS)
-        best = np.minimum(best, [median for median, _, _ in timed])
-    return best
+def _timed(runs: list[Callable[[], object]], rounds: int) -> list[float]:
+    """Each function's seconds: the median of its fastest round (a warm-up and >= 5 runs each)."""
+    timed = time_side_by_side(runs, min_runs=5, min_seconds=0.05 * rounds, rounds=rounds,
+                              warmup_seconds=ACCURACY_WARMUP_SECONDS)
+    return [seconds for seconds, _, _ in timed]
 
 
 def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log: Log = None) -> dict[str, Any]:
@@ -113,12 +111,12 @@ def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log:
         incorrect += not correct
         out = out if out is not None else aligned_copy(np.zeros(sched.shapes[2], np.float32))
         runs.append(lambda host=host, out=out: host(a, b, bias, out))
-    t = _fastest_rounds(runs, ACCURACY_ROUNDS)
+    t = np.array(_timed(runs, ACCURACY_ROUNDS))
     p = np.array(predicted)
     # the configs that decide the top-k scores get two more rounds, the model's picks and the
     # measured best alike
     finalists = sorted(set(np.argsort(p)[:5]) | set(np.argsort(t)[:8]))
-    t[finalists] = np.minimum(t[finalists], _fastest_rounds([runs[i] for i in finalists], FINALIST_ROUNDS))
+    t[finalists] = np.minimum(t[finalists], _timed([runs[i] for i in finalists], FINALIST_ROUNDS))
     return {"n": len(p), "spearman": spearman(p, t), "kendall": kendall(p, t), "top1": topk_score(p, t, 1),
             "top5": topk_score(p, t, 5), "incorrect": incorrect, "best_sampled_gflops": w.flops / t.min() / 1e9}
 

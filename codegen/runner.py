@@ -50,11 +50,12 @@ def aligned_copy(x: np.ndarray, align: int = 64) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Measurement:
-    """Median seconds over ``runs`` timed runs (after warm-up), spread, and correctness."""
+    """Seconds (the median of the fastest of several interleaved rounds of >= 5 runs, each after a
+    warm-up), the runs timed in all, their spread, and correctness."""
 
     seconds: float
     runs: int
-    spread: float  # (max - min) / median of the timed runs
+    spread: float  # (max - min) of all timed runs / seconds
     correct: bool
     max_abs_error: float
     tolerance: float
@@ -146,9 +147,8 @@ def _timed_runs(fn: Callable[[], object], min_runs: int, min_seconds: float, war
     return times
 
 
-def _summary(times: list[float]) -> tuple[float, int, float]:
-    med = statistics.median(times)
-    return med, len(times), (max(times) - min(times)) / med if med > 0 else 0.0
+def _summary(times: list[float], seconds: float) -> tuple[float, int, float]:
+    return seconds, len(times), (max(times) - min(times)) / seconds if seconds > 0 else 0.0
 
 
 # Each round warms up for longer than a BLAS library keeps its threads spinning after its last
@@ -159,19 +159,23 @@ SWITCH_WARMUP_SECONDS = 0.15
 
 def time_side_by_side(fns: list[Callable[[], object]], min_runs: int = 5, min_seconds: float = 0.2,
                       rounds: int = 3, warmup_seconds: float = SWITCH_WARMUP_SECONDS) -> list[tuple[float, int, float]]:
-    """Time several functions in interleaved rounds, each round a warm-up and a share of the runs
-    of every function; (median, runs, spread) of each over all its rounds.
+    """Time several functions in interleaved rounds, each round a warm-up and >= ``min_runs`` runs
+    of every function; (median of its fastest round, runs, spread over all its runs) of each.
 
     On a shared machine the background load drifts over seconds; interleaving puts every function
     (our kernels and numpy) under the same drift, so their ratio is what it would be on a quiet
-    machine rather than a comparison of two different moments.
+    machine rather than a comparison of two different moments. A burst of other work slows
+    whatever runs during it (one config measured 41 and 118 GFLOP/s minutes apart), so each
+    function keeps its fastest round: what it does when the machine lets it.
     """
-    per_round_runs = max(1, -(-min_runs // rounds))
+    medians: list[list[float]] = [[] for _ in fns]
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
-            times[i] += _timed_runs(fn, per_round_runs, min_seconds / rounds, warmup_seconds)
-    return [_summary(t) for t in times]
+            ran = _timed_runs(fn, min_runs, min_seconds / rounds, warmup_seconds)
+            medians[i].append(statistics.median(ran))
+            times[i] += ran
+    return [_summary(t, min(m)) for t, m in zip(times, medians)]
 
 
 Operands = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # A, B, bias

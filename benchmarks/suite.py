@@ -15,12 +15,14 @@ import numpy as np
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import LAYOUTS, Workload, conv2d, dense, depthwise_conv2d, matmul
-from aotune.codegen.compile import compile_kernel
+from aotune.codegen.compile import Kernel, compile_kernel
+
 from aotune.codegen.runner import HostKernel, aligned_copy, check_against_numpy, random_operands, time_side_by_side
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.search import driver
+from aotune.search.driver import Verified
 from aotune.search.options import SearchOptions
 
 FULL = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (128, 1000, 4032))
@@ -141,8 +143,9 @@ OPERATORS_FULL = tuple((f"conv2d {name} {layout}", make(layout)) for name, make 
 OPERATORS_QUICK = (("conv2d 56x56x64->64 3x3 p1 NHWC", _resnet(64, 56, 64, 3, 1)("NHWC")),)
 
 
-def bench_row(name: str, w: Workload, hw: HwSpec, samples: int, log: Log = None) -> dict[str, Any]:
-    """Tune ``w`` (no measurement), verify the top-k against numpy, then measure the model's accuracy."""
+def bench_row(name: str, w: Workload, hw: HwSpec, samples: int, log: Log = None) -> tuple[dict[str, Any], Verified | None]:
+    """Tune ``w`` (no measurement), verify the top-k against numpy, then measure the model's
+    accuracy: (the row, the chosen kernel's final check)."""
     if log:
         log(f"[bench] {name}: tuning")
     result = driver.tune(w, hw, SearchOptions())
@@ -158,7 +161,20 @@ def bench_row(name: str, w: Workload, hw: HwSpec, samples: int, log: Log = None)
         "measurements": result.measurements, "all_correct": all(v.measurement.correct for v in verified),
         "chosen_config": result.space.describe_config(pick.candidate.config) if pick else None,
         "accuracy": acc, "accuracy_seconds": time.perf_counter() - t0,
-    }
+    }, pick
+
+
+def gflops_side_by_side(kernels: list[Kernel], hw: HwSpec) -> list[float]:
+    """GFLOP/s of each kernel on its own random inputs, all timed in the same interleaved rounds, so
+    a ratio between them is not a comparison of two moments of a shared machine."""
+    runs: list[Callable[[], object]] = []
+    for kernel in kernels:
+        a, b, bias = random_operands(kernel.schedule)
+        host = HostKernel(kernel, hw)
+        out = aligned_copy(np.zeros(kernel.schedule.shapes[2], np.float32))
+        runs.append(lambda host=host, a=a, b=b, bias=bias, out=out: host(a, b, bias, out))
+    timed = time_side_by_side(runs, min_runs=5, min_seconds=0.6, rounds=3)
+    return [k.schedule.flops / seconds / 1e9 for k, (seconds, _, _) in zip(kernels, timed)]
 
 
 def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) -> dict[str, Any]:
@@ -167,17 +183,24 @@ def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) 
     ``samples`` configs per row are measured for model accuracy: 64 by default, 32 in the quick
     suite (every config is timed in several rounds, and the quick suite must stay under 2 minutes).
 
-    Operator rows carry ``efficiency_vs_matmul_1024``: their GFLOP/s over the tuned 1024^3
-    matmul's in the same run (the quick suite has no 1024^3 row, so it leaves it out).
+    Operator rows carry ``efficiency_vs_matmul_1024``: their chosen kernel's GFLOP/s over the
+    tuned 1024^3 matmul's, the two timed side by side right after the row (the quick suite has no
+    1024^3 row, so it leaves it out).
     """
     hw = load_target("host")
     samples = samples if samples is not None else (QUICK_SAMPLES if quick else FULL_SAMPLES)
-    rows = [bench_row(f"matmul {M}x{N}x{K}", matmul(M, N, K), hw, samples, log) for M, N, K in (QUICK if quick else FULL)]
-    reference = next((r["gflops"] for r in rows if r["workload"] == "matmul 1024x1024x1024"), None)
+    rows, reference = [], None
+    for M, N, K in (QUICK if quick else FULL):
+        row, pick = bench_row(f"matmul {M}x{N}x{K}", matmul(M, N, K), hw, samples, log)
+        rows.append(row)
+        if (M, N, K) == (1024, 1024, 1024) and pick is not None:
+            reference = pick.candidate.kernel
     for name, w in (OPERATORS_QUICK if quick else OPERATORS_FULL):
-        row = bench_row(name, w, hw, samples, log)
-        if reference:
-            row["efficiency_vs_matmul_1024"] = row["gflops"] / reference
+        row, pick = bench_row(name, w, hw, samples, log)
+        if reference is not None and pick is not None:
+            op_gflops, ref_gflops = gflops_side_by_side([pick.candidate.kernel, reference], hw)
+            row["efficiency_vs_matmul_1024"] = op_gflops / ref_gflops
+            row["side_by_side_gflops"] = {"operator": op_gflops, "matmul_1024": ref_gflops}
         rows.append(row)
     return {"machine": machine_description(hw), "rows": rows}
 

@@ -376,7 +376,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions
         row_lines = -(-s.nr * isz // line)
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
         thrash = max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), shared)
-        first_touch = (1.0 - thrash) / -(-min(s.mc, m_share) // s.mr)
+        first_touch = (1.0 - thrash) / _sweep_calls(s, m_share)
         rows_in_flight = max(1.0, hw.core.reorder_window / max(instructions_per_kstep, 1.0))
         tlb = hw.memory.tlb_miss_cycles if b_stride >= page else 0
         extra += thrash * max(l2.latency_cycles, transfer)
@@ -390,6 +390,11 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
             extra += s.mr * isz / line * l2.latency_cycles
     return extra
+
+
+def _sweep_calls(s: CpuSchedule, m_share: int) -> int:
+    """Calls that read one B micro-panel in turn: the mr-row tiles of an mc block."""
+    return -(-min(s.mc, m_share) // s.mr)
 
 
 def _dtlb_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
@@ -407,8 +412,7 @@ def _dtlb_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
     rows_per_page = max(1, hw.memory.page_bytes // (s.b_sk * 4))
     if -(-s.kc // rows_per_page) <= hw.memory.dtlb_entries:
         return 0.0
-    sweep_calls = -(-min(s.mc, m_share) // s.mr)
-    return hw.memory.tlb_miss_cycles / rows_per_page / sweep_calls
+    return hw.memory.tlb_miss_cycles / rows_per_page / _sweep_calls(s, m_share)
 
 
 def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, threads: int) -> float:

@@ -7,6 +7,7 @@ model. Per-ISA facts are the small tables in ``ISA_TABLES``.
 """
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -162,6 +163,16 @@ def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
             counts["other"] += 1
     return LoopFeatures(name, len(body), counts["fma"], counts["vload"], counts["sload"], counts["bcast"],
                         counts["store"], counts["spill"], counts["other"], body[-1].address - body[0].address)
+
+
+# codegen names each register tile's function after its shape: ukernel_<rows>x<cols>
+_TILE_FUNCTION = re.compile(r"ukernel_(\d+)x(\d+)$")
+
+
+def tile_of_function(name: str) -> tuple[int, int] | None:
+    """(rows, columns) of the register tile a micro-kernel function computes; None for others."""
+    tile = _TILE_FUNCTION.match(name)
+    return (int(tile[1]), int(tile[2])) if tile else None
 
 
 def kernel_features(kernel: Kernel, isa: str) -> KernelFeatures:

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from aotune.analysis.features import LoopFeatures
+from aotune.analysis.features import LoopFeatures, tile_of_function
 from aotune.codegen.schedule import CpuSchedule, Gather
 from aotune.hwspecs.spec import HwSpec
 
@@ -66,9 +65,6 @@ def mix_from_schedule(s: CpuSchedule) -> KStepMix:
     return KStepMix(fma, nvec, s.mr, 0.0, 0.0, fma + nvec + s.mr + 3.0 / s.unroll)
 
 
-_TILE_FUNCTION = re.compile(r"ukernel_(\d+)x(\d+)$")
-
-
 def mix_from_features(s: CpuSchedule, f: LoopFeatures) -> KStepMix:
     """The mix the disassembled loop shows, normalised to one k step.
 
@@ -78,11 +74,11 @@ def mix_from_features(s: CpuSchedule, f: LoopFeatures) -> KStepMix:
     full tile fits the extent) does not show the full tile's mix; the schedule's is used then.
     """
     nvec = -(-s.nr // s.lanes)
-    tile = _TILE_FUNCTION.match(f.function)
+    tile = tile_of_function(f.function)
     if tile is None:
         steps = max(1.0, float(s.unroll))
     else:
-        rows, vecs = int(tile[1]), -(-int(tile[2]) // s.lanes)
+        rows, vecs = tile[0], -(-tile[1] // s.lanes)
         if (rows, vecs) != (s.mr, nvec):
             return mix_from_schedule(s)
         steps = max(1.0, f.fma / (rows * vecs))
@@ -131,7 +127,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
     conflict = _conflict_miss_cycles(s, hw, m_share, mix.instructions)
     dtlb = _dtlb_miss_cycles(s, hw, m_share)
-    pair_shared = _c_line_pair_sharing(s, hw, threads)
+    pair_shared = _c_line_pair_sharing(s, hw, ranges)
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(m_share, n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols)
@@ -415,7 +411,7 @@ def _dtlb_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
     return hw.memory.tlb_miss_cycles / rows_per_page / _sweep_calls(s, m_share)
 
 
-def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, threads: int) -> float:
+def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, ranges: Sequence[tuple[int, int]]) -> float:
     """Share of the slowest thread's C lines that sit in a 128-byte line pair another thread also
     writes, when the threads split the rows' contiguous axis (par=n).
 
@@ -426,14 +422,15 @@ def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, threads: int) -> float:
     (every pair shared) ran at 29-36 GFLOP/s where the model without this said 46-56; split by
     pixels, 63-86.
     """
+    threads = len(ranges)
     if s.par != "n" or threads < 2:
         return 0.0
     line, isz = hw.cache(1).line_bytes, 4
     pair = 2 * line
-    ends = [hi for _, hi in s.thread_ranges()]  # the last one is the row's end
+    ends = [hi for _, hi in ranges]  # the last one is the row's end
     period = pair // math.gcd(s.N * isz, pair)  # rows after which the pattern of offsets repeats
     mid_pair = sum(((r * s.N + end) * isz) % pair != 0 for r in range(period) for end in ends) / period
-    widest = max(hi - lo for lo, hi in s.thread_ranges())
+    widest = max(hi - lo for lo, hi in ranges)
     return min(1.0, mid_pair * 2 / threads / -(-widest * isz // line))
 
 

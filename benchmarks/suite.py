@@ -16,7 +16,6 @@ from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import LAYOUTS, Workload, conv2d, dense, depthwise_conv2d, matmul
 from aotune.codegen.compile import Kernel, compile_kernel
-
 from aotune.codegen.runner import HostKernel, aligned_copy, check_against_numpy, random_operands, time_side_by_side
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
@@ -98,10 +97,11 @@ def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log:
     """
     space = build_cpu_space(w, hw)
     model = AnalyticalCpuModel(hw)
-    a, b, bias = random_operands(schedule_from_config(space, space.solve()), seed)  # same shapes for every config
+    first = schedule_from_config(space, space.solve())  # every config has the same operand shapes
+    a, b, bias = random_operands(first, seed)
+    out = aligned_copy(np.zeros(first.shapes[2], np.float32))  # one output buffer for all
     predicted: list[float] = []
     runs: list[Callable[[], object]] = []
-    out: np.ndarray | None = None
     incorrect = 0
     for cfg in space.sample(samples, seed=seed):
         sched = schedule_from_config(space, cfg)
@@ -111,12 +111,9 @@ def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log:
         host = HostKernel(kernel, hw)
         correct, _, _ = check_against_numpy(host, a, b, bias)
         incorrect += not correct
-        out = out if out is not None else aligned_copy(np.zeros(sched.shapes[2], np.float32))
-        runs.append(lambda host=host, out=out: host(a, b, bias, out))
+        runs.append(host.call_on(a, b, bias, out))
     t = np.array(_timed(runs, ACCURACY_ROUNDS))
     p = np.array(predicted)
-    # the configs that decide the top-k scores get two more rounds, the model's picks and the
-    # measured best alike
     finalists = sorted(set(np.argsort(p)[:5]) | set(np.argsort(t)[:8]))
     t[finalists] = np.minimum(t[finalists], _timed([runs[i] for i in finalists], FINALIST_ROUNDS))
     return {"n": len(p), "spearman": spearman(p, t), "kendall": kendall(p, t), "top1": topk_score(p, t, 1),
@@ -167,12 +164,7 @@ def bench_row(name: str, w: Workload, hw: HwSpec, samples: int, log: Log = None)
 def gflops_side_by_side(kernels: list[Kernel], hw: HwSpec) -> list[float]:
     """GFLOP/s of each kernel on its own random inputs, all timed in the same interleaved rounds, so
     a ratio between them is not a comparison of two moments of a shared machine."""
-    runs: list[Callable[[], object]] = []
-    for kernel in kernels:
-        a, b, bias = random_operands(kernel.schedule)
-        host = HostKernel(kernel, hw)
-        out = aligned_copy(np.zeros(kernel.schedule.shapes[2], np.float32))
-        runs.append(lambda host=host, a=a, b=b, bias=bias, out=out: host(a, b, bias, out))
+    runs = [HostKernel(kernel, hw).call_on(*random_operands(kernel.schedule)) for kernel in kernels]
     timed = time_side_by_side(runs, min_runs=5, min_seconds=0.6, rounds=3)
     return [k.schedule.flops / seconds / 1e9 for k, (seconds, _, _) in zip(kernels, timed)]
 

@@ -118,6 +118,13 @@ class HostKernel:
         self._run(self._addr, [(pa, pb, pc, pbias, lo, hi, wa, wb) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws_addr)])
         return c
 
+    def call_on(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
+                out: np.ndarray | None = None) -> Callable[[], np.ndarray]:
+        """A no-argument call of this kernel on fixed inputs, for timing: the output buffer (a fresh
+        cache-line-aligned one unless given) is allocated once, not on every call."""
+        c = out if out is not None else _aligned(self.kernel.schedule.shapes[2])
+        return lambda: self(a, b, bias, c)
+
     def _run(self, addr: int, shares: list[tuple[int, ...]]) -> None:
         """Call a function of the entry's signature once per share: here, or on the worker threads."""
         if len(shares) == 1:
@@ -280,8 +287,7 @@ def final_check_side_by_side(kernels: list[Kernel], hw: HwSpec, a: np.ndarray, b
     for kernel in kernels:
         hk = HostKernel(kernel, hw)
         checks.append(check_against_numpy(hk, a, b, bias))
-        out = _aligned(kernel.schedule.shapes[2])
-        fns.append(lambda hk=hk, out=out: hk(a, b, bias, out))
+        fns.append(hk.call_on(a, b, bias))
     if with_numpy:
         fns.append(numpy_baseline(kernels[0].schedule, a, b, bias))
     timed = time_side_by_side(fns, min_runs, min_seconds, rounds=3 if with_numpy else 1, warmup_seconds=warmup_seconds)

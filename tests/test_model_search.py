@@ -161,8 +161,8 @@ def test_threads_writing_one_line_pair_and_warm_last_level():
     space = build_cpu_space(depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout="NHWC"), hw)
     rest = "mr=12,nr=16,kc=9,mc=660,nc=32,order=nkm,pack_a=0,pack_b=0,unroll=2,threads=2,pad_copy=1"
     by_channel, by_pixel = (schedule_from_config(space, space.parse_config(f"{rest},par={par}")) for par in "nm")
-    assert _c_line_pair_sharing(by_channel, hw, 2) == 1.0
-    assert _c_line_pair_sharing(by_pixel, hw, 2) == 0.0
+    assert _c_line_pair_sharing(by_channel, hw, by_channel.thread_ranges()) == 1.0
+    assert _c_line_pair_sharing(by_pixel, hw, by_pixel.thread_ranges()) == 0.0
     t_channel, t_pixel = (p.seconds for p in model.estimate_batch([by_channel, by_pixel]))
     assert t_channel > 1.3 * t_pixel
     assert dict(model.estimate_batch([by_pixel])[0].breakdown)["memory"] == 0.0
@@ -170,7 +170,7 @@ def test_threads_writing_one_line_pair_and_warm_last_level():
     aligned = schedule_from_config(mm, mm.parse_config(
         "mr=4,nr=32,kc=64,mc=64,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"))
     assert aligned.thread_ranges() == [(0, 128), (128, 256)]
-    assert _c_line_pair_sharing(aligned, hw, 2) == 0.0
+    assert _c_line_pair_sharing(aligned, hw, aligned.thread_ranges()) == 0.0
 
 
 def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():

@@ -204,7 +204,10 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     mr_max = max(1, min(M, regs - 2))
     nr_vec_max = max(1, min(-(-N // vw), (regs - 1) // 2))
     kcs = sorted({kc for kc in KC_CANDIDATES if kc < K} | {min(K, KC_CANDIDATES[-1])})
-    m_cap, n_cap = min(M, MAX_BLOCK), min(_round_up(N, vw), MAX_BLOCK)
+    # A block may run past the extent to the next multiple of the register tile, so one block can
+    # cover an extent that no tile divides (M=49 with mr=13: mc=52 reads B once, mc=39 twice).
+    m_cap = min(M + mr_max - 1, MAX_BLOCK)
+    n_cap = min(_round_up(N, vw) + (nr_vec_max - 1) * vw, MAX_BLOCK)
     variables = (
         DecisionVar("mr", tuple(range(1, mr_max + 1)), f"register tile rows (along {_group_label(r.m)})"),
         DecisionVar("nr", tuple(vw * i for i in range(1, nr_vec_max + 1)), f"register tile columns (along {_group_label(r.n)}), a multiple of {vw} lanes"),

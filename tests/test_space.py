@@ -85,3 +85,11 @@ def test_one_vector_register_is_unsatisfiable():
     hw = dataclasses.replace(hw, isa=dataclasses.replace(hw.isa, vector_registers=1))
     with pytest.raises(UnsatisfiableError, match="1 vector register"):
         build_cpu_space(matmul(64, 64, 64), hw)
+
+
+def test_one_cache_block_may_cover_an_extent_no_register_tile_divides():
+    # M=49 with mr=13: mc=52 is one block (B swept once); past the rounded-up extent is refused
+    space = build_cpu_space(matmul(49, 64, 64), load_target("skylake-avx512"))
+    base = "mr=13,nr=32,kc=64,nc=64,order=nkm,pack_a=1,pack_b=0,unroll=1,par=n,threads=2"
+    assert space.violations(space.parse_config(f"{base},mc=52")) == []
+    assert {v.constraint for v in space.violations(space.parse_config(f"{base},mc=65"))} == {"cover m"}

@@ -32,6 +32,7 @@ class IsaTable:
     store_prefixes: tuple[str, ...] = ()  # otherwise stores and loads are their own mnemonics
     load_prefixes: tuple[str, ...] = ()
     broadcast_markers: tuple[str, ...] = ()
+    prefetch_prefixes: tuple[str, ...] = ()  # software prefetches: no destination, but a load slot
 
     def is_branch(self, mnemonic: str) -> bool:
         """Whether ``mnemonic`` is a direct (conditional or unconditional) branch."""
@@ -42,11 +43,12 @@ class IsaTable:
 ISA_TABLES = {
     "x86_64": IsaTable(capstone.CS_ARCH_X86, capstone.CS_MODE_64, ("vfmadd", "vfnmadd", "vfmsub", "vfnmsub"),
                        ("j",), (), ("rsp", "rbp"), ("zmm", "ymm", "xmm"), memory_from_operands=True,
-                       broadcast_markers=("vbroadcastss", "vpbroadcastd", "{1to")),
+                       broadcast_markers=("vbroadcastss", "vpbroadcastd", "{1to"), prefetch_prefixes=("prefetch",)),
     "aarch64": IsaTable(getattr(capstone, "CS_ARCH_ARM64", getattr(capstone, "CS_ARCH_AARCH64", 1)),
                         capstone.CS_MODE_ARM, ("fmla", "fmadd"), (), ("b", "cbz", "cbnz", "tbz", "tbnz"), ("sp",),
                         (".4s", ".2d", ".8h", ".16b", "q"), memory_from_operands=False,
-                        store_prefixes=("st",), load_prefixes=("ld",), broadcast_markers=("ld1r", "dup")),
+                        store_prefixes=("st",), load_prefixes=("ld",), broadcast_markers=("ld1r", "dup"),
+                        prefetch_prefixes=("prfm",)),
 }
 
 
@@ -106,6 +108,8 @@ def _classify(insn: capstone.CsInsn, t: IsaTable) -> str:
     m, ops = insn.mnemonic, insn.op_str
     if any(m.startswith(p) for p in t.fma_prefixes):
         return "fma"
+    if any(m.startswith(p) for p in t.prefetch_prefixes):
+        return "load"
     if t.memory_from_operands:
         if "[" not in ops:
             return "other"

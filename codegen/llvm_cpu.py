@@ -39,6 +39,9 @@ I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PF32 = F32.as_pointer()
 PI64 = I64.as_pointer()
+PI8 = ir.IntType(8).as_pointer()
+# fp32 elements per prefetch: 64-byte lines (with longer lines the extra prefetches hit one line)
+LINE_FLOATS = 16
 
 
 def c64(v: int) -> ir.Constant:
@@ -85,6 +88,8 @@ class CpuKernelBuilder:
         self.mstore = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [self.vec, self.pvec, I32, self.mask_ty]),
                                   name=f"llvm.masked.store.v{s.lanes}f32.p0")
         self.ukernels: dict[tuple[int, int], ir.Function] = {}
+        self.prefetch = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PI8, I32, I32, I32]),
+                                    name="llvm.prefetch.p0")
         vfn = ir.FunctionType(self.vec, [self.vec])
         self.exp = ir.Function(self.module, vfn, name=f"llvm.exp.v{s.lanes}f32") if s.activation in ("gelu", "sigmoid") else None
         self.maxnum = (ir.Function(self.module, ir.FunctionType(self.vec, [self.vec] * 2), name=f"llvm.maxnum.v{s.lanes}f32")
@@ -150,7 +155,18 @@ class CpuKernelBuilder:
             row_tab, k_tab = fn.args[-2:]
             a_rows = [b.load(b.gep(row_tab, [c64(r)], inbounds=True)) for r in range(rows)]
 
+        def prefetch_b(k: ir.Value) -> None:
+            # one prefetch per cache line of the row b_prefetch_rows ahead (prefetches never fault,
+            # so rows past the operand's end are harmless: no inbounds)
+            ahead = b.mul(b.add(k, c64(s.b_prefetch_rows)), c64(b_rs))
+            for col in range(0, cols, LINE_FLOATS):
+                at = b.gep(b_ptr, [b.add(ahead, c64(col))])
+                b.call(self.prefetch, [b.bitcast(at, PI8), ir.Constant(I32, 0), ir.Constant(I32, 3),
+                                       ir.Constant(I32, 1)])
+
         def k_step(k: ir.Value) -> None:
+            if s.b_prefetch_rows:
+                prefetch_b(k)
             bvec = [load_vec(b_ptr, b.add(b.mul(k, c64(b_rs)), c64(v * lanes)), b_masked and v == nvec - 1)
                     for v in range(nvec)]
             if s.a_shared:

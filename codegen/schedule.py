@@ -15,6 +15,7 @@ from aotune.analysis.workload import ConvParams, Workload
 from aotune.constraints.cpu import ORDERS, PAR_LOOPS, CpuSpace, group_extent, group_stride, must_pack_because
 from aotune.constraints.space import Config
 from aotune.errors import ConfigError
+from aotune.hwspecs.spec import HwSpec
 
 
 GroupSteps = tuple[tuple[int, tuple[int, ...]], ...]  # per loop, outer to inner: (extent, index step per dim)
@@ -127,6 +128,7 @@ class CpuSchedule:
     pad_copy: PadCopy | None = None
     conv: ConvParams | None = None  # a convolution: the numpy reference is sliding windows, not einsum
     a_is_first: bool = True  # A is the statement's first input (for a convolution: X)
+    b_prefetch_rows: int = 0  # unpacked B: the micro-kernel prefetches the row this many k steps ahead
 
     @property
     def batch_count(self) -> int:
@@ -231,7 +233,24 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         a_gather=gather(a, "a", r.m, False, always=r.shared_n), a_shared=r.shared_n,
         b_gather=gather(b, "b", r.n, True), pad_copy=pad,
         conv=w.conv, a_is_first=w.statement.inputs[0].tensor == r.a,
+        b_prefetch_rows=b_prefetch_rows(hw, c["mr"], c["nr"], bool(c["pack_b"]) or r.shared_n),
     )
+
+
+def b_prefetch_rows(hw: HwSpec, mr: int, nr: int, contiguous: bool) -> int:
+    """How many k steps ahead the micro-kernel prefetches an unpacked B row: far enough that the
+    row arrives from beyond L2 in ``memory.prefetch_ahead_cycles``, counted at FMA speed.
+
+    The hardware prefetchers do not follow a stream of short rows a whole operand row apart: read
+    in place from L3 or DRAM, each row waited for its lines (a 13 x 32 tile over 7x7 NHWC weights,
+    2 KiB apart, ran at 83-104 GFLOP/s without prefetching, 176-205 with it, side by side). Packed
+    panels are contiguous (and an A shared along the columns has a tiny B), so 0: no prefetch.
+    """
+    if contiguous:
+        return 0
+    vectors = -(-nr // hw.vector_lanes_f32)
+    cycles_per_step = mr * vectors / hw.core.fma_units
+    return max(1, math.ceil(hw.memory.prefetch_ahead_cycles / cycles_per_step))
 
 
 def _pad_copy(w: Workload, info: AccessInfo, a_name: str) -> PadCopy:

@@ -72,6 +72,7 @@ class MemorySpec:
     prefetch_stride_bytes: int  # largest stride between accesses that the stride prefetcher follows
     tlb_miss_cycles: int  # extra latency of an access whose page misses the first-level data TLB
     dtlb_entries: int  # pages the first-level data TLB holds
+    prefetch_ahead_cycles: int  # how far ahead software prefetches of strided operand rows are issued
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
         "memory.bandwidth_gbs": spec.memory.bandwidth_gbs, "memory.page_bytes": spec.memory.page_bytes,
         "memory.prefetch_stride_bytes": spec.memory.prefetch_stride_bytes,
         "memory.tlb_miss_cycles": spec.memory.tlb_miss_cycles, "memory.dtlb_entries": spec.memory.dtlb_entries,
+        "memory.prefetch_ahead_cycles": spec.memory.prefetch_ahead_cycles,
     }
     for key, value in positive.items():
         if value <= 0:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -114,3 +115,24 @@ def test_side_by_side_timing_keeps_each_functions_fastest_round():
     assert runs == 6
     assert 0.002 <= seconds < 0.01
     assert spread > 1.0  # the slow round still shows in the spread
+
+
+@pytest.mark.skipif(not x86_targets, reason="no target this host can run")
+def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
+    hw = load_target(x86_targets[0])
+    space = build_cpu_space(matmul(20, 1000, 300), hw)
+    base = "mr=5,nr=48,kc=64,mc=20,nc=96,order=nkm,pack_a=0,unroll=1,par=m,threads=1"
+    unpacked = schedule_from_config(space, space.parse_config(base + ",pack_b=0"))
+    packed = schedule_from_config(space, space.parse_config(base + ",pack_b=1"))
+    # 300 cycles ahead at 5 x 3 FMAs per k step
+    steps = 5 * 3 / hw.core.fma_units
+    assert unpacked.b_prefetch_rows == -(-hw.memory.prefetch_ahead_cycles // steps) and packed.b_prefetch_rows == 0
+    kernel = compile_kernel(unpacked, hw)
+    assert kernel.asm.count("prefetcht0") >= 3  # one per 64-byte line of a 48-float row
+    assert "prefetch" not in compile_kernel(packed, hw).asm
+    with_pf = kernel_features(kernel, "x86_64").loop
+    without = kernel_features(compile_kernel(dataclasses.replace(unpacked, b_prefetch_rows=0), hw), "x86_64").loop
+    ksteps = with_pf.fma // 15  # LLVM may unroll the loop further
+    assert with_pf.scalar_loads - without.scalar_loads == 3 * ksteps and with_pf.stores == without.stores
+    a, b, _ = random_operands(unpacked, 1)
+    assert check_against_numpy(HostKernel(kernel, hw), a, b)[0]

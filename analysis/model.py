@@ -9,7 +9,8 @@ hwspec; nothing is measured.
 Cost of one thread (the slowest one, since threads split the parallel loop):
     compute   = k steps * (max(FMA issue, load ports, issue width, store port, FMA latency,
                                unpacked-operand L1 misses) + DTLB misses) + per-call C I/O
-                (C stores that miss, or whose line pair another thread writes)
+                (C stores that miss, or whose line pair another thread writes); unpacked B rows
+                that the micro-kernel prefetches pay no first-touch or translation wait
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
     memory    = bytes from DRAM (all threads) / DRAM bandwidth; none when the working set stays
                 in the last level between calls
@@ -233,12 +234,12 @@ def _panel_stays_in_l1(s: CpuSchedule, hw: HwSpec) -> bool:
     enough to land in the panel's sets; with LRU the panel's lines, touched once per call, are then
     the oldest and go first. A panel taking more than PANEL_L1_SHARE of L1 is refetched from L2 on
     every call (seen on Zen 4: a 1 x 192 tile with kc=32, a 24 KiB panel, ran at half the predicted
-    speed, L2-bound).
+    speed, L2-bound; with kc=24, an 18 KiB panel, at FMA speed).
     """
     return s.kc * s.nr * 4 <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024
 
 
-PANEL_L1_SHARE = 0.5
+PANEL_L1_SHARE = 0.7
 
 
 def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:
@@ -358,7 +359,9 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions
       for the first time, on the first call of each sweep over the mr-row tiles, are independent
       loads many k steps ahead in the reorder window, so their misses overlap (a 9 x 16 tile that
       never reuses its panel, at a 2 or 4 KiB stride, ran at FMA speed, 176-206 GFLOP/s). Strides
-      within ``memory.prefetch_stride_bytes`` are prefetched.
+      within ``memory.prefetch_stride_bytes`` are prefetched by the hardware; rows the micro-kernel
+      prefetches itself (``b_prefetch_rows``) arrive before their first touch, leaving only the
+      transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched, 105-155 without).
     - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows
       a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
     Packing exists to avoid all of this.
@@ -376,7 +379,8 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions
         rows_in_flight = max(1.0, hw.core.reorder_window / max(instructions_per_kstep, 1.0))
         tlb = hw.memory.tlb_miss_cycles if b_stride >= page else 0
         extra += thrash * max(l2.latency_cycles, transfer)
-        extra += first_touch * max((l2.latency_cycles + tlb) / rows_in_flight, transfer)
+        wait = 0.0 if s.b_prefetch_rows else (l2.latency_cycles + tlb) / rows_in_flight
+        extra += first_touch * max(wait, transfer)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;
         # otherwise only the panel's reuse across calls is lost, one miss per line
@@ -401,9 +405,10 @@ def _dtlb_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
     and these do not hide under the FMAs the way the rows' cache misses do (measured on Zen 4 at
     N=1000, each row on its own page: panels of 128-192 rows met once per call ran at 70-135
     GFLOP/s where the FMAs allow 175; panels of <= 48 rows, or 96-128 rows reused by 5 or more
-    calls, at 150-190).
+    calls, at 150-190). Software prefetches take their translations early too, so a micro-kernel
+    that prefetches its B rows pays none of this.
     """
-    if s.pack_b or s.a_shared:
+    if s.pack_b or s.a_shared or s.b_prefetch_rows:
         return 0.0
     rows_per_page = max(1, hw.memory.page_bytes // (s.b_sk * 4))
     if -(-s.kc // rows_per_page) <= hw.memory.dtlb_entries:

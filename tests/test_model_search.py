@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from aotune.analysis.features import kernel_features
@@ -186,3 +188,21 @@ def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():
     loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
     assert loop.function == "ukernel_1x49"
     assert mix_from_features(s, loop).fma == 4
+
+
+def test_prefetched_b_rows_do_not_wait_for_their_first_touch_or_translation():
+    """Unpacked B at N=1000 (each row on its own page) with 192-row panels met once per call: without
+    prefetching the rows wait for L2 TLB lookups; prefetched ahead (measured on Zen 4: 188-208
+    GFLOP/s side by side with 105-155 for the same tiles unprefetched) they do not."""
+    hw = load_target("znver4")
+    model = AnalyticalCpuModel(hw)
+    space = build_cpu_space(matmul(128, 1000, 4032), hw)
+    s = schedule_from_config(space, space.parse_config(
+        "mr=14,nr=16,kc=192,mc=14,nc=736,order=nmk,pack_a=0,pack_b=0,unroll=1,par=n,threads=2"))
+    assert s.b_prefetch_rows > 0
+    plain = dataclasses.replace(s, b_prefetch_rows=0)
+    t_pf, t_plain = (p.seconds for p in model.estimate_batch([s, plain]))
+    assert t_plain > 1.3 * t_pf
+    # the prefetched tile runs near FMA speed: every vector FMA on the FMA units, over 2 threads
+    fma_seconds = s.flops / (2 * hw.peak_flops_per_core)
+    assert t_pf < 1.3 * fma_seconds

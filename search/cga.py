@@ -6,6 +6,8 @@ variable is free with a uniformly random hint. If that restriction is unsatisfia
 set is halved until it is not, so every child is a solution of the space. The CP-SAT model is built
 once by the Space and cloned per child (Heron rebuilds it per sample).
 
+The first population is the best quarter of a random draw four times its size (SEED_DRAW).
+
 Options (``SearchOptions`` fields used): ``seed``, ``budget``, ``population``, ``mutation``.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ from aotune.errors import UnsatisfiableError
 from aotune.search.options import SearchOptions
 
 Scorer = Callable[[Config], float]
+SEED_DRAW = 4  # the first population is the best 1/SEED_DRAW of this many times its size, drawn at random
 
 
 def make_child(space: Space, p1: Config, p2: Config, rng: _random.Random, mutation: float) -> Config:
@@ -51,9 +54,10 @@ def tune(space: Space, score: Scorer, options: SearchOptions,
                 progress(min(len(scores), options.budget), options.budget)
         return scores[cfg]
 
-    population = space.sample(min(options.population, options.budget), seed=options.seed)
-    for cfg in population:
-        evaluate(cfg)
+    # start from the best quarter of a wider random draw: a population drawn at random converges
+    # on whichever basin its best member sits in
+    drawn = space.sample(min(SEED_DRAW * options.population, options.budget), seed=options.seed)
+    population = sorted(drawn, key=evaluate)[: options.population]
     stale = 0
     while len(scores) < options.budget and stale < 4 * options.population:
         ranked = sorted(population, key=evaluate)

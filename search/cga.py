@@ -20,7 +20,7 @@ from aotune.errors import UnsatisfiableError
 from aotune.search.options import SearchOptions
 
 Scorer = Callable[[Config], float]
-SEED_DRAW = 4  # the first population is the best 1/SEED_DRAW of this many times its size, drawn at random
+SEED_DRAW = 4  # the first population is the best of SEED_DRAW x population random configs
 
 
 def make_child(space: Space, p1: Config, p2: Config, rng: _random.Random, mutation: float) -> Config:

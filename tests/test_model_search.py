@@ -92,6 +92,17 @@ def test_ga_children_are_valid_and_search_is_deterministic(space):
     assert r1.candidates[0].prediction.seconds <= r1.candidates[1].prediction.seconds
 
 
+def test_ga_starts_from_the_best_of_a_wider_random_draw(space):
+    model = AnalyticalCpuModel(space.hw)
+    score = lambda cfg: model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds  # noqa: E731
+    opts = SearchOptions(budget=100, population=10, seed=3)
+    drawn = space.sample(cga.SEED_DRAW * opts.population, seed=opts.seed)
+    scored = cga.tune(space, score, opts)
+    assert {cfg for _, cfg in scored} >= set(drawn)  # every drawn config was scored
+    assert scored[0][0] <= min(score(cfg) for cfg in drawn)
+    assert len(scored) <= opts.budget and all(space.is_valid(cfg) for _, cfg in scored)
+
+
 def test_random_strategy_and_option_validation(space):
     r = tune(space.workload, space.hw, SearchOptions(strategy="random", budget=20, compile_top=2, top_k=1), space=space)
     assert len(r.candidates) == 1 and space.is_valid(r.best.config)

@@ -379,7 +379,11 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions
         rows_in_flight = max(1.0, hw.core.reorder_window / max(instructions_per_kstep, 1.0))
         tlb = hw.memory.tlb_miss_cycles if b_stride >= page else 0
         extra += thrash * max(l2.latency_cycles, transfer)
-        wait = 0.0 if s.b_prefetch_rows else (l2.latency_cycles + tlb) / rows_in_flight
+        # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
+        if s.b_prefetch_rows:
+            wait = 0.0 if s.b_prefetch_level == 1 else l2.latency_cycles / rows_in_flight
+        else:
+            wait = (l2.latency_cycles + tlb) / rows_in_flight
         extra += first_touch * max(wait, transfer)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;

@@ -159,9 +159,10 @@ class CpuKernelBuilder:
             # one prefetch per cache line of the row b_prefetch_rows ahead (prefetches never fault,
             # so rows past the operand's end are harmless: no inbounds)
             ahead = b.mul(b.add(k, c64(s.b_prefetch_rows)), c64(b_rs))
+            locality = 3 if s.b_prefetch_level == 1 else 2  # LLVM: 3 keeps it in L1, 2 in L2
             for col in range(0, cols, LINE_FLOATS):
                 at = b.gep(b_ptr, [b.add(ahead, c64(col))])
-                b.call(self.prefetch, [b.bitcast(at, PI8), ir.Constant(I32, 0), ir.Constant(I32, 3),
+                b.call(self.prefetch, [b.bitcast(at, PI8), ir.Constant(I32, 0), ir.Constant(I32, locality),
                                        ir.Constant(I32, 1)])
 
         def k_step(k: ir.Value) -> None:

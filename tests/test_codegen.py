@@ -136,3 +136,8 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
     assert with_pf.scalar_loads - without.scalar_loads == 3 * ksteps and with_pf.stores == without.stores
     a, b, _ = random_operands(unpacked, 1)
     assert check_against_numpy(HostKernel(kernel, hw), a, b)[0]
+    # rows a whole L1 way apart (N=1024: 4 KiB) share one set group: prefetched into L2 instead
+    aliasing_space = build_cpu_space(matmul(20, 1024, 300), hw)
+    aliasing = schedule_from_config(aliasing_space, aliasing_space.parse_config(base + ",pack_b=0"))
+    assert (unpacked.b_prefetch_level, aliasing.b_prefetch_level) == (1, 2)
+    assert "prefetcht1" in compile_kernel(aliasing, hw).asm and "prefetcht1" not in kernel.asm

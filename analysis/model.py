@@ -136,6 +136,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         tile_vecs = rows * -(-cols // lanes)
         call_cycles = 20.0 + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
         call_cycles += _c_store_miss_cycles(s, hw, rows, cols, m_share, n_share)
+        call_cycles += _c_tile_fetch_cycles(s, hw, m_share, n_share)
         call_cycles += pair_shared * rows * -(-cols * isz // hw.cache(1).line_bytes) * hw.caches[-1].latency_cycles
         compute_cycles += tiles * (s.K * (max(cyc_k, conflict) + dtlb) + Kt * call_cycles)
         load_cycles += tiles * s.K * load_k
@@ -353,9 +354,10 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int) -> KStepMix:
 def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions_per_kstep: float) -> float:
     """Extra cycles per k step when an unpacked operand's micro-panel is not in L1.
 
-    - B is one strided stream (a new row every k step). Rows that the panel's own set conflicts
-      evict during a call wait for L2 one after another (measured on Zen 4: 1 x 16 tiles at a
-      4 KiB stride, kc=24, ~7 cycles per k step with half the rows evicted; kc=64, ~15). Rows met
+    - B is one strided stream (a new row every k step). A panel swept again by the next mr-row
+      tile, in the same order, whose rows overflow their L1 set keeps none of them (LRU), and every
+      row waits for L2 (measured on Zen 4 at 2048^3, 7 x 16 tiles, kc=24, rows 8 KiB apart: met by
+      one call 105-137 GFLOP/s, swept by 10 calls 62-90). Rows met
       for the first time, on the first call of each sweep over the mr-row tiles, are independent
       loads many k steps ahead in the reorder window, so their misses overlap (a 9 x 16 tile that
       never reuses its panel, at a 2 or 4 KiB stride, ran at FMA speed, 176-206 GFLOP/s). Strides
@@ -374,9 +376,17 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions
     if not s.pack_b and b_stride > hw.memory.prefetch_stride_bytes:
         row_lines = -(-s.nr * isz // line)
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
-        thrash = max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), shared)
-        first_touch = (1.0 - thrash) / _sweep_calls(s, m_share)
         rows_in_flight = max(1.0, hw.core.reorder_window / max(instructions_per_kstep, 1.0))
+        sweeps = _sweep_calls(s, m_share)
+        if sweeps > 1:
+            # swept again call after call in the same order, a panel keeps none of its lines in a
+            # set that cannot hold them all (LRU)
+            thrash = 1.0 if max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), shared) > 0 else 0.0
+        else:
+            # met by one call only, rows are evicted only by the rows fetched ahead of them
+            live = min(s.kc, math.ceil(rows_in_flight))
+            thrash = _l1_miss_fraction(b_stride, live, s.nr * isz, hw)
+        first_touch = (1.0 - thrash) / sweeps
         tlb = hw.memory.tlb_miss_cycles if b_stride >= page else 0
         extra += thrash * max(l2.latency_cycles, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
@@ -457,9 +467,37 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_sha
     miss = _l1_miss_fraction(s.c_sm * isz, rows, cols * isz, hw)
     if miss == 0.0:
         return 0.0
-    inner = s.order[s.order.index("k") + 1:]
-    c_bytes = (m_share if "m" in inner else s.mc) * (n_share if "n" in inner else s.nc) * isz
+    c_bytes = _c_block_bytes(s, m_share, n_share)
     return miss * rows * -(-cols * isz // line) * _latency_of_level_holding(c_bytes, hw) / 2
+
+
+def _c_block_bytes(s: CpuSchedule, m_share: int, n_share: int) -> int:
+    """Bytes of C touched between two visits of one C tile: the loops inside the k-block loop."""
+    inner = s.order[s.order.index("k") + 1:]
+    return (m_share if "m" in inner else s.mc) * (n_share if "n" in inner else s.nc) * 4
+
+
+def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) -> float:
+    """Extra cycles per call waiting for the C tile when it comes from beyond L2.
+
+    Calls walk down the rows (ir inside jr), so each C load steps ``mr`` rows from the last call's;
+    beyond the stride the hardware prefetcher follows, each call's C lines are demand misses, and
+    the accumulators' first FMAs wait for them while the reorder window fills (measured on Zen 4,
+    2048^3, 7 x 16 tiles, kc=24: a C block of 70 x 672 floats in L2 ran at 62-90 GFLOP/s, one of
+    1743 x 672 in L3 at 46-56). The first k block starts from zero and loads no C.
+    """
+    if s.K <= s.kc or s.mc <= s.mr or s.mr * s.c_sm * 4 <= hw.memory.prefetch_stride_bytes or len(hw.caches) < 3:
+        return 0.0  # (one tile per m block: calls step along the rows of C, which is prefetched)
+    inner = s.order[s.order.index("k") + 1:]
+    rows, cols = (m_share if "m" in inner else s.mc), (n_share if "n" in inner else s.nc)
+    l2 = hw.cache(2)
+    l2_sets = max(1, l2.size_kib * 1024 // (l2.line_bytes * l2.associativity))
+    # rows a power of two apart use few L2 sets: a block that fits L2 by size may still not stay
+    aliased = _set_overflow_share(s.c_sm * 4, rows, cols * 4, l2.line_bytes, l2_sets, l2.associativity) > 0.5
+    if rows * cols * 4 <= hw.cache_bytes_per_core(2) and not aliased:
+        return 0.0  # mostly in L2, whose latency hides under the call's independent loads
+    kt = -(-s.K // s.kc)
+    return hw.cache(3).latency_cycles * (kt - 1) / kt
 
 
 def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:

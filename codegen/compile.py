@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
@@ -32,9 +32,17 @@ class Kernel:
     triple: str
     entry: str
     llvm_ir: str
-    asm: str
     object_code: bytes
     schedule: CpuSchedule
+    hw: HwSpec = field(repr=False, compare=False)
+
+    @functools.cached_property
+    def asm(self) -> str:
+        """The assembly text, emitted from the IR again on first use: the search reads only the
+        object code, and emitting text for every candidate cost a third of each compile."""
+        with _LLVM_LOCK:
+            tm = target_machine(self.hw)
+            return tm.emit_assembly(optimize(self.llvm_ir, tm))
 
     @property
     def launch(self) -> list[tuple[int, int]]:
@@ -75,7 +83,5 @@ def compile_kernel(schedule: CpuSchedule, hw: HwSpec, entry: str = "aotune_kerne
     ir_text = generate_ir(schedule, entry, hw.isa.triple)
     with _LLVM_LOCK:
         tm = target_machine(hw)
-        mod = optimize(ir_text, tm)
-        asm = tm.emit_assembly(mod)
-        obj = tm.emit_object(mod)
-    return Kernel(hw.name, hw.isa.triple, entry, ir_text, asm, bytes(obj), schedule)
+        obj = tm.emit_object(optimize(ir_text, tm))
+    return Kernel(hw.name, hw.isa.triple, entry, ir_text, bytes(obj), schedule, hw)

@@ -493,8 +493,9 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     l2 = hw.cache(2)
     l2_sets = max(1, l2.size_kib * 1024 // (l2.line_bytes * l2.associativity))
     # rows a power of two apart use few L2 sets: a block that fits L2 by size may still not stay
-    aliased = _set_overflow_share(s.c_sm * 4, rows, cols * 4, l2.line_bytes, l2_sets, l2.associativity) > 0.5
-    if rows * cols * 4 <= hw.cache_bytes_per_core(2) and not aliased:
+    # (checked only for blocks that fit by size, which bounds the lines counted)
+    if rows * cols * 4 <= hw.cache_bytes_per_core(2) and _set_overflow_share(
+            s.c_sm * 4, rows, cols * 4, l2.line_bytes, l2_sets, l2.associativity) <= 0.5:
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads
     kt = -(-s.K // s.kc)
     return hw.cache(3).latency_cycles * (kt - 1) / kt

@@ -27,7 +27,7 @@ import numpy as np
 
 from aotune.analysis.features import LoopFeatures, tile_of_function
 from aotune.codegen.schedule import CpuSchedule, Gather
-from aotune.hwspecs.spec import HwSpec
+from aotune.hwspecs.spec import CacheSpec, HwSpec
 
 
 @dataclass(frozen=True)
@@ -467,14 +467,19 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_sha
     miss = _l1_miss_fraction(s.c_sm * isz, rows, cols * isz, hw)
     if miss == 0.0:
         return 0.0
-    c_bytes = _c_block_bytes(s, m_share, n_share)
+    c_bytes = math.prod(_c_block(s, m_share, n_share)) * isz
     return miss * rows * -(-cols * isz // line) * _latency_of_level_holding(c_bytes, hw) / 2
 
 
-def _c_block_bytes(s: CpuSchedule, m_share: int, n_share: int) -> int:
-    """Bytes of C touched between two visits of one C tile: the loops inside the k-block loop."""
+def _c_block(s: CpuSchedule, m_share: int, n_share: int) -> tuple[int, int]:
+    """Rows and columns of C touched between two visits of one C tile: the loops inside the k-block loop."""
     inner = s.order[s.order.index("k") + 1:]
-    return (m_share if "m" in inner else s.mc) * (n_share if "n" in inner else s.nc) * 4
+    return (m_share if "m" in inner else s.mc), (n_share if "n" in inner else s.nc)
+
+
+def _sets(cache: CacheSpec) -> int:
+    """Number of sets of a cache level."""
+    return max(1, cache.size_kib * 1024 // (cache.line_bytes * cache.associativity))
 
 
 def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) -> float:
@@ -488,14 +493,12 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     """
     if s.K <= s.kc or s.mc <= s.mr or s.mr * s.c_sm * 4 <= hw.memory.prefetch_stride_bytes or len(hw.caches) < 3:
         return 0.0  # (one tile per m block: calls step along the rows of C, which is prefetched)
-    inner = s.order[s.order.index("k") + 1:]
-    rows, cols = (m_share if "m" in inner else s.mc), (n_share if "n" in inner else s.nc)
+    rows, cols = _c_block(s, m_share, n_share)
     l2 = hw.cache(2)
-    l2_sets = max(1, l2.size_kib * 1024 // (l2.line_bytes * l2.associativity))
     # rows a power of two apart use few L2 sets: a block that fits L2 by size may still not stay
     # (checked only for blocks that fit by size, which bounds the lines counted)
     if rows * cols * 4 <= hw.cache_bytes_per_core(2) and _set_overflow_share(
-            s.c_sm * 4, rows, cols * 4, l2.line_bytes, l2_sets, l2.associativity) <= 0.5:
+            s.c_sm * 4, rows, cols * 4, l2.line_bytes, _sets(l2), l2.associativity) <= 0.5:
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads
     kt = -(-s.K // s.kc)
     return hw.cache(3).latency_cycles * (kt - 1) / kt
@@ -530,8 +533,7 @@ def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) 
     each), so the sets are counted line by line.
     """
     l1 = hw.cache(1)
-    return _set_overflow_share(stride_bytes, rows, row_bytes, l1.line_bytes,
-                               max(1, l1.size_kib * 1024 // (l1.line_bytes * l1.associativity)),
+    return _set_overflow_share(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1),
                                CONFLICT_SLACK * l1.associativity * l1.usable_fraction)
 
 

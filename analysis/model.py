@@ -129,6 +129,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     conflict = _conflict_miss_cycles(s, hw, m_share, mix.instructions)
     dtlb = _dtlb_miss_cycles(s, hw, m_share)
     pair_shared = _c_line_pair_sharing(s, hw, ranges)
+    c_fetch = _c_tile_fetch_cycles(s, hw, m_share, n_share)  # the same for every tile class
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(m_share, n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols)
@@ -136,7 +137,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         tile_vecs = rows * -(-cols // lanes)
         call_cycles = 20.0 + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
         call_cycles += _c_store_miss_cycles(s, hw, rows, cols, m_share, n_share)
-        call_cycles += _c_tile_fetch_cycles(s, hw, m_share, n_share)
+        call_cycles += c_fetch
         call_cycles += pair_shared * rows * -(-cols * isz // hw.cache(1).line_bytes) * hw.caches[-1].latency_cycles
         compute_cycles += tiles * (s.K * (max(cyc_k, conflict) + dtlb) + Kt * call_cycles)
         load_cycles += tiles * s.K * load_k

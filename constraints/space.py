@@ -258,6 +258,9 @@ class Space:
         solver.parameters.num_workers = 1
         solver.parameters.random_seed = seed
         solver.parameters.max_time_in_seconds = time_limit
+        # presolve rewrites variables and drops the hints on them (a hinted par=n came back as par=m
+        # every time), which turned every GA mutation into "take the solver's default value"
+        solver.parameters.cp_model_presolve = not hints
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             why = "no config satisfies the restrictions" if status == cp_model.INFEASIBLE else "the solver timed out"

@@ -93,3 +93,20 @@ def test_one_cache_block_may_cover_an_extent_no_register_tile_divides():
     base = "mr=13,nr=32,kc=64,nc=64,order=nkm,pack_a=1,pack_b=0,unroll=1,par=n,threads=2"
     assert space.violations(space.parse_config(f"{base},mc=52")) == []
     assert {v.constraint for v in space.violations(space.parse_config(f"{base},mc=65"))} == {"cover m"}
+
+
+def test_solver_follows_every_feasible_hint():
+    # The GA mutates a decision by hinting a new value; CP-SAT's presolve used to drop hints on some
+    # variables (a hinted par=n came back as par=m every time), so mutation only ever reset them.
+    space = build_cpu_space(matmul(96, 80, 64), load_target("skylake-avx512"))
+    base = space.sample(1, seed=4)[0]
+    tried = 0
+    for v in space.variables:
+        fixed = {u.name: {base[u.name]} for u in space.variables if u.name != v.name}
+        for value in v.domain:
+            moved = dataclasses.replace(base, items=tuple((k, value if k == v.name else x) for k, x in base.items))
+            if value == base[v.name] or not space.is_valid(moved):
+                continue
+            assert space.solve(fixed, {v.name: value}, seed=tried) == moved, f"hint {v.name}={value} ignored"
+            tried += 1
+    assert tried >= 10

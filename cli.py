@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--top-k", type=int, default=3, help="candidates to verify (default 3)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--strategy", default="cga", help="cga (default) or random")
-    t.add_argument("--budget", type=int, default=480, help="configs scored by the cheap estimate")
+    t.add_argument("--budget", type=int, default=SearchOptions.budget, help="configs scored by the cheap estimate")
     t.add_argument("--no-verify", action="store_true", help="skip the final check")
     t.add_argument("--emit-asm", metavar="FILE", help="write the best kernel's assembly to FILE")
     t.add_argument("--emit-ir", metavar="FILE", help="write the best kernel's LLVM IR to FILE")

@@ -6,7 +6,13 @@ variable is free with a uniformly random hint. If that restriction is unsatisfia
 set is halved until it is not, so every child is a solution of the space. The CP-SAT model is built
 once by the Space and cloned per child (Heron rebuilds it per sample).
 
-The first population is the best quarter of a random draw four times its size (SEED_DRAW).
+The first population is the best quarter of a random draw four times its size (SEED_DRAW). A
+population keeps one config per distinct score: configs the scorer cannot tell apart (cache blocks
+that change no predicted cost) would otherwise fill it with copies of one basin and stop the search.
+
+The last quarter of the budget (POLISH_SHARE) is steepest descent over valid one-variable changes
+from the best few configs found (``polish``): crossover seldom moves one decision on its own, such
+as which loop runs in parallel, when the rest of a good config is built around the other value.
 
 Options (``SearchOptions`` fields used): ``seed``, ``budget``, ``population``, ``mutation``.
 """
@@ -21,6 +27,8 @@ from aotune.search.options import SearchOptions
 
 Scorer = Callable[[Config], float]
 SEED_DRAW = 4  # the first population is the best of SEED_DRAW x population random configs
+POLISH_SHARE = 4  # 1/POLISH_SHARE of the budget goes to one-variable descent from the best configs
+POLISH_STARTS = 3
 
 
 def make_child(space: Space, p1: Config, p2: Config, rng: _random.Random, mutation: float) -> Config:
@@ -57,9 +65,11 @@ def tune(space: Space, score: Scorer, options: SearchOptions,
     # start from the best quarter of a wider random draw: a population drawn at random converges
     # on whichever basin its best member sits in
     drawn = space.sample(min(SEED_DRAW * options.population, options.budget), seed=options.seed)
-    population = sorted(drawn, key=evaluate)[: options.population]
+    population = one_per_score(sorted(drawn, key=evaluate), evaluate)[: options.population]
     stale = 0
-    while len(scores) < options.budget and stale < 4 * options.population:
+    polish_budget = options.budget // POLISH_SHARE
+    ga_budget = options.budget - polish_budget
+    while len(scores) < ga_budget and stale < 4 * options.population:
         ranked = sorted(population, key=evaluate)
         elite = ranked[: max(2, len(ranked) // 4)]
         children: list[Config] = []
@@ -71,7 +81,42 @@ def tune(space: Space, score: Scorer, options: SearchOptions,
             evaluate(child)
             stale = stale + 1 if len(scores) == before else 0
             children.append(child)
-            if len(scores) >= options.budget:
+            if len(scores) >= ga_budget:
                 break
-        population = list(dict.fromkeys(elite + sorted(children, key=evaluate)))[: options.population]
+        population = one_per_score(elite + sorted(children, key=evaluate), evaluate)[: options.population]
+    for start in one_per_score(sorted(scores, key=evaluate), evaluate)[:POLISH_STARTS]:
+        polish(space, start, evaluate, lambda: len(scores) >= options.budget)
     return sorted(((s, c) for c, s in scores.items()), key=lambda sc: sc[0])
+
+
+def polish(space: Space, start: Config, evaluate: Scorer, spent: Callable[[], bool]) -> None:
+    """Steepest descent from ``start`` over valid one-variable changes, until no change is better or
+    the budget is ``spent``. Crossover rarely moves a single decision that the rest of a good config
+    depends on (par, order, kc) on its own; this tries each such move. The configs it visits are
+    known to the caller through ``evaluate``, which records every score."""
+    current = start
+    while not spent():
+        values = current.as_dict()
+        best = current
+        for v in space.variables:
+            for value in v.domain:
+                if value == values[v.name] or spent():
+                    continue
+                moved = Config(tuple((k, value if k == v.name else x) for k, x in current.items))
+                if space.is_valid(moved) and evaluate(moved) < evaluate(best):
+                    best = moved
+        if best == current:
+            return
+        current = best
+
+
+def one_per_score(configs: list[Config], score: Scorer) -> list[Config]:
+    """``configs`` in order, keeping only the first of those with the same score (to 1e-9 relative)."""
+    kept: list[Config] = []
+    seen: set[float] = set()
+    for cfg in configs:
+        key = float(f"{score(cfg):.9e}")
+        if key not in seen:
+            seen.add(key)
+            kept.append(cfg)
+    return kept

@@ -14,7 +14,7 @@ class SearchOptions:
     |---|---|---|
     | strategy | ``cga`` (constraint-preserving GA) or ``random`` | cga |
     | seed | makes the whole search reproducible | 0 |
-    | budget | configs scored by the cheap estimate (GA: population x generations) | 480 |
+    | budget | configs scored by the cheap estimate (GA generations, then one-variable descent) | 960 |
     | population | GA population size | 32 |
     | mutation | per-variable probability that a child's value is freed and re-drawn | 0.2 |
     | compile_top | distinct candidates compiled and scored from their assembly | 16 |
@@ -23,7 +23,7 @@ class SearchOptions:
 
     strategy: str = "cga"
     seed: int = 0
-    budget: int = 480
+    budget: int = 960
     population: int = 32
     mutation: float = 0.2
     compile_top: int = 16

@@ -255,3 +255,30 @@ def test_c_tiles_fetched_from_l3_down_a_strided_column_wait_each_call():
     small = schedule_from_config(build_cpu_space(matmul(256, 256, 256), hw), build_cpu_space(
         matmul(256, 256, 256), hw).parse_config("mr=8,nr=32,kc=32,mc=256,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"))
     assert _c_tile_fetch_cycles(small, hw, 256, 128) == 0.0  # 256 KiB of C stays in L2
+
+
+def test_search_ends_where_no_one_variable_change_predicts_faster(space):
+    model = AnalyticalCpuModel(space.hw)
+    score = lambda cfg: model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds  # noqa: E731
+    scores: dict = {}
+
+    def evaluate(cfg):
+        if cfg not in scores:
+            scores[cfg] = score(cfg)
+        return scores[cfg]
+
+    start = space.sample(1, seed=5)[0]
+    cga.polish(space, start, evaluate, lambda: False)
+    best = min(scores, key=scores.get)
+    assert scores[best] <= score(start)
+    for v in space.variables:  # the end point is a local optimum over valid one-variable moves
+        for value in v.domain:
+            moved = dataclasses.replace(best, items=tuple((k, value if k == v.name else x) for k, x in best.items))
+            if space.is_valid(moved):
+                assert score(moved) >= scores[best]
+
+
+def test_ga_population_keeps_one_config_per_score():
+    configs = [cga.Config((("x", i),)) for i in range(6)]
+    kept = cga.one_per_score(configs, lambda cfg: float(cfg["x"] // 2))  # scores 0,0,1,1,2,2
+    assert [cfg["x"] for cfg in kept] == [0, 2, 4]

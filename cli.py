@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from aotune.errors import AotuneError, ConfigError
+from aotune.search.options import SearchOptions
 
 EXIT_ERROR = 2
 EXIT_INVALID = 1
@@ -132,7 +133,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from aotune.search import driver
-    from aotune.search.options import SearchOptions
 
     w, hw = _problem(args)
     options = SearchOptions(strategy=args.strategy, seed=args.seed, budget=args.budget, top_k=args.top_k,
@@ -300,7 +300,7 @@ def cmd_hw(args: argparse.Namespace) -> int:
             print(json.dumps(spec.to_dict(), indent=1))
             return 0
         print(f"{spec.name}: {spec.description}")
-        print(f"  isa      {spec.isa.arch} {spec.isa.llvm_cpu}, {spec.isa.vector_registers} x {spec.isa.vector_bits}-bit vector registers")
+        print(f"  isa      {spec.isa.arch} {spec.isa.llvm_cpu}, {spec.isa.vector_registers} x {spec.isa.vector_bits}-bit vector registers, {spec.isa.general_registers} general")
         c = spec.core
         print(f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, {c.fma_units} FMA x {c.fma_width_bits}-bit "
               f"(latency {c.fma_latency_cycles}), {c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}")

@@ -57,16 +57,24 @@ class KStepMix:
     instructions: float
 
 
-def mix_from_schedule(s: CpuSchedule) -> KStepMix:
+def mix_from_schedule(s: CpuSchedule, hw: HwSpec) -> KStepMix:
     """The mix the schedule implies: nr/lanes B vectors, mr broadcasts, mr*nr/lanes FMAs, loop control."""
     nvec = -(-s.nr // s.lanes)
     fma = s.mr * nvec
-    if s.a_shared:  # A is a vector per (row, k) too, found through one k-offset table load
-        return KStepMix(fma, nvec + fma, 1.0, 0.0, 0.0, 2 * fma + nvec + 2.0 + 3.0 / s.unroll)
+    if s.a_shared:
+        # A is a vector per (row, k) too, at its row's address plus one k-offset table load; the
+        # FMAs take those vectors as memory operands. Each row's address needs an integer register
+        # beside the loop's own pointers: rows past what is left are reloaded from the stack every
+        # k step (x86-64, 9x32 tiles: none; 16x16: 7-9; 30x16: 21-24 reloads).
+        reloads = max(0.0, s.mr - (hw.isa.general_registers - A_SHARED_LOOP_REGISTERS))
+        return KStepMix(fma, nvec + fma, 1.0 + reloads, 0.0, reloads, fma + nvec + 2.0 + reloads + 3.0 / s.unroll)
     return KStepMix(fma, nvec, s.mr, 0.0, 0.0, fma + nvec + s.mr + 3.0 / s.unroll)
 
 
-def mix_from_features(s: CpuSchedule, f: LoopFeatures) -> KStepMix:
+A_SHARED_LOOP_REGISTERS = 6  # B, C, k-offset table, k and its bound, stack pointer
+
+
+def mix_from_features(s: CpuSchedule, f: LoopFeatures, hw: HwSpec) -> KStepMix:
     """The mix the disassembled loop shows, normalised to one k step.
 
     The loop's FMAs per k step are its tile's rows times vectors, read from the function's name:
@@ -81,7 +89,7 @@ def mix_from_features(s: CpuSchedule, f: LoopFeatures) -> KStepMix:
     else:
         rows, vecs = tile[0], -(-tile[1] // s.lanes)
         if (rows, vecs) != (s.mr, nvec):
-            return mix_from_schedule(s)
+            return mix_from_schedule(s, hw)
         steps = max(1.0, f.fma / (rows * vecs))
     return KStepMix(f.fma / steps, f.vector_loads / steps, f.scalar_loads / steps, f.stores / steps,
                     f.spills / steps, f.instructions / steps)
@@ -565,8 +573,8 @@ class AnalyticalCpuModel:
 
     def estimate_batch(self, schedules: Sequence[CpuSchedule]) -> list[Prediction]:
         """Tier 1: from the schedules alone."""
-        return [cost(s, self.hw, mix_from_schedule(s), "estimate") for s in schedules]
+        return [cost(s, self.hw, mix_from_schedule(s, self.hw), "estimate") for s in schedules]
 
     def predict_batch(self, schedules: Sequence[CpuSchedule], loops: Sequence[LoopFeatures]) -> list[Prediction]:
         """Tier 2: with the instruction mix read from each kernel's object code."""
-        return [cost(s, self.hw, mix_from_features(s, f), "asm") for s, f in zip(schedules, loops)]
+        return [cost(s, self.hw, mix_from_features(s, f, self.hw), "asm") for s, f in zip(schedules, loops)]

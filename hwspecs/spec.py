@@ -31,6 +31,7 @@ class IsaSpec:
     llvm_features: str
     vector_bits: int
     vector_registers: int
+    general_registers: int  # integer registers the compiler can allocate (x86-64: 16, AArch64: 31)
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     """Semantic checks the types cannot express; returns the spec unchanged."""
     positive = {
         "isa.vector_bits": spec.isa.vector_bits, "isa.vector_registers": spec.isa.vector_registers,
+        "isa.general_registers": spec.isa.general_registers,
         "core.cores": spec.core.cores, "core.frequency_ghz": spec.core.frequency_ghz,
         "core.fma_units": spec.core.fma_units, "core.fma_width_bits": spec.core.fma_width_bits,
         "core.fma_latency_cycles": spec.core.fma_latency_cycles, "core.load_ports": spec.core.load_ports,

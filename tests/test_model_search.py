@@ -198,7 +198,7 @@ def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():
         "mr=1,nr=64,kc=96,mc=32,nc=64,order=nmk,pack_a=0,pack_b=1,unroll=1,par=m,threads=2,pad_copy=0"))
     loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
     assert loop.function == "ukernel_1x49"
-    assert mix_from_features(s, loop).fma == 4
+    assert mix_from_features(s, loop, hw).fma == 4
 
 
 def test_prefetched_b_rows_do_not_wait_for_their_first_touch_or_translation():
@@ -282,3 +282,30 @@ def test_ga_population_keeps_one_config_per_score():
     configs = [cga.Config((("x", i),)) for i in range(6)]
     kept = cga.one_per_score(configs, lambda cfg: float(cfg["x"] // 2))  # scores 0,0,1,1,2,2
     assert [cfg["x"] for cfg in kept] == [0, 2, 4]
+
+
+def test_estimate_counts_the_row_addresses_a_shared_tile_reloads():
+    """A depthwise NHWC tile reads A as a vector per row and k, each row at an address of its own.
+    Rows past the integer registers are reloaded every k step, as the compiled loops show; the
+    estimate must see it too, or the search compiles only tall tiles that spill."""
+    from aotune.analysis.model import mix_from_features, mix_from_schedule
+    from aotune.analysis.workload import depthwise_conv2d
+
+    hw = load_target("znver4")
+    space = build_cpu_space(depthwise_conv2d(1, 32, 28, 28, 3, 3, pad=1, layout="NHWC"), hw)
+
+    def mixes(mr: int):
+        s = schedule_from_config(space, space.parse_config(
+            f"mr={mr},nr=16,kc=9,mc={mr},nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2,pad_copy=1"))
+        assert s.a_shared
+        return mix_from_schedule(s, hw), mix_from_features(s, kernel_features(compile_kernel(s, hw), hw.isa.arch).loop, hw)
+
+    short_est, short_asm = mixes(6)
+    tall_est, tall_asm = mixes(24)
+    assert short_est.spills == 0 and short_asm.spills == 0
+    assert tall_asm.spills >= 10 and abs(tall_est.spills - tall_asm.spills) <= 0.5 * tall_asm.spills
+    tall = schedule_from_config(space, space.parse_config(
+        "mr=24,nr=16,kc=9,mc=24,nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2,pad_copy=1"))
+    roomy = dataclasses.replace(hw, isa=dataclasses.replace(hw.isa, general_registers=64))
+    compute = lambda spec: dict(AnalyticalCpuModel(spec).estimate_batch([tall])[0].breakdown)["compute"]  # noqa: E731
+    assert compute(hw) > 1.5 * compute(roomy)

@@ -2,8 +2,8 @@
 
     space  = build_cpu_space(workload, hw)              # CP-SAT, built once
     tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
-    tier 2 = compile the best ``compile_top`` + capstone features + model.predict_batch
-    top-k  = best tier-2 predictions                    # measurements during search: 0
+    tier 2 = compile the best ``compile_top`` distinct estimates + capstone features + model.predict_batch
+    top-k  = best tier-2 predictions, one per register tile while others remain   # measurements: 0
     verify = final check of the top-k vs numpy on the host, timed side by side   # optional, never for a foreign target
 """
 from __future__ import annotations
@@ -86,7 +86,10 @@ def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(
 
     step = (lambda done, total: progress("search", done, total)) if progress else None
     scored = STRATEGIES[options.strategy](space, estimate, options, step)
-    shortlist = [cfg for _, cfg in scored[: options.compile_top]]
+    # configs with one estimate differ only in decisions the estimate ignores, and almost always
+    # compile to the same predicted time: one of each, so the compile slots see different kernels
+    estimates = {cfg: seconds for seconds, cfg in scored}
+    shortlist = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)[: options.compile_top]
     schedules = [schedule_from_config(space, cfg) for cfg in shortlist]
     kernels, loops = [], []
     for i, sched in enumerate(schedules):
@@ -97,8 +100,23 @@ def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(
     compiled = sorted(zip(model.predict_batch(schedules, loops), model.estimate_batch(schedules), shortlist,
                           schedules, kernels), key=lambda c: c[0].seconds)
     top = tuple(Candidate(i + 1, cfg, sched, est, pred, kernel)
-                for i, (pred, est, cfg, sched, kernel) in enumerate(compiled[: options.top_k]))
+                for i, (pred, est, cfg, sched, kernel) in enumerate(spread_top_k(compiled, options.top_k)))
     return TuneResult(workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist))
+
+
+def spread_top_k(ranked: list[tuple], k: int) -> list[tuple]:
+    """The ``k`` best of ``ranked`` (best predicted first; each item's 4th field a schedule), taking
+    each register tile (mr x nr) once while other tiles remain. The final check is there because
+    the model can be wrong, and configs that share a micro-kernel tend to be wrong together."""
+    taken: list[int] = []
+    tiles: set[tuple[int, int]] = set()
+    for i, item in enumerate(ranked):
+        tile = (item[3].mr, item[3].nr)
+        if len(taken) < k and tile not in tiles:
+            taken.append(i)
+            tiles.add(tile)
+    taken += [i for i in range(len(ranked)) if i not in taken][: k - len(taken)]
+    return [ranked[i] for i in sorted(taken)]
 
 
 def can_verify(hw: HwSpec) -> tuple[bool, str]:

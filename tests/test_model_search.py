@@ -309,3 +309,17 @@ def test_estimate_counts_the_row_addresses_a_shared_tile_reloads():
     roomy = dataclasses.replace(hw, isa=dataclasses.replace(hw.isa, general_registers=64))
     compute = lambda spec: dict(AnalyticalCpuModel(spec).estimate_batch([tall])[0].breakdown)["compute"]  # noqa: E731
     assert compute(hw) > 1.5 * compute(roomy)
+
+
+def test_top_k_takes_each_register_tile_once_while_others_remain():
+    from types import SimpleNamespace
+
+    from aotune.search.driver import spread_top_k
+
+    def item(i: int, mr: int, nr: int):
+        return (i, None, None, SimpleNamespace(mr=mr, nr=nr))
+
+    ranked = [item(0, 9, 16), item(1, 9, 16), item(2, 9, 32), item(3, 9, 16), item(4, 12, 32), item(5, 12, 32)]
+    assert [it[0] for it in spread_top_k(ranked, 3)] == [0, 2, 4]
+    assert [it[0] for it in spread_top_k(ranked, 5)] == [0, 1, 2, 3, 4]  # three tiles, then the best others
+    assert [it[0] for it in spread_top_k(ranked[:2], 3)] == [0, 1]

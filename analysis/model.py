@@ -521,10 +521,18 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     on Zen 4: a 12 x 16 tile with kc=16 and neither input packed ran 4x slower than predicted).
     """
     isz, line, page = 4, hw.cache(1).line_bytes, hw.memory.page_bytes
-    b_row_lines = -(-s.nr * isz // line)
-    group = [(s.a_sm * isz, s.mr, not s.pack_a and not s.a_shared), (s.b_sk * isz, s.kc * b_row_lines, not s.pack_b)]
-    lines = sum(n for stride, n, unpacked in group if unpacked and stride % page == 0)
-    return _l1_miss_fraction(page, lines, line, hw) if lines else 0.0
+    a_rows = s.mr if not s.pack_a and not s.a_shared and (s.a_sm * isz) % page == 0 else 0
+    b_rows = s.kc if not s.pack_b and (s.b_sk * isz) % page == 0 else 0
+    if not a_rows + b_rows:
+        return 0.0
+    # each B row spans consecutive sets, one line in each, so the kc rows put kc lines in each of
+    # those sets (not kc x row lines in one); the A rows' current lines join one of them
+    b_sets = -(-s.nr * isz // line) if b_rows else 1
+    per_set = np.full(b_sets, float(b_rows))
+    per_set[0] += a_rows
+    l1 = hw.cache(1)
+    capacity = CONFLICT_SLACK * l1.associativity * l1.usable_fraction
+    return float(np.maximum(per_set - capacity, 0.0).sum() / per_set.sum())
 
 
 # A set-conflicting group of lines thrashes only beyond about twice the capacity its sets nominally

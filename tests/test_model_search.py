@@ -323,3 +323,17 @@ def test_top_k_takes_each_register_tile_once_while_others_remain():
     assert [it[0] for it in spread_top_k(ranked, 3)] == [0, 2, 4]
     assert [it[0] for it in spread_top_k(ranked, 5)] == [0, 1, 2, 3, 4]  # three tiles, then the best others
     assert [it[0] for it in spread_top_k(ranked[:2], 3)] == [0, 1]
+
+
+def test_rows_sharing_l1_sets_are_counted_line_by_line():
+    """B rows a page apart each span consecutive sets, one line per set: eight 96-wide rows put 8
+    lines (+1 of A) in each of 6 sets, which fit; twelve A rows and sixteen 1-line B rows share one."""
+    from aotune.analysis.model import _shared_set_miss_fraction
+
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(1024, 1024, 1024), hw)
+    sched = lambda cfg: schedule_from_config(space, space.parse_config(cfg))  # noqa: E731
+    wide = sched("mr=1,nr=96,kc=8,mc=238,nc=96,order=nkm,pack_a=0,pack_b=0,unroll=4,par=m,threads=2")
+    narrow = sched("mr=12,nr=16,kc=16,mc=12,nc=1024,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2")
+    assert _shared_set_miss_fraction(wide, hw) == 0.0
+    assert _shared_set_miss_fraction(narrow, hw) > 0.4

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel, Prediction
@@ -27,6 +27,7 @@ from aotune.search.options import SearchOptions
 
 STRATEGIES = {"cga": cga.tune, "random": random.tune}
 Progress = Callable[[str, int, int], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -100,18 +101,18 @@ def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(
     compiled = sorted(zip(model.predict_batch(schedules, loops), model.estimate_batch(schedules), shortlist,
                           schedules, kernels), key=lambda c: c[0].seconds)
     top = tuple(Candidate(i + 1, cfg, sched, est, pred, kernel)
-                for i, (pred, est, cfg, sched, kernel) in enumerate(spread_top_k(compiled, options.top_k)))
+                for i, (pred, est, cfg, sched, kernel) in enumerate(spread_top_k(compiled, options.top_k, lambda c: (c[3].mr, c[3].nr))))
     return TuneResult(workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist))
 
 
-def spread_top_k(ranked: list[tuple], k: int) -> list[tuple]:
-    """The ``k`` best of ``ranked`` (best predicted first; each item's 4th field a schedule), taking
-    each register tile (mr x nr) once while other tiles remain. The final check is there because
-    the model can be wrong, and configs that share a micro-kernel tend to be wrong together."""
+def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, int]]) -> list[T]:
+    """The ``k`` best of ``ranked`` (best predicted first), taking each register tile (``tile_of``:
+    mr x nr) once while other tiles remain. The final check is there because the model can be
+    wrong, and configs that share a micro-kernel tend to be wrong together."""
     taken: list[int] = []
     tiles: set[tuple[int, int]] = set()
     for i, item in enumerate(ranked):
-        tile = (item[3].mr, item[3].nr)
+        tile = tile_of(item)
         if len(taken) < k and tile not in tiles:
             taken.append(i)
             tiles.add(tile)

@@ -317,12 +317,13 @@ def test_top_k_takes_each_register_tile_once_while_others_remain():
     from aotune.search.driver import spread_top_k
 
     def item(i: int, mr: int, nr: int):
-        return (i, None, None, SimpleNamespace(mr=mr, nr=nr))
+        return (i, SimpleNamespace(mr=mr, nr=nr))
 
+    tile = lambda it: (it[1].mr, it[1].nr)  # noqa: E731
     ranked = [item(0, 9, 16), item(1, 9, 16), item(2, 9, 32), item(3, 9, 16), item(4, 12, 32), item(5, 12, 32)]
-    assert [it[0] for it in spread_top_k(ranked, 3)] == [0, 2, 4]
-    assert [it[0] for it in spread_top_k(ranked, 5)] == [0, 1, 2, 3, 4]  # three tiles, then the best others
-    assert [it[0] for it in spread_top_k(ranked[:2], 3)] == [0, 1]
+    assert [it[0] for it in spread_top_k(ranked, 3, tile)] == [0, 2, 4]
+    assert [it[0] for it in spread_top_k(ranked, 5, tile)] == [0, 1, 2, 3, 4]  # three tiles, then the best others
+    assert [it[0] for it in spread_top_k(ranked[:2], 3, tile)] == [0, 1]
 
 
 def test_rows_sharing_l1_sets_are_counted_line_by_line():

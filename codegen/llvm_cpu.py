@@ -67,6 +67,13 @@ def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int, na
     b.position_at_end(done)
 
 
+def splat(b: ir.IRBuilder, x: ir.Value, ty: ir.VectorType) -> ir.Value:
+    """``x`` in every lane of a vector of type ``ty``."""
+    undef = ir.Constant(ty, ir.Undefined)
+    return b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef,
+                            ir.Constant(ir.VectorType(I32, ty.count), [0] * ty.count))
+
+
 def smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     """Signed minimum."""
     return b.select(b.icmp_signed("<", x, y), x, y)
@@ -181,11 +188,10 @@ class CpuKernelBuilder:
                 return
             for r in range(rows):
                 a_val = b.load(b.gep(a_ptr, [b.add(b.mul(k, c64(a_cs)), c64(r * a_rs))], inbounds=True), align=4)
-                splat = b.shuffle_vector(b.insert_element(undef, a_val, ir.Constant(I32, 0)), undef,
-                                         ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+                a_vec = splat(b, a_val, self.vec)
                 for v in range(nvec):
                     cur = b.load(acc[r][v])
-                    b.store(b.call(self.fma, [splat, bvec[v], cur]), acc[r][v])
+                    b.store(b.call(self.fma, [a_vec, bvec[v], cur]), acc[r][v])
 
         u = s.unroll
         k_main = b.mul(b.sdiv(kc, c64(u)), c64(u)) if u > 1 else kc
@@ -339,17 +345,25 @@ class CpuKernelBuilder:
         b.ret_void()
         return fn
 
+    @staticmethod
+    def for_each_run(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, run: int,
+                     body: Callable[[ir.Value, ir.Value], None]) -> None:
+        """``body(first, length)`` for each piece of [lo, hi) cut at multiples of ``run``."""
+        with counted_loop(b, b.sdiv(lo, c64(run)), b.sdiv(b.add(hi, c64(run - 1)), c64(run)), 1, "run") as ri:
+            start = b.mul(ri, c64(run))
+            first = b.select(b.icmp_signed("<", start, lo), lo, start)
+            body(first, b.sub(smin(b, b.add(start, c64(run)), hi), first))
+
     def copy_runs(self, b: ir.IRBuilder, base: ir.Value, lo: ir.Value, hi: ir.Value, run: int,
                   source: Callable[[ir.Value], tuple[ir.Value, ir.Value | None]],
                   dest: Callable[[ir.Value], ir.Value]) -> None:
         """Copy indices [lo, hi), which are contiguous in ``base`` within each aligned block of ``run``:
         one vectorisable copy per block, from ``source(first index)`` to ``dest(first index)``."""
-        with counted_loop(b, b.sdiv(lo, c64(run)), b.sdiv(b.add(hi, c64(run - 1)), c64(run)), 1, "run") as ri:
-            start = b.mul(ri, c64(run))
-            first = b.select(b.icmp_signed("<", start, lo), lo, start)
-            end = smin(b, b.add(start, c64(run)), hi)
+        def copy(first: ir.Value, length: ir.Value) -> None:
             off, inside = source(first)
-            self.copy_run(b, base, off, inside, dest(first), b.sub(end, first))
+            self.copy_run(b, base, off, inside, dest(first), length)
+
+        self.for_each_run(b, lo, hi, run, copy)
 
     def copy_short_run(self, b: ir.IRBuilder, base: ir.Value, off: ir.Value, inside: ir.Value | None, dst: ir.Value,
                        n: ir.Value) -> None:
@@ -359,16 +373,10 @@ class CpuKernelBuilder:
         lanes = self.s.lanes
         lane_ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
         zero = ir.Constant(self.vec, [0.0] * lanes)
-
-        def splat(x: ir.Value, ty: ir.VectorType) -> ir.Value:
-            undef = ir.Constant(ty, ir.Undefined)
-            return b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef,
-                                    ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
-
         with counted_loop(b, c64(0), n, lanes, "copy") as t_:
-            in_run = b.icmp_signed("<", lane_ids, splat(b.sub(n, t_), ir.VectorType(I64, lanes)))
+            in_run = b.icmp_signed("<", lane_ids, splat(b, b.sub(n, t_), lane_ids.type))
             # a masked-off lane never touches memory, so a run outside the tensor loads nothing
-            load_mask = in_run if inside is None else b.and_(in_run, splat(inside, self.mask_ty))
+            load_mask = in_run if inside is None else b.and_(in_run, splat(b, inside, self.mask_ty))
             src = b.bitcast(b.gep(base, [b.add(off, t_)]), self.pvec)
             val = b.call(self.mload, [src, ir.Constant(I32, 4), load_mask, zero])
             b.call(self.mstore, [val, b.bitcast(b.gep(dst, [t_], inbounds=True), self.pvec), ir.Constant(I32, 4), in_run])
@@ -409,15 +417,15 @@ class CpuKernelBuilder:
             cols = smin(b, c64(s.nr), b.sub(n_len, q0))
             g_lo = b.add(jc, q0)
             g_hi = b.add(g_lo, cols)
-            with counted_loop(b, b.sdiv(g_lo, c64(run)), b.sdiv(b.add(g_hi, c64(run - 1)), c64(run)), 1, "run") as ri:
-                start = b.mul(ri, c64(run))
-                first = b.select(b.icmp_signed("<", start, g_lo), g_lo, start)
-                length = b.sub(smin(b, b.add(start, c64(run)), g_hi), first)
+
+            def copy_down_k(first: ir.Value, length: ir.Value) -> None:
                 dst_first = b.add(panel, b.sub(first, g_lo))
                 with counted_loop(b, c64(0), k_len, 1, "k") as k:
                     off, inside = offset(b, first, b.add(pc, k))
                     dst = b.gep(ws, [b.add(dst_first, b.mul(k, c64(s.nr)))], inbounds=True)
                     self.copy_short_run(b, B, off, inside, dst, length)
+
+            self.for_each_run(b, g_lo, g_hi, run, copy_down_k)
             with counted_loop(b, c64(0), k_len, 1, "k") as k:
                 dst_row = b.add(panel, b.mul(k, c64(s.nr)))
                 with counted_loop(b, cols, c64(s.nr), 1, "pad") as c:

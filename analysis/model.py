@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from aotune.analysis.features import LoopFeatures, tile_of_function
-from aotune.codegen.schedule import CpuSchedule, Gather
+from aotune.codegen.schedule import CpuSchedule, Gather, column_vector_widths
 from aotune.hwspecs.spec import CacheSpec, HwSpec
 
 
@@ -140,7 +140,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     c_fetch = _c_tile_fetch_cycles(s, hw, m_share, n_share)  # the same for every tile class
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(m_share, n_share, s.mr, s.nr):
-        tile_mix = _tail_mix(mix, s, rows, cols)
+        tile_mix = _tail_mix(mix, s, rows, cols, hw)
         cyc_k, load_k = _cycles_per_kstep(tile_mix, hw, s.kc)
         tile_vecs = rows * -(-cols // lanes)
         call_cycles = 20.0 + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
@@ -344,20 +344,34 @@ def _tile_classes(m_extent: int, n_extent: int, mr: int, nr: int) -> list[tuple[
     return [cl for cl in classes if cl[0] > 0]
 
 
-def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int) -> KStepMix:
-    """The full tile's k-step mix scaled to a rows x cols tail tile (FMAs by tile, loads by side)."""
+def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -> KStepMix:
+    """The full tile's k-step mix scaled to a rows x cols tail tile (FMAs by tile, loads by side).
+
+    FMAs and loads are counted in full-vector equivalents: a column tail's narrower last vector
+    (``column_vector_widths``) takes fewer pipe slots where the pipes are narrower than a vector.
+    """
     if rows == s.mr and cols == s.nr:
         return mix
-    nvec = -(-s.nr // s.lanes)
-    vec_ratio = -(-cols // s.lanes) / nvec
+    fma_ratio = _vector_slots(cols, s.lanes, hw.core.fma_width_bits) / _vector_slots(s.nr, s.lanes, hw.core.fma_width_bits)
+    load_ratio = (_vector_slots(cols, s.lanes, hw.core.load_width_bits)
+                  / _vector_slots(s.nr, s.lanes, hw.core.load_width_bits))
+    insn_ratio = len(column_vector_widths(cols, s.lanes)) / len(column_vector_widths(s.nr, s.lanes))
     row_ratio = rows / s.mr
-    fma, vloads, sloads = mix.fma * vec_ratio * row_ratio, mix.vector_loads * vec_ratio, mix.scalar_loads * row_ratio
+    vloads = mix.vector_loads  # per tail vector count, before the width weighting
+    sloads = mix.scalar_loads * row_ratio
     if s.a_shared:  # A's vector loads shrink with the rows too, B's do not; the table load stays
         a_part = mix.vector_loads * s.mr / (s.mr + 1)
-        vloads = (mix.vector_loads - a_part + a_part * row_ratio) * vec_ratio
+        vloads = mix.vector_loads - a_part + a_part * row_ratio
         sloads = mix.scalar_loads
     other = max(0.0, mix.instructions - mix.fma - mix.vector_loads - mix.scalar_loads)
-    return KStepMix(fma, vloads, sloads, mix.stores, mix.spills, fma + vloads + sloads + other)
+    instructions = (mix.fma * row_ratio + vloads) * insn_ratio + sloads + other
+    return KStepMix(mix.fma * row_ratio * fma_ratio, vloads * load_ratio, sloads, mix.stores, mix.spills, instructions)
+
+
+def _vector_slots(cols: int, lanes: int, pipe_bits: int) -> int:
+    """Pipe slots of one operation on each vector across ``cols`` columns (a 512-bit vector takes
+    two slots of a 256-bit pipe, a 4-lane tail vector one)."""
+    return sum(-(-w * 32 // pipe_bits) for w in column_vector_widths(cols, lanes))
 
 
 def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions_per_kstep: float) -> float:

@@ -31,7 +31,7 @@ from typing import Callable, Iterator
 import llvmlite.ir as ir
 import numpy as np
 
-from aotune.codegen.schedule import CpuSchedule, Gather
+from aotune.codegen.schedule import CpuSchedule, Gather, column_vector_widths
 
 F32 = ir.FloatType()
 I1 = ir.IntType(1)
@@ -89,18 +89,33 @@ class CpuKernelBuilder:
         self.mask_ty = ir.VectorType(I1, s.lanes)
         self.module = ir.Module(name=entry)
         self.module.triple = triple
-        self.fma = ir.Function(self.module, ir.FunctionType(self.vec, [self.vec] * 3), name=f"llvm.fma.v{s.lanes}f32")
-        self.mload = ir.Function(self.module, ir.FunctionType(self.vec, [self.pvec, I32, self.mask_ty, self.vec]),
-                                 name=f"llvm.masked.load.v{s.lanes}f32.p0")
-        self.mstore = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [self.vec, self.pvec, I32, self.mask_ty]),
-                                  name=f"llvm.masked.store.v{s.lanes}f32.p0")
+        self.mload = self.masked_load_fn(s.lanes)
+        self.mstore = self.masked_store_fn(s.lanes)
         self.ukernels: dict[tuple[int, int], ir.Function] = {}
         self.prefetch = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PI8, I32, I32, I32]),
                                     name="llvm.prefetch.p0")
-        vfn = ir.FunctionType(self.vec, [self.vec])
-        self.exp = ir.Function(self.module, vfn, name=f"llvm.exp.v{s.lanes}f32") if s.activation in ("gelu", "sigmoid") else None
-        self.maxnum = (ir.Function(self.module, ir.FunctionType(self.vec, [self.vec] * 2), name=f"llvm.maxnum.v{s.lanes}f32")
-                       if s.activation == "relu" else None)
+
+    def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        """The declaration of LLVM intrinsic ``name``, made once per module."""
+        if name in self.module.globals:
+            return self.module.globals[name]
+        return ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+
+    def vector_fn(self, op: str, width: int, arity: int) -> ir.Function:
+        """``llvm.<op>.v<width>f32`` taking ``arity`` vectors (fma, exp, maxnum)."""
+        ty = ir.VectorType(F32, width)
+        return self.intrinsic(f"llvm.{op}.v{width}f32", ty, [ty] * arity)
+
+    def masked_load_fn(self, width: int) -> ir.Function:
+        """``llvm.masked.load`` of ``width`` floats."""
+        ty = ir.VectorType(F32, width)
+        return self.intrinsic(f"llvm.masked.load.v{width}f32.p0", ty, [ty.as_pointer(), I32, ir.VectorType(I1, width), ty])
+
+    def masked_store_fn(self, width: int) -> ir.Function:
+        """``llvm.masked.store`` of ``width`` floats."""
+        ty = ir.VectorType(F32, width)
+        return self.intrinsic(f"llvm.masked.store.v{width}f32.p0", ir.VoidType(),
+                              [ty, ty.as_pointer(), I32, ir.VectorType(I1, width)])
 
     # ---- micro-kernel ----------------------------------------------------------------------------
     def a_strides(self) -> tuple[int, int]:
@@ -120,9 +135,13 @@ class CpuKernelBuilder:
             return self.ukernels[key]
         s = self.s
         lanes = s.lanes
-        nvec = -(-cols // lanes)
+        widths = column_vector_widths(cols, lanes)
+        nvec = len(widths)
         tail = cols - (nvec - 1) * lanes  # lanes used in the last vector
-        mask = ir.Constant(self.mask_ty, [1 if i < tail else 0 for i in range(lanes)]) if tail < lanes else None
+        vtys = [ir.VectorType(F32, w) for w in widths]
+        # the last vector is masked only where its power-of-two width overhangs the tile
+        mask = ir.Constant(ir.VectorType(I1, widths[-1]), [1 if i < tail else 0 for i in range(widths[-1])]) \
+            if tail < widths[-1] else None
         params = [PF32, PF32, PF32, I64, I1] + ([I1, PF32] if s.has_epilogue else []) + ([PI64, PI64] if s.a_shared else [])
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), params), name=f"ukernel_{rows}x{cols}")
         fn.linkage = "internal"
@@ -131,30 +150,30 @@ class CpuKernelBuilder:
             arg.add_attribute("noalias")
         a_ptr, b_ptr, c_ptr, kc, first = fn.args[:5]
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        acc = [[b.alloca(self.vec, name=f"acc{r}_{v}") for v in range(nvec)] for r in range(rows)]
-        zero = ir.Constant(self.vec, [0.0] * lanes)
-        undef = ir.Constant(self.vec, ir.Undefined)
+        acc = [[b.alloca(vtys[v], name=f"acc{r}_{v}") for v in range(nvec)] for r in range(rows)]
+        zeros = [ir.Constant(t, [0.0] * t.count) for t in vtys]
+        fmas = [self.vector_fn("fma", w, 3) for w in widths]
         a_rs, a_cs = self.a_strides()
         b_rs = self.b_stride()
         c_rs = s.c_sm
 
-        def vptr(base: ir.Value, offset: ir.Value) -> ir.Value:
-            return b.bitcast(b.gep(base, [offset], inbounds=True), self.pvec)
+        def vptr(base: ir.Value, offset: ir.Value, v: int) -> ir.Value:
+            return b.bitcast(b.gep(base, [offset], inbounds=True), vtys[v].as_pointer())
 
-        def load_vec(base: ir.Value, offset: ir.Value, masked: bool) -> ir.Value:
-            if masked and mask is not None:
-                return b.call(self.mload, [vptr(base, offset), ir.Constant(I32, 4), mask, zero])
-            return b.load(vptr(base, offset), align=4)
+        def load_vec(base: ir.Value, offset: ir.Value, v: int, masked: bool) -> ir.Value:
+            if masked and v == nvec - 1 and mask is not None:
+                return b.call(self.masked_load_fn(widths[v]), [vptr(base, offset, v), ir.Constant(I32, 4), mask, zeros[v]])
+            return b.load(vptr(base, offset, v), align=4)
 
         with b.if_else(first) as (then, otherwise):
             with then:
                 for r in range(rows):
                     for v in range(nvec):
-                        b.store(zero, acc[r][v])
+                        b.store(zeros[v], acc[r][v])
             with otherwise:
                 for r in range(rows):
                     for v in range(nvec):
-                        b.store(load_vec(c_ptr, c64(r * c_rs + v * lanes), v == nvec - 1), acc[r][v])
+                        b.store(load_vec(c_ptr, c64(r * c_rs + v * lanes), v, True), acc[r][v])
 
         # B panels are zero-padded to nr columns, so only unpacked B needs masked loads.
         b_masked = not s.pack_b
@@ -175,23 +194,22 @@ class CpuKernelBuilder:
         def k_step(k: ir.Value) -> None:
             if s.b_prefetch_rows:
                 prefetch_b(k)
-            bvec = [load_vec(b_ptr, b.add(b.mul(k, c64(b_rs)), c64(v * lanes)), b_masked and v == nvec - 1)
-                    for v in range(nvec)]
+            bvec = [load_vec(b_ptr, b.add(b.mul(k, c64(b_rs)), c64(v * lanes)), v, b_masked) for v in range(nvec)]
             if s.a_shared:
                 k_off = b.load(b.gep(k_tab, [k], inbounds=True))
                 for r in range(rows):
                     at = b.add(a_rows[r], k_off)
                     for v in range(nvec):
-                        avec = load_vec(a_ptr, b.add(at, c64(v * lanes)), v == nvec - 1)
+                        avec = load_vec(a_ptr, b.add(at, c64(v * lanes)), v, True)
                         cur = b.load(acc[r][v])
-                        b.store(b.call(self.fma, [avec, bvec[v], cur]), acc[r][v])
+                        b.store(b.call(fmas[v], [avec, bvec[v], cur]), acc[r][v])
                 return
             for r in range(rows):
                 a_val = b.load(b.gep(a_ptr, [b.add(b.mul(k, c64(a_cs)), c64(r * a_rs))], inbounds=True), align=4)
-                a_vec = splat(b, a_val, self.vec)
+                a_vecs = {w: splat(b, a_val, ir.VectorType(F32, w)) for w in set(widths)}
                 for v in range(nvec):
                     cur = b.load(acc[r][v])
-                    b.store(b.call(self.fma, [a_vec, bvec[v], cur]), acc[r][v])
+                    b.store(b.call(fmas[v], [a_vecs[widths[v]], bvec[v], cur]), acc[r][v])
 
         u = s.unroll
         k_main = b.mul(b.sdiv(kc, c64(u)), c64(u)) if u > 1 else kc
@@ -203,16 +221,16 @@ class CpuKernelBuilder:
                 k_step(k)
 
         def store_tile(epilogue: bool) -> None:
-            bias_vec = ([load_vec(fn.args[6], c64(v * lanes), v == nvec - 1) for v in range(nvec)]
+            bias_vec = ([load_vec(fn.args[6], c64(v * lanes), v, True) for v in range(nvec)]
                         if epilogue and s.bias else None)
             for r in range(rows):
                 for v in range(nvec):
                     val = b.load(acc[r][v])
                     if epilogue:
                         val = self.epilogue(b, val, bias_vec[v] if bias_vec else None)
-                    ptr = vptr(c_ptr, c64(r * c_rs + v * lanes))
+                    ptr = vptr(c_ptr, c64(r * c_rs + v * lanes), v)
                     if v == nvec - 1 and mask is not None:
-                        b.call(self.mstore, [val, ptr, ir.Constant(I32, 4), mask])
+                        b.call(self.masked_store_fn(widths[v]), [val, ptr, ir.Constant(I32, 4), mask])
                     else:
                         b.store(val, ptr, align=4)
 
@@ -228,25 +246,27 @@ class CpuKernelBuilder:
         self.ukernels[key] = fn
         return fn
 
-    def splat(self, x: float) -> ir.Constant:
-        """A vector constant with every lane ``x``."""
-        return ir.Constant(self.vec, [x] * self.s.lanes)
-
     def epilogue(self, b: ir.IRBuilder, val: ir.Value, bias: ir.Value | None) -> ir.Value:
-        """``act(val + bias)`` on one vector of a finished output tile."""
+        """``act(val + bias)`` on one vector of a finished output tile (any width)."""
+        width = val.type.count
+
+        def const(x: float) -> ir.Constant:
+            return ir.Constant(val.type, [x] * width)
+
         if bias is not None:
             val = b.fadd(val, bias)
         act = self.s.activation
         if act == "relu":
-            return b.call(self.maxnum, [val, self.splat(0.0)])
+            return b.call(self.vector_fn("maxnum", width, 2), [val, const(0.0)])
         if act == "sigmoid":  # 1 / (1 + e^-x); e^-x = inf gives 0, as it should
-            return b.fdiv(self.splat(1.0), b.fadd(self.splat(1.0), b.call(self.exp, [b.fsub(self.splat(0.0), val)])))
+            exp = self.vector_fn("exp", width, 1)
+            return b.fdiv(const(1.0), b.fadd(const(1.0), b.call(exp, [b.fsub(const(0.0), val)])))
         if act == "gelu":  # 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), tanh(u) = 1 - 2/(e^2u + 1)
             x3 = b.fmul(b.fmul(val, val), val)
-            u = b.fmul(self.splat(0.7978845608028654), b.fadd(val, b.fmul(self.splat(0.044715), x3)))
-            e2u = b.call(self.exp, [b.fmul(self.splat(2.0), u)])
-            tanh = b.fsub(self.splat(1.0), b.fdiv(self.splat(2.0), b.fadd(e2u, self.splat(1.0))))
-            return b.fmul(b.fmul(self.splat(0.5), val), b.fadd(self.splat(1.0), tanh))
+            u = b.fmul(const(0.7978845608028654), b.fadd(val, b.fmul(const(0.044715), x3)))
+            e2u = b.call(self.vector_fn("exp", width, 1), [b.fmul(const(2.0), u)])
+            tanh = b.fsub(const(1.0), b.fdiv(const(2.0), b.fadd(e2u, const(1.0))))
+            return b.fmul(b.fmul(const(0.5), val), b.fadd(const(1.0), tanh))
         return val
 
     # ---- packing ---------------------------------------------------------------------------------

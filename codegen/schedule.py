@@ -184,6 +184,18 @@ class CpuSchedule:
                 if bounds[t + 1] > bounds[t]]
 
 
+def column_vector_widths(cols: int, lanes: int) -> tuple[int, ...]:
+    """Lanes of each vector a micro-kernel uses across ``cols`` columns: full vectors, then a tail
+    vector of the smallest power-of-two width that holds the rest (masked where it is not full).
+
+    A narrower vector costs fewer FMA-pipe slots where the pipes are narrower than the registers
+    (Zen 4 runs a 512-bit FMA as two 256-bit halves; a 7x7 NCHW row of 49 pixels is 3 x 16 lanes
+    plus one: 7 slots, not 8) and never more elsewhere.
+    """
+    full, tail = divmod(cols, lanes)
+    return (lanes,) * full + ((min(lanes, 1 << (tail - 1).bit_length()),) if tail else ())
+
+
 def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
     """Lower a valid config of ``space`` to a schedule (invalid configs are refused, with reasons)."""
     bad = space.violations(cfg)

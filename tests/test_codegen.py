@@ -97,6 +97,37 @@ def test_x86_features_count_the_micro_kernel_fmas():
     assert "zmm" in kernel.asm
 
 
+def test_column_tails_use_the_narrowest_vector_that_holds_them():
+    from aotune.codegen.schedule import column_vector_widths
+    from aotune.analysis.workload import dense
+
+    assert column_vector_widths(49, 16) == (16, 16, 16, 1)
+    assert column_vector_widths(20, 16) == (16, 4)
+    assert column_vector_widths(5, 16) == (8,)
+    assert column_vector_widths(32, 16) == (16, 16)
+    assert column_vector_widths(3, 4) == (4,)
+    hw = load_target("skylake-avx512")
+    space = build_cpu_space(matmul(8, 17, 8), hw)
+    cfg = space.parse_config("mr=2,nr=16,kc=8,mc=8,nc=32,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=1")
+    funcs = elf_functions(compile_kernel(schedule_from_config(space, cfg), hw).object_code)
+    import capstone
+    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    tail = [f"{i.mnemonic} {i.op_str}" for i in md.disasm(funcs["ukernel_2x1"], 0)]
+    assert any(t.startswith("vfmadd") and t.split()[0].endswith("ss") for t in tail), tail  # one lane: scalar FMA
+    assert not any("zmm" in t for t in tail)
+    if not host_can_run(hw)[0]:
+        return
+    # every tail width, masked and not, with each epilogue on the narrow vectors, against numpy
+    for n, act in ((1, "relu"), (2, "gelu"), (3, "sigmoid"), (4, "none"), (7, "gelu"), (8, "relu"), (13, "sigmoid"),
+                   (20, "gelu"), (49, "relu")):
+        sp = build_cpu_space(dense(5, n, 11, bias=True, activation=act), hw)
+        for c in sp.sample(2, seed=n):
+            hk = HostKernel(compile_kernel(schedule_from_config(sp, c), hw), hw)
+            a, b, bias = random_operands(hk.kernel.schedule, n)
+            correct, err, tol = check_against_numpy(hk, a, b, bias)
+            assert correct, f"N={n} {act} {sp.describe_config(c)}: {err} > {tol}"
+
+
 def test_side_by_side_timing_keeps_each_functions_fastest_round():
     """A burst of other work during one round does not decide the time: a function that takes
     20 ms in its first round and 2 ms in its second is timed at its second round's median."""

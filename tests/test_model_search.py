@@ -338,3 +338,20 @@ def test_rows_sharing_l1_sets_are_counted_line_by_line():
     narrow = sched("mr=12,nr=16,kc=16,mc=12,nc=1024,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2")
     assert _shared_set_miss_fraction(wide, hw) == 0.0
     assert _shared_set_miss_fraction(narrow, hw) > 0.4
+
+
+def test_a_narrow_tail_vector_costs_fewer_slots_only_on_narrow_pipes():
+    """49 columns are 3 x 16 lanes and 1: on Zen 4's 256-bit pipes the one-lane FMA takes one slot
+    where a 16-lane one takes two; on Skylake's 512-bit pipes both take one."""
+    from aotune.analysis.model import _tail_mix, mix_from_schedule
+
+    for target, cheaper in (("znver4", True), ("skylake-avx512", False)):
+        hw = load_target(target)
+        space = build_cpu_space(matmul(64, 49, 64), hw)
+        s = schedule_from_config(space, space.parse_config(
+            "mr=4,nr=32,kc=64,mc=64,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=1,par=m,threads=1"))
+        mix = mix_from_schedule(s, hw)
+        one, full = _tail_mix(mix, s, 4, 17, hw), _tail_mix(mix, s, 4, 32, hw)
+        assert full == mix
+        assert (one.fma < full.fma) == cheaper and one.fma <= full.fma
+        assert one.instructions == full.instructions  # as many instructions either way

@@ -77,10 +77,12 @@ ACCURACY_WARMUP_SECONDS = 0.05
 # measured 41 and 118 GFLOP/s minutes apart in one process. One round per config ranks the bursts
 # as much as the kernels; the fastest of three rounds, seconds apart, is what the kernel can do.
 ACCURACY_ROUNDS = 3
-# The finalists (the model's top 5 and the 8 fastest) decide top-1 and top-5, so they get more
-# rounds: four 9x32 depthwise configs that are one kernel to within noise measured 40-73 GFLOP/s
-# round to round, and a top-1 of 0.75 from two rounds was a draw between them.
-FINALIST_ROUNDS = 4
+# The finalists (the model's top 5 and the 8 fastest) decide top-1 and top-5, so they are timed
+# again in rounds of their own and compared on those alone: side by side, seconds apart. Their
+# sweep rounds ran minutes apart, and this machine has slow spells that last minutes (every
+# 2-thread NCHW depthwise config measured 22-29 GFLOP/s in one sweep and 9-11 in the next, while
+# a 1-thread one kept 19-27), so the fastest of those rounds compared moments, not kernels.
+FINALIST_ROUNDS = 6
 
 
 def _timed(runs: list[Callable[[], object]], rounds: int) -> list[float]:
@@ -95,8 +97,8 @@ def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log:
 
     Each config is checked against numpy once, then all are timed in ``ACCURACY_ROUNDS`` interleaved
     rounds (each a warm-up and the median of >= 5 runs); a config's time is its fastest round. The
-    finalists that decide the top-k scores (the model's top 5 and the 8 fastest measured) get
-    ``FINALIST_ROUNDS`` more.
+    finalists that decide the top-k scores (the model's top 5 and the 8 fastest measured) are
+    then timed in ``FINALIST_ROUNDS`` rounds of their own, which replace their sweep times.
     """
     space = build_cpu_space(w, hw)
     model = AnalyticalCpuModel(hw)
@@ -118,7 +120,7 @@ def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log:
     t = np.array(_timed(runs, ACCURACY_ROUNDS))
     p = np.array(predicted)
     finalists = sorted(set(np.argsort(p)[:5]) | set(np.argsort(t)[:8]))
-    t[finalists] = np.minimum(t[finalists], _timed([runs[i] for i in finalists], FINALIST_ROUNDS))
+    t[finalists] = _timed([runs[i] for i in finalists], FINALIST_ROUNDS)
     return {"n": len(p), "spearman": spearman(p, t), "kendall": kendall(p, t), "top1": topk_score(p, t, 1),
             "top5": topk_score(p, t, 5), "incorrect": incorrect, "best_sampled_gflops": w.flops / t.min() / 1e9}
 

@@ -9,7 +9,8 @@ Structure of the generated module (all sizes and strides are compile-time consta
     void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first[, i1 last, float* bias]
                                [, i64* row_off, i64* k_off])
         rows x ceil(cols/lanes) accumulator vectors, explicit llvm.fma per (row, vector), the k loop
-        unrolled; the last vector of a column tail is loaded/stored with a lane mask. With an
+        unrolled; the last vector of a column tail is the narrowest power-of-two width that holds it
+        (a scalar for one column), loaded/stored with a lane mask where it overhangs. With an
         epilogue, the store of the last k block adds bias[n] and applies the activation.
         A is a broadcast scalar per (row, k), or, when A is shared along the columns (NHWC
         depthwise), a vector at a + row_off[r] + k_off[k], loaded in place like B.
@@ -206,7 +207,7 @@ class CpuKernelBuilder:
                 return
             for r in range(rows):
                 a_val = b.load(b.gep(a_ptr, [b.add(b.mul(k, c64(a_cs)), c64(r * a_rs))], inbounds=True), align=4)
-                a_vecs = {w: splat(b, a_val, ir.VectorType(F32, w)) for w in set(widths)}
+                a_vecs = {w: splat(b, a_val, ir.VectorType(F32, w)) for w in dict.fromkeys(widths)}
                 for v in range(nvec):
                     cur = b.load(acc[r][v])
                     b.store(b.call(fmas[v], [a_vecs[widths[v]], bvec[v], cur]), acc[r][v])

@@ -352,12 +352,13 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
     """
     if rows == s.mr and cols == s.nr:
         return mix
-    fma_ratio = _vector_slots(cols, s.lanes, hw.core.fma_width_bits) / _vector_slots(s.nr, s.lanes, hw.core.fma_width_bits)
-    load_ratio = (_vector_slots(cols, s.lanes, hw.core.load_width_bits)
-                  / _vector_slots(s.nr, s.lanes, hw.core.load_width_bits))
+    def slot_ratio(pipe_bits: int) -> float:
+        return _vector_slots(cols, s.lanes, pipe_bits) / _vector_slots(s.nr, s.lanes, pipe_bits)
+
+    fma_ratio, load_ratio = slot_ratio(hw.core.fma_width_bits), slot_ratio(hw.core.load_width_bits)
     insn_ratio = len(column_vector_widths(cols, s.lanes)) / len(column_vector_widths(s.nr, s.lanes))
     row_ratio = rows / s.mr
-    vloads = mix.vector_loads  # per tail vector count, before the width weighting
+    vloads = mix.vector_loads  # scaled to the tail's columns at the end
     sloads = mix.scalar_loads * row_ratio
     if s.a_shared:  # A's vector loads shrink with the rows too, B's do not; the table load stays
         a_part = mix.vector_loads * s.mr / (s.mr + 1)

@@ -174,11 +174,11 @@ EFFICIENCY_SECONDS = 2.4
 
 
 def gflops_side_by_side(kernels: list[Kernel], hw: HwSpec, rounds: int = EFFICIENCY_ROUNDS,
-                        seconds: float = EFFICIENCY_SECONDS) -> list[float]:
+                        min_seconds: float = EFFICIENCY_SECONDS) -> list[float]:
     """GFLOP/s of each kernel on its own random inputs, all timed in the same interleaved rounds, so
     a ratio between them is not a comparison of two moments of a shared machine."""
     runs = [HostKernel(kernel, hw).call_on(*random_operands(kernel.schedule)) for kernel in kernels]
-    timed = time_side_by_side(runs, min_runs=5, min_seconds=seconds, rounds=rounds)
+    timed = time_side_by_side(runs, min_runs=5, min_seconds=min_seconds, rounds=rounds)
     return [k.schedule.flops / seconds / 1e9 for k, (seconds, _, _) in zip(kernels, timed)]
 
 

@@ -55,6 +55,7 @@ class KStepMix:
     stores: float
     spills: float
     instructions: float
+    mixed_fma: float = 0.0  # FMA instructions in rows that mix full vectors with a narrower tail vector
 
 
 def mix_from_schedule(s: CpuSchedule, hw: HwSpec) -> KStepMix:
@@ -107,7 +108,8 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / vec_bits)
     load_cycles = mix.vector_loads / vload_rate + mix.scalar_loads / c.load_ports
     calls_in_flight = max(1.0, c.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS))
-    cycles = max(mix.fma / fma_rate, load_cycles, mix.instructions / c.issue_width, mix.stores / c.store_ports,
+    fma_cycles = max(mix.fma / fma_rate, mix.mixed_fma * c.mixed_width_fma_cycles)
+    cycles = max(fma_cycles, load_cycles, mix.instructions / c.issue_width, mix.stores / c.store_ports,
                  c.fma_latency_cycles / calls_in_flight)
     return cycles + 2.0 * mix.spills, load_cycles
 
@@ -349,6 +351,8 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
 
     FMAs and loads are counted in full-vector equivalents: a column tail's narrower last vector
     (``column_vector_widths``) takes fewer pipe slots where the pipes are narrower than a vector.
+    Rows that mix full vectors with a narrow one also count their FMA instructions, which
+    ``core.mixed_width_fma_cycles`` may make the bound instead.
     """
     if rows == s.mr and cols == s.nr:
         return mix
@@ -366,7 +370,10 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
         sloads = mix.scalar_loads
     other = max(0.0, mix.instructions - mix.fma - mix.vector_loads - mix.scalar_loads)
     instructions = (mix.fma * row_ratio + vloads) * insn_ratio + sloads + other
-    return KStepMix(mix.fma * row_ratio * fma_ratio, vloads * load_ratio, sloads, mix.stores, mix.spills, instructions)
+    widths = column_vector_widths(cols, s.lanes)
+    mixed = mix.fma * row_ratio * insn_ratio if len(widths) > 1 and widths[-1] < s.lanes else 0.0
+    return KStepMix(mix.fma * row_ratio * fma_ratio, vloads * load_ratio, sloads, mix.stores, mix.spills, instructions,
+                    mixed)
 
 
 def _vector_slots(cols: int, lanes: int, pipe_bits: int) -> int:

@@ -43,6 +43,9 @@ class CoreSpec:
     fma_units: int
     fma_width_bits: int
     fma_latency_cycles: int
+    # cycles per FMA instruction in a tile row that mixes full vectors with a narrower tail vector
+    # (1 / fma_units where a narrow FMA costs just its pipe slot; more where the pipes pair badly)
+    mixed_width_fma_cycles: float
     load_ports: int
     load_width_bits: int
     store_ports: int
@@ -170,6 +173,7 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
         "core.cores": spec.core.cores, "core.frequency_ghz": spec.core.frequency_ghz,
         "core.fma_units": spec.core.fma_units, "core.fma_width_bits": spec.core.fma_width_bits,
         "core.fma_latency_cycles": spec.core.fma_latency_cycles, "core.load_ports": spec.core.load_ports,
+        "core.mixed_width_fma_cycles": spec.core.mixed_width_fma_cycles,
         "core.load_width_bits": spec.core.load_width_bits, "core.store_ports": spec.core.store_ports,
         "core.issue_width": spec.core.issue_width, "core.reorder_window": spec.core.reorder_window,
         "memory.bandwidth_gbs": spec.memory.bandwidth_gbs, "memory.page_bytes": spec.memory.page_bytes,

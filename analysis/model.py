@@ -107,7 +107,7 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
     fma_rate = c.fma_units * min(1.0, c.fma_width_bits / vec_bits)
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / vec_bits)
     load_cycles = mix.vector_loads / vload_rate + mix.scalar_loads / c.load_ports
-    calls_in_flight = max(1.0, c.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS))
+    calls_in_flight = _calls_in_flight(mix, hw, kc)
     fma_cycles = max(mix.fma / fma_rate, mix.mixed_fma * c.mixed_width_fma_cycles)
     cycles = max(fma_cycles, load_cycles, mix.instructions / c.issue_width, mix.stores / c.store_ports,
                  c.fma_latency_cycles / calls_in_flight)
@@ -115,6 +115,12 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
 
 
 CALL_INSTRUCTIONS = 30.0  # call, pointer set-up, C tile load/store loop control around one micro-kernel call
+
+
+def _calls_in_flight(mix: KStepMix, hw: HwSpec, kc: int) -> float:
+    """How many micro-kernel calls the reorder window holds at once (at least 1): short calls
+    overlap, so latencies they wait on (FMA chains, C tiles from afar) overlap too."""
+    return max(1.0, hw.core.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS))
 
 
 def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
@@ -147,7 +153,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         tile_vecs = rows * -(-cols // lanes)
         call_cycles = 20.0 + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
         call_cycles += _c_store_miss_cycles(s, hw, rows, cols, m_share, n_share)
-        call_cycles += c_fetch
+        call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
         call_cycles += pair_shared * rows * -(-cols * isz // hw.cache(1).line_bytes) * hw.caches[-1].latency_cycles
         compute_cycles += tiles * (s.K * (max(cyc_k, conflict) + dtlb) + Kt * call_cycles)
         load_cycles += tiles * s.K * load_k
@@ -520,7 +526,9 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     beyond the stride the hardware prefetcher follows, each call's C lines are demand misses, and
     the accumulators' first FMAs wait for them while the reorder window fills (measured on Zen 4,
     2048^3, 7 x 16 tiles, kc=24: a C block of 70 x 672 floats in L2 ran at 62-90 GFLOP/s, one of
-    1743 x 672 in L3 at 46-56). The first k block starts from zero and loads no C.
+    1743 x 672 in L3 at 46-56). The first k block starts from zero and loads no C. The caller
+    divides this by the calls in flight: calls of a few k steps each (kc = 8) overlap their waits
+    (1 x 32 tiles over a 1024 x 32 C block, 4 KiB rows: ~26 cycles per call in all, measured).
     """
     if s.K <= s.kc or s.mc <= s.mr or s.mr * s.c_sm * 4 <= hw.memory.prefetch_stride_bytes or len(hw.caches) < 3:
         return 0.0  # (one tile per m block: calls step along the rows of C, which is prefetched)

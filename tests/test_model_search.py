@@ -391,3 +391,28 @@ def test_rows_mixing_full_and_narrow_vectors_are_bound_by_their_fma_instructions
         for nr in (64, 32))
     p_one, p_two = model.estimate_batch([one, two])
     assert p_one.seconds < 0.97 * p_two.seconds  # measured 95 vs 88 GFLOP/s
+
+
+def test_c_tile_waits_overlap_across_short_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 x 32 tiles at kc=8 over 4 KiB-strided C rows: several calls fit the reorder window, so
+    their C fetches from beyond L2 overlap (measured 116 GFLOP/s, where one wait per call predicted
+    33); at kc=192 one call fills the window and waits alone."""
+    import aotune.analysis.model as model_module
+
+    hw = load_target("znver4")
+    model = AnalyticalCpuModel(hw)
+    space = build_cpu_space(matmul(1024, 1024, 1024), hw)
+    freq = hw.core.frequency_ghz * 1e9
+    charged = []
+    for kc in (8, 192):
+        s = schedule_from_config(space, space.parse_config(
+            f"mr=1,nr=32,kc={kc},mc=96,nc=32,order=nkm,pack_a=0,pack_b=1,unroll=4,par=n,threads=2"))
+        wait = model_module._c_tile_fetch_cycles(s, hw, 1024, 512)
+        assert wait > 0
+        with_wait = dict(model.estimate_batch([s])[0].breakdown)["compute"]
+        with monkeypatch.context() as m:
+            m.setattr(model_module, "_c_tile_fetch_cycles", lambda *args: 0.0)
+            without = dict(model.estimate_batch([s])[0].breakdown)["compute"]
+        calls = 1024 * (512 // 32) * -(-1024 // kc)  # one thread's tiles x k blocks
+        charged.append((with_wait - without) * freq / calls / wait)
+    assert charged[0] < 0.5 and charged[1] == pytest.approx(1.0)

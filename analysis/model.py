@@ -282,11 +282,14 @@ def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, sha
 
     The prefetchers do not follow dozens of short rows a page apart, so each row waits for its
     line from where the source lives: narrow panels pay that latency over few elements (measured
-    on Zen 4 from L3: ~3 cycles per element for 16-wide panels, ~1 for 64-wide). Repacked
+    on Zen 4 from L3: ~3 cycles per element for 16-wide panels, ~1 for 64-wide). A segment
+    shorter than a line shares it with the next k block's (or, walked across a transposed
+    operand, the next row's), which finds it cached: the wait is per line. Repacked
     blocks come from the level that holds the thread's whole share of the operand (it was all
     swept in between); a block packed once per call comes from where the tensor lives.
     """
-    return max(per_elem, _latency_of_level_holding(share_bytes if packs > 1 else tensor_bytes, hw) / segment)
+    latency = _latency_of_level_holding(share_bytes if packs > 1 else tensor_bytes, hw)
+    return max(per_elem, latency / max(segment, hw.cache(1).line_bytes // 4))
 
 
 def _latency_of_level_holding(nbytes: float, hw: HwSpec) -> float:

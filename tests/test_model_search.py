@@ -416,3 +416,14 @@ def test_c_tile_waits_overlap_across_short_calls(monkeypatch: pytest.MonkeyPatch
         calls = 1024 * (512 // 32) * -(-1024 // kc)  # one thread's tiles x k blocks
         charged.append((with_wait - without) * freq / calls / wait)
     assert charged[0] < 0.5 and charged[1] == pytest.approx(1.0)
+
+
+def test_a_packing_copy_waits_once_per_line_not_per_short_segment():
+    """kc = 8 copies half a line of each A row per k block; the next block's half is the same line,
+    already fetched: 8- and 16-wide segments wait the same per element, 64-wide ones a quarter."""
+    from aotune.analysis.model import _strided_pack_cycles_per_elem
+
+    hw = load_target("znver4")
+    per = {seg: _strided_pack_cycles_per_elem(hw, 0.25, seg, 4 << 20, 2, 4 << 20) for seg in (1, 8, 16, 64)}
+    assert per[1] == per[8] == per[16] == pytest.approx(4 * per[64])
+    assert per[16] == pytest.approx(hw.cache(3).latency_cycles / 16)

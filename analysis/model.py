@@ -223,11 +223,13 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         pack_cycles += n_share * s.K * packs * _pack_cycles_per_elem(s.b_gather, s.b_pack_run, s.nr, hw, plain, lanes)
     packing = pack_cycles / freq
     pad_cycles = 0.0
-    if s.pad_copy is not None:  # the threads copy the whole input into its padded buffer, once per
-        # call (not per batch entry), before the kernel: reads and writes streamed at about L2 bandwidth
+    if s.pad_copy is not None:  # the threads copy the whole input into its padded buffer (split, or
+        # each into its own), once per call (not per batch entry), before the kernel: reads and
+        # writes streamed at about L2 bandwidth
         moved = (math.prod(s.pad_copy.shape) + s.pad_copy.elems) * isz
         pad_cycles = max(math.prod(s.pad_copy.shape) * 2.0 / lanes,
-                         moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle) / threads
+                         moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle)
+        pad_cycles /= 1 if s.pad_copy_per_thread else threads
     overhead = hw.overhead.call_seconds + (threads - 1) * hw.overhead.thread_seconds
     parts = {"compute": compute, "L1": l1_time, "L2": l2_time, "L3": l3_time, "memory": mem_time}
     # batch entries are independent GEMMs run one after another; the epilogue costs a few vector

@@ -16,8 +16,8 @@ Structure of the generated module (all sizes and strides are compile-time consta
         depthwise), a vector at a + row_off[r] + k_off[k], loaded in place like B.
 
     void <entry>_pad(float* src, float* dst, -, -, i64 lo, i64 hi, -, -)     (only with a padded copy)
-        copies rows [lo, hi) of a zero-padding input into the interior of its padded buffer, split
-        over the threads before they run the kernel.
+        copies rows [lo, hi) of a zero-padding input into the interior of a padded buffer, before
+        the threads run the kernel (the rows split over them, or all of them into each one's own).
 
 Remainders: one variant for full tiles and one for the m tail, the n tail and both, because the
 tails of M and N are known when the kernel is generated. A gathered operand (a convolution window)
@@ -486,7 +486,7 @@ class CpuKernelBuilder:
         """<entry>_pad(src, dst, -, -, lo, hi, -, -): copy rows [lo, hi) of the input (all dims but
         the last, flattened) into the interior of its zero-padded buffer.
 
-        It has the entry's signature, so the worker pool can split the copy over the threads. The
+        It has the entry's signature, so the worker pool can run it on the threads. The
         buffer's border is zeroed once when it is allocated and never written, so each call copies
         only the interior, row by contiguous row.
         """

@@ -78,17 +78,25 @@ class HostKernel:
             self._addr = self._engine.get_function_address(kernel.entry)
             self._pad_addr = self._engine.get_function_address(f"{kernel.entry}_pad") if s.pad_copy else 0
             self._callable = {addr: _SIG(addr) for addr in (self._addr, self._pad_addr) if addr}
-        # the padded copy's border stays zero: the kernel writes only its interior
-        self._padded = _aligned(s.pad_copy.elems) if s.pad_copy else None
         ranges = kernel.launch
         self._ranges = ranges
         self._ws = [(_aligned(s.pack_a_elems), _aligned(s.pack_b_elems)) for _ in ranges]
         # addresses looked up once: each ``.ctypes.data`` costs about a microsecond
         self._ws_addr = [(wa.ctypes.data, wb.ctypes.data) for wa, wb in self._ws]
-        self._padded_addr = self._padded.ctypes.data if self._padded is not None else 0
-        # the padded copy's rows (all dims but the last), split evenly over the same threads
+        # The padded copy's border stays zero: the kernel writes only its interior. Its rows (all
+        # dims but the last) are split evenly over the threads, or each thread copies them all
+        # into a buffer of its own when every thread reads the whole of it.
         rows = math.prod(s.pad_copy.shape[:-1]) if s.pad_copy else 0
-        self._pad_ranges = [(t * rows // len(ranges), (t + 1) * rows // len(ranges)) for t in range(len(ranges))]
+        copies = len(ranges) if s.pad_copy_per_thread else 1
+        self._padded = [_aligned(s.pad_copy.elems) for _ in range(copies)] if s.pad_copy else []
+        padded_addr = [p.ctypes.data for p in self._padded]
+        if s.pad_copy_per_thread:
+            self._pad_shares = [(addr, 0, rows) for addr in padded_addr]
+        else:
+            self._pad_shares = [(padded_addr[0], t * rows // len(ranges), (t + 1) * rows // len(ranges))
+                                for t in range(len(ranges))] if s.pad_copy else []
+        # the padded buffer each thread's kernel share reads
+        self._padded_of_share = [self._pad_shares[t][0] for t in range(len(ranges))] if s.pad_copy else []
 
     def __call__(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
                  out: np.ndarray | None = None) -> np.ndarray:
@@ -106,16 +114,14 @@ class HostKernel:
             bias = np.ascontiguousarray(bias, dtype=np.float32)
         c = out if out is not None else _aligned(c_shape)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
-        if s.pad_copy is not None:  # both set in __init__ exactly when the schedule has a padded copy
-            padded = self._padded_addr
-            src = pa if s.pad_copy.operand == "a" else pb
-            self._run(self._pad_addr, [(src, padded, 0, 0, lo, hi, 0, 0) for lo, hi in self._pad_ranges])
-            if s.pad_copy.operand == "a":
-                pa = padded
-            else:
-                pb = padded
         pbias = bias.ctypes.data if s.bias else 0  # checked above: present when the kernel adds it
-        self._run(self._addr, [(pa, pb, pc, pbias, lo, hi, wa, wb) for (lo, hi), (wa, wb) in zip(self._ranges, self._ws_addr)])
+        operands = [(pa, pb)] * len(self._ranges)
+        if s.pad_copy is not None:  # the shares are set in __init__ exactly when there is a padded copy
+            src = pa if s.pad_copy.operand == "a" else pb
+            self._run(self._pad_addr, [(src, dst, 0, 0, lo, hi, 0, 0) for dst, lo, hi in self._pad_shares])
+            operands = [(padded, pb) if s.pad_copy.operand == "a" else (pa, padded) for padded in self._padded_of_share]
+        self._run(self._addr, [(opa, opb, pc, pbias, lo, hi, wa, wb)
+                               for (opa, opb), (lo, hi), (wa, wb) in zip(operands, self._ranges, self._ws_addr)])
         return c
 
     def call_on(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,

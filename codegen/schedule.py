@@ -80,7 +80,8 @@ class Gather:
 
 @dataclass(frozen=True)
 class PadCopy:
-    """Copy one input into a zero-padded buffer before the GEMM, so packing needs no bounds checks."""
+    """Copy one input into a zero-padded buffer before the GEMM, so packing needs no bounds checks
+    (one buffer split over the threads, or one per thread: ``CpuSchedule.pad_copy_per_thread``)."""
 
     operand: str  # "a" or "b"
     shape: tuple[int, ...]
@@ -143,6 +144,22 @@ class CpuSchedule:
     def flops(self) -> int:
         """Multiply-adds counted as two operations, over every batch entry."""
         return 2 * self.M * self.N * self.K * self.batch_count
+
+    @property
+    def pad_copy_per_thread(self) -> bool:
+        """Whether each thread makes its own whole padded copy rather than a share of one.
+
+        Where the parallel loop does not index the padded operand (NCHW output channels split over
+        the threads), every thread reads all of it, and a shared copy written half by each core
+        sends half of it from one core's cache to the other's on every call (14x14x256 NCHW,
+        side by side: 199-200 GFLOP/s shared, 202-203 private; in the machine's slow spells
+        160 vs 177). Where it does index it, each thread reads mostly its own part: one copy,
+        split.
+        """
+        if self.pad_copy is None or self.threads < 2:
+            return False
+        indexed_by_par = self.a_shared or (self.pad_copy.operand == "a") == (self.par == "m")
+        return not indexed_by_par
 
     @property
     def has_epilogue(self) -> bool:

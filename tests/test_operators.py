@@ -169,3 +169,21 @@ def test_conv_is_a_gemm_with_the_window_packed():
     plain = build_cpu_space(conv2d(1, 64, 56, 56, 256, 1, 1, layout="NHWC"), HOST)
     assert not {c.name for c in plain.constraints} & {"X must be packed", "Wt must be packed"}
     assert "pad_copy" not in {v.name for v in plain.variables}
+
+
+@pytest.mark.parametrize("par, own_copies", [("m", True), ("n", False)])
+def test_threads_that_all_read_the_padded_input_each_pad_their_own(par: str, own_copies: bool) -> None:
+    """NCHW split over output channels: every thread reads every pixel, so each copies the whole
+    padded input into a buffer of its own (no lines written by one core and read by the other);
+    split over pixels, one buffer is split. Both compute the convolution exactly."""
+    w = conv2d(1, 5, 7, 9, 6, 3, 3, pad=1)
+    space = build_cpu_space(w, HOST)
+    cfg = space.parse_config(f"mr=2,nr=16,kc=16,mc=4,nc=32,order=mkn,pack_a=0,pack_b=1,unroll=1,par={par},"
+                             "threads=2,pad_copy=1")
+    sched = schedule_from_config(space, cfg)
+    assert sched.pad_copy_per_thread == own_copies and len(compile_kernel(sched, HOST).launch) == 2
+    host = HostKernel(compile_kernel(sched, HOST), HOST)
+    assert len(host._padded) == (2 if own_copies else 1)
+    a, b, bias = random_operands(sched, 3)
+    for _ in range(2):  # the second call finds its buffers' borders still zero
+        assert check_against_numpy(host, a, b, bias)[0]

@@ -371,7 +371,8 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
         return _vector_slots(cols, s.lanes, pipe_bits) / _vector_slots(s.nr, s.lanes, pipe_bits)
 
     fma_ratio, load_ratio = slot_ratio(hw.core.fma_width_bits), slot_ratio(hw.core.load_width_bits)
-    insn_ratio = len(column_vector_widths(cols, s.lanes)) / len(column_vector_widths(s.nr, s.lanes))
+    widths = column_vector_widths(cols, s.lanes)
+    insn_ratio = len(widths) / len(column_vector_widths(s.nr, s.lanes))
     row_ratio = rows / s.mr
     vloads = mix.vector_loads  # scaled to the tail's columns at the end
     sloads = mix.scalar_loads * row_ratio
@@ -381,7 +382,6 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
         sloads = mix.scalar_loads
     other = max(0.0, mix.instructions - mix.fma - mix.vector_loads - mix.scalar_loads)
     instructions = (mix.fma * row_ratio + vloads) * insn_ratio + sloads + other
-    widths = column_vector_widths(cols, s.lanes)
     mixed = mix.fma * row_ratio * insn_ratio if len(widths) > 1 and widths[-1] < s.lanes else 0.0
     return KStepMix(mix.fma * row_ratio * fma_ratio, vloads * load_ratio, sloads, mix.stores, mix.spills, instructions,
                     mixed)

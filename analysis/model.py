@@ -208,9 +208,10 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         # 4.9 MB per call, ran in 85 us where DRAM bandwidth alone would take 122)
         mem_bytes = 0.0
     mem_time = mem_bytes / (hw.memory.bandwidth_gbs * 1e9)
-    # Packing: scalar copy loops, one element per max(store slot, 4 issue slots) cycle; a gathered
-    # operand pays its table loads and bounds checks per element, or, copied in contiguous runs,
-    # a vector per `lanes` elements plus the run's set-up.
+    # Packing: A's copy is element-wise, one element per max(store slot, 4 issue slots) cycle or
+    # its wait per line; a plain B's copies panel rows as vectors, at its source's bandwidth; a
+    # gathered operand pays its table loads and bounds checks per element, or, copied in contiguous
+    # runs, a vector per `lanes` elements plus the run's set-up.
     per_elem = max(1.0 / c.store_ports, 4.0 / c.issue_width)
     pack_cycles = 0.0
     if s.pack_a:
@@ -219,8 +220,13 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         pack_cycles += m_share * s.K * packs * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, s.kc, hw, plain, lanes)
     if s.pack_b:
         packs = 1 if s.order == "nkm" else mblocks
-        plain = _strided_pack_cycles_per_elem(hw, per_elem, s.nr if s.b_sn == 1 else 1, n_share * s.K * isz, packs, s.K * s.N * isz)
-        pack_cycles += n_share * s.K * packs * _pack_cycles_per_elem(s.b_gather, s.b_pack_run, s.nr, hw, plain, lanes)
+        if s.b_pack_copies_vectors:
+            per_b = _vector_pack_cycles_per_elem(s, hw, n_share * s.K * isz if packs > 1 else s.K * s.N * isz, threads)
+        else:
+            plain = _strided_pack_cycles_per_elem(hw, per_elem, s.nr if s.b_sn == 1 else 1, n_share * s.K * isz, packs,
+                                                  s.K * s.N * isz)
+            per_b = _pack_cycles_per_elem(s.b_gather, s.b_pack_run, s.nr, hw, plain, lanes)
+        pack_cycles += n_share * s.K * packs * per_b
     packing = pack_cycles / freq
     pad_cycles = 0.0
     if s.pad_copy is not None:  # the threads copy the whole input into its padded buffer (split, or
@@ -292,6 +298,35 @@ def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, sha
     """
     latency = _latency_of_level_holding(share_bytes if packs > 1 else tensor_bytes, hw)
     return max(per_elem, latency / max(segment, hw.cache(1).line_bytes // 4))
+
+
+def _vector_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec, source_bytes: float, threads: int) -> float:
+    """Cycles per element of a B pack that copies panel rows as vectors (``b_pack_copies_vectors``).
+
+    Few instructions per line keep many lines in flight, so the copy streams at (a share of) the
+    bandwidth of the level its source comes from (DRAM's shared by the threads, which all pack at once), not
+    at one latency per line as the element-wise copy did (Zen 4, B from L3: ~0.25 cycles per
+    element, 16-wide panels, where the element-wise copy took 0.85-3). Panel rows a page or more
+    apart each need a translation, and a panel deeper than the DTLB evicts its own pages before
+    the next panel, over the same rows, comes back to them.
+    """
+    isz = 4
+    bandwidth = hw.memory.bandwidth_gbs * 1e9 / (hw.core.frequency_ghz * 1e9) / threads
+    for level in range(2, len(hw.caches) + 1):
+        if source_bytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction:
+            bandwidth = hw.cache(level).bandwidth_bytes_per_cycle
+            break
+    per_elem = max(1.0 / (hw.core.store_ports * s.lanes), isz / (VECTOR_PACK_BANDWIDTH_SHARE * bandwidth))
+    if s.b_sk * isz >= hw.memory.page_bytes and s.kc > hw.memory.dtlb_entries:
+        per_elem += hw.memory.tlb_miss_cycles / s.nr
+    return per_elem
+
+
+# The share of its source level's bandwidth a packing copy gets inside the kernel: alone it
+# streams B from L3 at ~0.25 cycles per element on Zen 4; in the kernel (emptied copies timed
+# against full ones, 128x1000x4032) it took ~0.5, sharing the level with the lines the micro-kernel
+# evicts. Fitted on those sampled configs: 0.5 ranks them best (Spearman 0.82-0.88; 1.0: 0.81-0.83).
+VECTOR_PACK_BANDWIDTH_SHARE = 0.5
 
 
 def _latency_of_level_holding(nbytes: float, hw: HwSpec) -> float:

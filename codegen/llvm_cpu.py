@@ -459,6 +459,8 @@ class CpuKernelBuilder:
         s = self.s
         if s.b_pack_run > 1:
             return self.pack_b_runs_fn()
+        if s.b_pack_copies_vectors:
+            return self.pack_b_rows_fn()
         fn, b = self.pack_prologue("pack_b")
         B, ws, jc, pc, n_len, k_len = fn.args
         fetch = self.gatherer("b", s.b_gather) if s.b_gather else None
@@ -479,6 +481,35 @@ class CpuKernelBuilder:
                             b.store(val, b.gep(ws, [b.add(dst, c)], inbounds=True))
                         with otherwise:
                             b.store(ir.Constant(F32, 0.0), b.gep(ws, [b.add(dst, c)], inbounds=True))
+        b.ret_void()
+        return fn
+
+    def pack_b_rows_fn(self) -> ir.Function:
+        """pack_b for a B whose columns are contiguous: each panel row is copied as nr/lanes vectors
+        (loads masked at N's edge, so the panel's columns past N are zero). The element-wise copy,
+        which LLVM left scalar for 16- and 32-wide panels, took ~0.85 cycles per element from a
+        B held in L3 where vectors take ~0.3 (Zen 4)."""
+        s = self.s
+        fn, b = self.pack_prologue("pack_b")
+        B, ws, jc, pc, n_len, k_len = fn.args
+        lanes, nvec = s.lanes, s.nr // s.lanes
+        lane_ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
+        zero = ir.Constant(self.vec, [0.0] * lanes)
+        n_pad = b.mul(b.sdiv(b.add(n_len, c64(s.nr - 1)), c64(s.nr)), c64(s.nr))
+        with counted_loop(b, c64(0), n_pad, s.nr, "q") as q0:
+            panel = b.mul(b.sdiv(q0, c64(s.nr)), c64(s.nr * s.kc))
+            cols = b.sub(n_len, q0)
+            # a mask per vector of the panel, the same for every k row (all true inside N)
+            masks = [b.icmp_signed("<", lane_ids, splat(b, b.sub(cols, c64(v * lanes)), lane_ids.type))
+                     for v in range(nvec)]
+            with counted_loop(b, c64(0), k_len, 1, "k") as k:
+                src = b.add(b.mul(b.add(pc, k), c64(s.b_sk)), b.add(jc, q0))
+                dst = b.add(panel, b.mul(k, c64(s.nr)))
+                for v in range(nvec):
+                    ptr = b.bitcast(b.gep(B, [b.add(src, c64(v * lanes))], inbounds=True), self.pvec)
+                    val = b.call(self.mload, [ptr, ir.Constant(I32, 4), masks[v], zero])
+                    b.store(val, b.bitcast(b.gep(ws, [b.add(dst, c64(v * lanes))], inbounds=True), self.pvec),
+                            align=4)
         b.ret_void()
         return fn
 

@@ -183,6 +183,12 @@ class CpuSchedule:
         return self.b_gather.row_run if self.pack_b and self.b_gather is not None else 1
 
     @property
+    def b_pack_copies_vectors(self) -> bool:
+        """Packing copies B's panel rows as whole vectors: B is not gathered, its columns are
+        contiguous and a panel is whole vectors wide."""
+        return self.pack_b and self.b_gather is None and self.b_sn == 1 and self.nr % self.lanes == 0
+
+    @property
     def pack_a_elems(self) -> int:
         """Workspace for one packed A block (mc rows rounded up to mr, kc deep)."""
         return -(-self.mc // self.mr) * self.mr * self.kc if self.pack_a else 1

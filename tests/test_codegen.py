@@ -172,3 +172,21 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
     aliasing = schedule_from_config(aliasing_space, aliasing_space.parse_config(base + ",pack_b=0"))
     assert (unpacked.b_prefetch_level, aliasing.b_prefetch_level) == (1, 2)
     assert "prefetcht1" in compile_kernel(aliasing, hw).asm and "prefetcht1" not in kernel.asm
+
+
+@pytest.mark.parametrize("N", [1, 17, 33, 63, 1000])
+def test_b_panels_copied_as_vectors_are_zero_past_n(N):
+    """The vector copy masks the loads of B's last panel: columns past N must be packed as zeros
+    (the micro-kernel multiplies all nr of them), and stale workspace must not leak in."""
+    hw = load_target("host")
+    if not host_can_run(hw)[0]:
+        pytest.skip("host cannot run its own kernels")
+    space = build_cpu_space(matmul(9, N, 21), hw)
+    sched = schedule_from_config(space, space.parse_config(
+        f"mr=3,nr=16,kc=8,mc=9,nc={min(64, -(-N // 16) * 16)},order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=1"))
+    assert sched.b_pack_copies_vectors
+    hk = HostKernel(compile_kernel(sched, hw), hw)
+    a, b, _ = random_operands(sched, 5)
+    hk._ws[0][1][:] = np.nan  # a poisoned workspace: any column not written would show
+    correct, err, tol = check_against_numpy(hk, a, b)
+    assert correct, f"N={N}: max error {err} > {tol}"

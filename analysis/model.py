@@ -617,10 +617,12 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
 SHARED_SET_MEETING_SHARE = 0.25
 
 
-# A set-conflicting group of lines thrashes only beyond about twice the capacity its sets nominally
-# hold: the L2 refills an evicted line before its next use often enough. Fitted on Zen 4 (10 A rows at
-# a 4 KiB stride run at FMA speed, 25 rows at ~135 cycles per k step).
-CONFLICT_SLACK = 2.0
+# A set-conflicting group of lines thrashes only beyond about 1.5 times the capacity its sets
+# nominally hold: the L2 refills an evicted line before its next use often enough. Fitted on Zen 4
+# (10 A rows at a 4 KiB stride run at FMA speed, 15 rows at ~77 cycles per k step, 25 at ~135);
+# 2.0 had put 15-row tiles at 30 (sample Spearman 1024^3 0.83 -> 0.88, 512^3 0.80 -> 0.89,
+# 2048^3 0.93 -> 0.92).
+CONFLICT_SLACK = 1.5
 
 
 def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:

@@ -459,3 +459,14 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
     # 4 KiB rows: a 128-deep panel outruns the 72-entry DTLB, a 64-deep one does not
     deep = _vector_pack_cycles_per_elem(sched(16, 128), hw, 4 << 20, 1)
     assert deep == pytest.approx(from_l3 + hw.memory.tlb_miss_cycles / 16)
+
+
+def test_issue_and_miss_waits_overlap_imperfectly_when_close():
+    """A loop at 7 FMA cycles per k step that also waits ~7 cycles per step for L2 ran at ~10 on
+    Zen 4, not max(7, 7); a wait far below the issue time still hides under it."""
+    from aotune.analysis.model import _overlapped
+
+    assert _overlapped(7.0, 7.0) == pytest.approx(7.0 * 2 ** 0.25)
+    assert 7.0 * 1.15 < _overlapped(7.0, 7.0) < 10.0
+    assert _overlapped(7.0, 2.0) == pytest.approx(7.0, rel=0.01)
+    assert _overlapped(2.0, 7.0) == _overlapped(7.0, 2.0)

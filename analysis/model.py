@@ -232,7 +232,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     if s.pack_b:
         packs = 1 if s.order == "nkm" else mblocks
         if s.b_pack_copies_vectors:
-            per_b = _vector_pack_cycles_per_elem(s, hw, n_share * s.K * isz if packs > 1 else s.K * s.N * isz, threads)
+            source = n_share * s.K * isz if packs > 1 else s.K * s.N * isz
+            per_b = _vector_pack_cycles_per_elem(s, hw, source, threads)
         else:
             plain = _strided_pack_cycles_per_elem(hw, per_elem, s.nr if s.b_sn == 1 else 1, n_share * s.K * isz, packs,
                                                   s.K * s.N * isz)
@@ -314,10 +315,10 @@ def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, sha
 def _vector_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec, source_bytes: float, threads: int) -> float:
     """Cycles per element of a B pack that copies panel rows as vectors (``b_pack_copies_vectors``).
 
-    Few instructions per line keep many lines in flight, so the copy streams at (a share of) the
-    bandwidth of the level its source comes from (DRAM's shared by the threads, which all pack at once), not
-    at one latency per line as the element-wise copy did (Zen 4, B from L3: ~0.25 cycles per
-    element, 16-wide panels, where the element-wise copy took 0.85-3). Panel rows a page or more
+    Few instructions per line keep many lines in flight, so the copy streams at a share of the
+    bandwidth of the level its source comes from (DRAM's is shared by the threads, which all pack
+    at once), not at one latency per line as the element-wise copy did (Zen 4, B from L3: ~0.25
+    cycles per element, 16-wide panels, where the element-wise copy took 0.85-3). Panel rows a page or more
     apart each need a translation, and a panel deeper than the DTLB evicts its own pages before
     the next panel, over the same rows, comes back to them.
     """

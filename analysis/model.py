@@ -318,16 +318,16 @@ def _vector_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec, source_bytes: float
     Few instructions per line keep many lines in flight, so the copy streams at a share of the
     bandwidth of the level its source comes from (DRAM's is shared by the threads, which all pack
     at once), not at one latency per line as the element-wise copy did (Zen 4, B from L3: ~0.25
-    cycles per element, 16-wide panels, where the element-wise copy took 0.85-3). Panel rows a page or more
-    apart each need a translation, and a panel deeper than the DTLB evicts its own pages before
-    the next panel, over the same rows, comes back to them.
+    cycles per element, 16-wide panels, where the element-wise copy took 0.85-3). Panel rows a
+    page or more apart each need a translation, and a panel deeper than the DTLB evicts its own
+    pages before the next panel, over the same rows, comes back to them.
     """
     isz = 4
-    bandwidth = hw.memory.bandwidth_gbs * 1e9 / (hw.core.frequency_ghz * 1e9) / threads
-    for level in range(2, len(hw.caches) + 1):
-        if source_bytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction:
-            bandwidth = hw.cache(level).bandwidth_bytes_per_cycle
-            break
+    level = _level_holding(source_bytes, hw)
+    if level is None:
+        bandwidth = hw.memory.bandwidth_gbs / hw.core.frequency_ghz / threads
+    else:
+        bandwidth = hw.cache(level).bandwidth_bytes_per_cycle
     per_elem = max(1.0 / (hw.core.store_ports * s.lanes), isz / (VECTOR_PACK_BANDWIDTH_SHARE * bandwidth))
     if s.b_sk * isz >= hw.memory.page_bytes and s.kc > hw.memory.dtlb_entries:
         per_elem += hw.memory.tlb_miss_cycles / s.nr
@@ -341,13 +341,19 @@ def _vector_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec, source_bytes: float
 VECTOR_PACK_BANDWIDTH_SHARE = 0.5
 
 
+def _level_holding(nbytes: float, hw: HwSpec) -> int | None:
+    """The nearest cache level beyond L1 whose usable share per core holds ``nbytes`` (None: none does)."""
+    for level in range(2, len(hw.caches) + 1):
+        if nbytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction:
+            return level
+    return None
+
+
 def _latency_of_level_holding(nbytes: float, hw: HwSpec) -> float:
     """Load latency from the nearest level beyond L1 whose share per core holds ``nbytes`` (the
     last level's when none does: streamed data is prefetched, so DRAM latency is not charged)."""
-    for level in range(2, len(hw.caches) + 1):
-        if nbytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction:
-            return hw.cache(level).latency_cycles
-    return hw.caches[-1].latency_cycles
+    level = _level_holding(nbytes, hw)
+    return hw.cache(level).latency_cycles if level is not None else hw.caches[-1].latency_cycles
 
 
 def _pack_cycles_per_elem(gather: Gather | None, run: int, panel: int, hw: HwSpec, plain: float, lanes: int) -> float:

@@ -284,5 +284,5 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
                                           f"pad_copy = 1 ({r.a} is read in place, which has no bounds checks, "
                                           f"and reads outside its bounds)", "set pad_copy=1"))
     space = CpuSpace(f"{w.op} {'x'.join(str(v) for _, v in w.shape)} on {hw.name}", variables, tuple(constraints),
-                     workload=w, hw=hw, info=info, roles=r)
+                     joint_moves=(("mr", "nr"),), workload=w, hw=hw, info=info, roles=r)
     return space

@@ -2,7 +2,7 @@
 
 Roadmap: ``Space`` is target-agnostic; ``constraints/cpu.py`` fills it for CPU contractions and a GPU
 builder will fill it with thread/shared-memory/register constraints. The model is built once per
-space; ``solve`` clones it and adds the caller's restrictions, so GA children never rebuild it.
+space; ``solve`` copies it and adds the caller's restrictions, so GA children never rebuild it.
 """
 from __future__ import annotations
 
@@ -139,11 +139,15 @@ class Space:
     title: str
     variables: tuple[DecisionVar, ...]
     constraints: tuple[Constraint, ...]
+    # decisions that trade off against one shared limit (a register tile's rows and columns against
+    # the vector registers): local search moves them together, since one alone is seldom valid
+    joint_moves: tuple[tuple[str, ...], ...] = ()
     _model: cp_model.CpModel = field(init=False, repr=False)
     _vars: dict[str, cp_model.IntVar] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._guards: dict[tuple[str, int], cp_model.IntVar] = {}
+        self._scratch: cp_model.CpModel | None = None
         self._model = cp_model.CpModel()
         self._vars = {
             v.name: self._model.new_int_var_from_domain(cp_model.Domain.from_values(list(v.domain)), v.name)
@@ -247,7 +251,7 @@ class Space:
 
         Raises UnsatisfiableError if no config satisfies the restrictions.
         """
-        model = self._model.clone() if (allowed or hints) else self._model
+        model = self._restrictable_copy() if (allowed or hints) else self._model
         if allowed or hints:
             cvars = {n: model.get_int_var_from_proto_index(v.index) for n, v in self._vars.items()}
             for name, vals in (allowed or {}).items():
@@ -266,6 +270,45 @@ class Space:
             why = "no config satisfies the restrictions" if status == cp_model.INFEASIBLE else "the solver timed out"
             raise UnsatisfiableError(f"{self.title}: {why}")
         return Config(tuple((n, int(solver.value(self._vars[n]))) for n in self.names))
+
+    def nearest(self, cfg: Config, fixed: Mapping[str, int], time_limit: float = 1.0) -> Config:
+        """The valid config with the ``fixed`` values that changes the fewest other decisions of ``cfg``
+        (a local-search move repaired: setting mr alone may break the register limit that a smaller
+        nr would meet). Raises UnsatisfiableError if no config has the ``fixed`` values."""
+        model = self._restrictable_copy()
+        cvars = {n: model.get_int_var_from_proto_index(v.index) for n, v in self._vars.items()}
+        changed = []
+        for name, value in cfg.items:
+            if name in fixed:
+                model.add(cvars[name] == fixed[name])
+                continue
+            kept = model.new_bool_var(f"keep:{name}")
+            model.add(cvars[name] == value).only_enforce_if(kept)
+            changed.append(~kept)
+            model.add_hint(cvars[name], value)
+        model.minimize(sum(changed))
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = time_limit
+        status = solver.solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            raise UnsatisfiableError(f"{self.title}: no config has {', '.join(f'{k}={v}' for k, v in fixed.items())}")
+        return Config(tuple((n, int(solver.value(self._vars[n]))) for n in self.names))
+
+    def _restrictable_copy(self) -> cp_model.CpModel:
+        """The base model, copied into one scratch model that a solve may add restrictions to.
+
+        ``CpModel.clone`` builds a new CpModel, and recent OR-Tools attach dozens of deprecated
+        method aliases to each new instance: that was a third of a whole GA search. Copying the
+        proto into a kept model does the same work without it (one solve at a time per Space).
+        """
+        if self._scratch is None:
+            self._scratch = cp_model.CpModel()
+        proto = self._scratch.proto
+        copy_from = getattr(proto, "copy_from", None) or proto.CopyFrom  # pybind proto / protobuf
+        copy_from(self._model.proto)
+        self._scratch.rebuild_constant_map()
+        return self._scratch
 
     def sample(self, n: int, seed: int = 0) -> list[Config]:
         """Up to ``n`` distinct valid configs, reproducible for a given ``seed``.

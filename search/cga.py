@@ -4,20 +4,23 @@ A child is not built by splicing genomes (which breaks constraints) but solved b
 constraints: each inherited variable must equal parent 1's or parent 2's value, each mutated
 variable is free with a uniformly random hint. If that restriction is unsatisfiable the inherited
 set is halved until it is not, so every child is a solution of the space. The CP-SAT model is built
-once by the Space and cloned per child (Heron rebuilds it per sample).
+once by the Space and copied per child (Heron rebuilds it per sample).
 
 The first population is the best quarter of a random draw four times its size (SEED_DRAW). A
 population keeps one config per distinct score: configs the scorer cannot tell apart (cache blocks
 that change no predicted cost) would otherwise fill it with copies of one basin and stop the search.
 
-The last quarter of the budget (POLISH_SHARE) is steepest descent over valid one-variable changes
-from the best few configs found (``polish``): crossover seldom moves one decision on its own, such
-as which loop runs in parallel, when the rest of a good config is built around the other value.
+The last quarter of the budget (POLISH_SHARE) is steepest descent from the best few configs found
+(``polish``) over one-variable changes and joint changes of coupled decisions (the register tile),
+each repaired by CP-SAT to the nearest valid config: crossover seldom moves one decision on its own,
+such as which loop runs in parallel, when the rest of a good config is built around the other value,
+and a population that has settled on one register tile seldom leaves it.
 
 Options (``SearchOptions`` fields used): ``seed``, ``budget``, ``population``, ``mutation``.
 """
 from __future__ import annotations
 
+import itertools
 import random as _random
 from typing import Callable
 
@@ -29,6 +32,8 @@ Scorer = Callable[[Config], float]
 SEED_DRAW = 4  # the first population is the best of SEED_DRAW x population random configs
 POLISH_SHARE = 4  # 1/POLISH_SHARE of the budget goes to one-variable descent from the best configs
 POLISH_STARTS = 3
+WIDE_DOMAIN = 12  # a domain wider than this offers local search a thinned set of values
+WIDE_DOMAIN_SPREAD = 8
 
 
 def make_child(space: Space, p1: Config, p2: Config, rng: _random.Random, mutation: float) -> Config:
@@ -90,24 +95,57 @@ def tune(space: Space, score: Scorer, options: SearchOptions,
 
 
 def polish(space: Space, start: Config, evaluate: Scorer, spent: Callable[[], bool]) -> None:
-    """Steepest descent from ``start`` over valid one-variable changes, until no change is better or
-    the budget is ``spent``. Crossover rarely moves a single decision that the rest of a good config
-    depends on (par, order, kc) on its own; this tries each such move. The configs it visits are
-    known to the caller through ``evaluate``, which records every score."""
+    """Steepest descent from ``start`` over ``local_moves``, until no move is better or the budget is
+    ``spent``. Crossover rarely moves a single decision that the rest of a good config depends on
+    (par, order, kc) on its own; this tries each such move. A move that breaks a constraint is
+    repaired by CP-SAT to the valid config that changes the fewest other decisions, so a step may
+    cross from one register tile to another (a 16x16 tile to 4x64 shrinks kc with it). The configs it
+    visits are known to the caller through ``evaluate``, which records every score."""
     current = start
     while not spent():
-        values = current.as_dict()
         best = current
-        for v in space.variables:
-            for value in v.domain:
-                if value == values[v.name] or spent():
+        for move in local_moves(space, current):
+            if spent():
+                break
+            moved = _with(current, move)
+            if not space.is_valid(moved):
+                try:
+                    moved = space.nearest(current, move)
+                except UnsatisfiableError:
                     continue
-                moved = Config(tuple((k, value if k == v.name else x) for k, x in current.items))
-                if space.is_valid(moved) and evaluate(moved) < evaluate(best):
-                    best = moved
+            if evaluate(moved) < evaluate(best):
+                best = moved
         if best == current:
             return
         current = best
+
+
+def local_moves(space: Space, cfg: Config) -> list[dict[str, int]]:
+    """The moves ``polish`` tries from ``cfg``: each decision set to another value of its domain,
+    and each of the space's ``joint_moves`` set to every other combination of values. A wide domain
+    (a cache block of 1..541) offers its nearest two valid values either side (mc next to 30 is 20
+    and 40 when it must be a multiple of mr=10) and WIDE_DOMAIN_SPREAD values spread over it, so one
+    step does not spend the budget on one decision."""
+    moves: list[dict[str, int]] = []
+    for v in space.variables:
+        domain, now = list(v.domain), cfg[v.name]
+        if len(domain) > WIDE_DOMAIN:
+            i = domain.index(now)
+            values = set(domain[:: len(domain) // WIDE_DOMAIN_SPREAD])
+            for side in (domain[i + 1:], domain[:i][::-1]):
+                values.update(itertools.islice((x for x in side if space.is_valid(_with(cfg, {v.name: x}))), 2))
+            domain = sorted(values)
+        moves += [{v.name: x} for x in domain if x != now]
+    for names in space.joint_moves:
+        if all(n in space.names for n in names):
+            for values in itertools.product(*(space.var(n).domain for n in names)):
+                if all(x != cfg[n] for n, x in zip(names, values)):
+                    moves.append(dict(zip(names, values)))
+    return moves
+
+
+def _with(cfg: Config, move: dict[str, int]) -> Config:
+    return Config(tuple((k, move.get(k, x)) for k, x in cfg.items))
 
 
 def one_per_score(configs: list[Config], score: Scorer) -> list[Config]:

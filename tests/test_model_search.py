@@ -10,7 +10,7 @@ from aotune.analysis.workload import matmul
 from aotune.codegen.compile import compile_kernel
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
-from aotune.errors import ConfigError
+from aotune.errors import ConfigError, UnsatisfiableError
 from aotune.hwspecs.spec import load_target
 from aotune.search import cga
 from aotune.search.driver import tune
@@ -258,7 +258,7 @@ def test_c_tiles_fetched_from_l3_down_a_strided_column_wait_each_call():
     assert _c_tile_fetch_cycles(small, hw, 256, 128) == 0.0  # 256 KiB of C stays in L2
 
 
-def test_search_ends_where_no_one_variable_change_predicts_faster(space):
+def test_search_ends_where_no_local_move_predicts_faster(space):
     model = AnalyticalCpuModel(space.hw)
     score = lambda cfg: model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds  # noqa: E731
     scores: dict = {}
@@ -271,12 +271,28 @@ def test_search_ends_where_no_one_variable_change_predicts_faster(space):
     start = space.sample(1, seed=5)[0]
     cga.polish(space, start, evaluate, lambda: False)
     best = min(scores, key=scores.get)
-    assert scores[best] <= score(start)
-    for v in space.variables:  # the end point is a local optimum over valid one-variable moves
-        for value in v.domain:
-            moved = dataclasses.replace(best, items=tuple((k, value if k == v.name else x) for k, x in best.items))
-            if space.is_valid(moved):
-                assert score(moved) >= scores[best]
+    assert scores[best] < score(start)
+    moves = cga.local_moves(space, best)
+    # every narrow decision's every value, and the register tile moved as a pair
+    assert {"unroll": 8 if best["unroll"] != 8 else 1} in moves
+    assert sum(set(m) == {"mr", "nr"} for m in moves) >= 10
+    for move in moves:  # the end point is a local optimum over the moves it tried, repaired
+        moved = dataclasses.replace(best, items=tuple((k, move.get(k, x)) for k, x in best.items))
+        if not space.is_valid(moved):
+            try:
+                moved = space.nearest(best, move)
+            except UnsatisfiableError:
+                continue
+        assert all(moved[k] == v for k, v in move.items())
+        assert score(moved) >= scores[best]
+
+
+def test_local_moves_offer_the_nearest_valid_values_of_a_wide_domain(space):
+    cfg = space.parse_config("mr=10,nr=16,kc=64,mc=30,nc=256,order=mkn,pack_a=1,pack_b=1,unroll=1,par=m,threads=2")
+    mc_values = sorted(m["mc"] for m in cga.local_moves(space, cfg) if set(m) == {"mc"})
+    assert len(space.var("mc").domain) > cga.WIDE_DOMAIN
+    assert {10, 20, 40, 50} <= set(mc_values)  # mc must be a multiple of mr: 29 and 31 are no move
+    assert len(mc_values) <= 4 + cga.WIDE_DOMAIN_SPREAD + 1
 
 
 def test_ga_population_keeps_one_config_per_score():

@@ -110,3 +110,24 @@ def test_solver_follows_every_feasible_hint():
             assert space.solve(fixed, {v.name: value}, seed=tried) == moved, f"hint {v.name}={value} ignored"
             tried += 1
     assert tried >= 10
+
+
+@settings(max_examples=12, deadline=None)
+@given(pick=st.integers(0, 10_000), var=st.sampled_from(["mr", "nr", "kc", "order", "pack_a", "par"]),
+       value_pick=st.integers(0, 10_000))
+def test_nearest_valid_config_changes_the_fewest_decisions_brute_force_finds(pick, var, value_pick):
+    # local search repairs a move that breaks a constraint with ``nearest``; it must keep the moved
+    # value and change no more other decisions than the closest valid config does
+    space = build_cpu_space(matmul(3, 17, 5), small_spec("haswell", cores=2))
+    valid = sorted(brute_force(space))
+    start = space.config(dict(valid[pick % len(valid)]))
+    value = space.var(var).domain[value_pick % len(space.var(var).domain)]
+    with_value = [dict(items) for items in valid if dict(items)[var] == value]
+    if not with_value:
+        with pytest.raises(UnsatisfiableError):
+            space.nearest(start, {var: value})
+        return
+    fewest = min(sum(cfg[n] != start[n] for n in space.names if n != var) for cfg in with_value)
+    got = space.nearest(start, {var: value})
+    assert space.is_valid(got) and got[var] == value
+    assert sum(got[n] != start[n] for n in space.names if n != var) == fewest

@@ -53,6 +53,14 @@ class DecisionVar:
         return "{" + ", ".join(map(str, d)) + "}"
 
 
+def _one_worker_solver(time_limit: float) -> cp_model.CpSolver:
+    """A single-threaded solver (deterministic for a seed; the search runs many small solves)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = time_limit
+    return solver
+
+
 @dataclass(frozen=True)
 class Config:
     """The decisions, as an ordered name -> int mapping: the GA genome and the cache key."""
@@ -68,6 +76,10 @@ class Config:
     def as_dict(self) -> dict[str, int]:
         """A plain dict copy."""
         return dict(self.items)
+
+    def replaced(self, values: Mapping[str, int]) -> "Config":
+        """A new config with the decisions in ``values`` changed (not checked for validity)."""
+        return Config(tuple((k, values.get(k, v)) for k, v in self.items))
 
     def __str__(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.items)
@@ -146,6 +158,9 @@ class Space:
     _vars: dict[str, cp_model.IntVar] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        unknown = [n for group in self.joint_moves for n in group if n not in self.names]
+        if unknown:
+            raise ConfigError(f"joint moves name unknown decision(s) {', '.join(unknown)}")
         self._guards: dict[tuple[str, int], cp_model.IntVar] = {}
         self._scratch: cp_model.CpModel | None = None
         self._model = cp_model.CpModel()
@@ -258,10 +273,8 @@ class Space:
                 model.add_linear_expression_in_domain(cvars[name], cp_model.Domain.from_values(sorted(set(vals))))
             for name, val in (hints or {}).items():
                 model.add_hint(cvars[name], val)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
+        solver = _one_worker_solver(time_limit)
         solver.parameters.random_seed = seed
-        solver.parameters.max_time_in_seconds = time_limit
         # presolve rewrites variables and drops the hints on them (a hinted par=n came back as par=m
         # every time), which turned every GA mutation into "take the solver's default value"
         solver.parameters.cp_model_presolve = not hints
@@ -269,7 +282,7 @@ class Space:
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             why = "no config satisfies the restrictions" if status == cp_model.INFEASIBLE else "the solver timed out"
             raise UnsatisfiableError(f"{self.title}: {why}")
-        return Config(tuple((n, int(solver.value(self._vars[n]))) for n in self.names))
+        return self._solution(solver)
 
     def nearest(self, cfg: Config, fixed: Mapping[str, int], time_limit: float = 1.0) -> Config:
         """The valid config with the ``fixed`` values that changes the fewest other decisions of ``cfg``
@@ -287,12 +300,12 @@ class Space:
             changed.append(~kept)
             model.add_hint(cvars[name], value)
         model.minimize(sum(changed))
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.max_time_in_seconds = time_limit
-        status = solver.solve(model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        solver = _one_worker_solver(time_limit)
+        if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             raise UnsatisfiableError(f"{self.title}: no config has {', '.join(f'{k}={v}' for k, v in fixed.items())}")
+        return self._solution(solver)
+
+    def _solution(self, solver: cp_model.CpSolver) -> Config:
         return Config(tuple((n, int(solver.value(self._vars[n]))) for n in self.names))
 
     def _restrictable_copy(self) -> cp_model.CpModel:

@@ -30,7 +30,7 @@ from aotune.search.options import SearchOptions
 
 Scorer = Callable[[Config], float]
 SEED_DRAW = 4  # the first population is the best of SEED_DRAW x population random configs
-POLISH_SHARE = 4  # 1/POLISH_SHARE of the budget goes to one-variable descent from the best configs
+POLISH_SHARE = 4  # 1/POLISH_SHARE of the budget goes to local descent from the best configs
 POLISH_STARTS = 3
 WIDE_DOMAIN = 12  # a domain wider than this offers local search a thinned set of values
 WIDE_DOMAIN_SPREAD = 8
@@ -107,7 +107,7 @@ def polish(space: Space, start: Config, evaluate: Scorer, spent: Callable[[], bo
         for move in local_moves(space, current):
             if spent():
                 break
-            moved = _with(current, move)
+            moved = current.replaced(move)
             if not space.is_valid(moved):
                 try:
                     moved = space.nearest(current, move)
@@ -133,19 +133,14 @@ def local_moves(space: Space, cfg: Config) -> list[dict[str, int]]:
             i = domain.index(now)
             values = set(domain[:: len(domain) // WIDE_DOMAIN_SPREAD])
             for side in (domain[i + 1:], domain[:i][::-1]):
-                values.update(itertools.islice((x for x in side if space.is_valid(_with(cfg, {v.name: x}))), 2))
+                values.update(itertools.islice((x for x in side if space.is_valid(cfg.replaced({v.name: x}))), 2))
             domain = sorted(values)
         moves += [{v.name: x} for x in domain if x != now]
     for names in space.joint_moves:
-        if all(n in space.names for n in names):
-            for values in itertools.product(*(space.var(n).domain for n in names)):
-                if all(x != cfg[n] for n, x in zip(names, values)):
-                    moves.append(dict(zip(names, values)))
+        for values in itertools.product(*(space.var(n).domain for n in names)):
+            if all(x != cfg[n] for n, x in zip(names, values)):
+                moves.append(dict(zip(names, values)))
     return moves
-
-
-def _with(cfg: Config, move: dict[str, int]) -> Config:
-    return Config(tuple((k, move.get(k, x)) for k, x in cfg.items))
 
 
 def one_per_score(configs: list[Config], score: Scorer) -> list[Config]:

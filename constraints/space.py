@@ -266,9 +266,9 @@ class Space:
 
         Raises UnsatisfiableError if no config satisfies the restrictions.
         """
-        model = self._restrictable_copy() if (allowed or hints) else self._model
+        model = self._model
         if allowed or hints:
-            cvars = {n: model.get_int_var_from_proto_index(v.index) for n, v in self._vars.items()}
+            model, cvars = self._restrictable_copy()
             for name, vals in (allowed or {}).items():
                 model.add_linear_expression_in_domain(cvars[name], cp_model.Domain.from_values(sorted(set(vals))))
             for name, val in (hints or {}).items():
@@ -288,8 +288,7 @@ class Space:
         """The valid config with the ``fixed`` values that changes the fewest other decisions of ``cfg``
         (a local-search move repaired: setting mr alone may break the register limit that a smaller
         nr would meet). Raises UnsatisfiableError if no config has the ``fixed`` values."""
-        model = self._restrictable_copy()
-        cvars = {n: model.get_int_var_from_proto_index(v.index) for n, v in self._vars.items()}
+        model, cvars = self._restrictable_copy()
         changed = []
         for name, value in cfg.items:
             if name in fixed:
@@ -308,8 +307,9 @@ class Space:
     def _solution(self, solver: cp_model.CpSolver) -> Config:
         return Config(tuple((n, int(solver.value(self._vars[n]))) for n in self.names))
 
-    def _restrictable_copy(self) -> cp_model.CpModel:
-        """The base model, copied into one scratch model that a solve may add restrictions to.
+    def _restrictable_copy(self) -> tuple[cp_model.CpModel, dict[str, cp_model.IntVar]]:
+        """The base model, copied into one scratch model that a solve may add restrictions to, and
+        the decision variables of that copy by name.
 
         ``CpModel.clone`` builds a new CpModel, and recent OR-Tools attach dozens of deprecated
         method aliases to each new instance: that was a third of a whole GA search. Copying the
@@ -321,7 +321,7 @@ class Space:
         copy_from = getattr(proto, "copy_from", None) or proto.CopyFrom  # pybind proto / protobuf
         copy_from(self._model.proto)
         self._scratch.rebuild_constant_map()
-        return self._scratch
+        return self._scratch, {n: self._scratch.get_int_var_from_proto_index(v.index) for n, v in self._vars.items()}
 
     def sample(self, n: int, seed: int = 0) -> list[Config]:
         """Up to ``n`` distinct valid configs, reproducible for a given ``seed``.

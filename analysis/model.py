@@ -227,7 +227,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     pack_cycles = 0.0
     if s.pack_a:
         packs = 1 if s.order == "mkn" else nblocks
-        plain = _strided_pack_cycles_per_elem(hw, per_elem, s.kc if s.a_sk == 1 else 1, m_share * s.K * isz, packs, s.M * s.K * isz)
+        plain = _strided_pack_cycles_per_elem(hw, per_elem, s.kc if s.a_sk == 1 else 1, m_share * s.K * isz, packs,
+                                              s.M * s.K * isz, threads)
         pack_cycles += m_share * s.K * packs * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, s.kc, hw, plain, lanes)
     if s.pack_b:
         packs = 1 if s.order == "nkm" else mblocks
@@ -236,7 +237,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
             per_b = _vector_pack_cycles_per_elem(s, hw, source, threads)
         else:
             plain = _strided_pack_cycles_per_elem(hw, per_elem, s.nr if s.b_sn == 1 else 1, n_share * s.K * isz, packs,
-                                                  s.K * s.N * isz)
+                                                  s.K * s.N * isz, threads)
             per_b = _pack_cycles_per_elem(s.b_gather, s.b_pack_run, s.nr, hw, plain, lanes)
         pack_cycles += n_share * s.K * packs * per_b
     packing = pack_cycles / freq
@@ -296,7 +297,7 @@ def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:
 
 
 def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, share_bytes: int, packs: int,
-                                  tensor_bytes: int) -> float:
+                                  tensor_bytes: int, threads: int) -> float:
     """Cycles per element of a plain packing copy, which walks its source one panel row (``segment``
     contiguous elements) at a time, a whole operand row apart.
 
@@ -308,7 +309,8 @@ def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, sha
     blocks come from the level that holds the thread's whole share of the operand (it was all
     swept in between); a block packed once per call comes from where the tensor lives.
     """
-    latency = _latency_of_level_holding(share_bytes if packs > 1 else tensor_bytes, hw)
+    source = share_bytes if packs > 1 else tensor_bytes
+    latency = _latency_of_level_holding(source, hw, threads if source == tensor_bytes else 1)
     return max(per_elem, latency / max(segment, hw.cache(1).line_bytes // 4))
 
 
@@ -323,7 +325,8 @@ def _vector_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec, source_bytes: float
     pages before the next panel, over the same rows, comes back to them.
     """
     isz = 4
-    level = _level_holding(source_bytes, hw)
+    whole = source_bytes == s.K * s.N * isz  # every thread reads all of it: held once where shared
+    level = _level_holding(source_bytes, hw, threads if whole else 1)
     if level is None:
         bandwidth = hw.memory.bandwidth_gbs / hw.core.frequency_ghz / threads
     else:
@@ -341,18 +344,21 @@ def _vector_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec, source_bytes: float
 VECTOR_PACK_BANDWIDTH_SHARE = 0.5
 
 
-def _level_holding(nbytes: float, hw: HwSpec) -> int | None:
-    """The nearest cache level beyond L1 whose usable share per core holds ``nbytes`` (None: none does)."""
+def _level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> int | None:
+    """The nearest cache level beyond L1 whose usable share per core holds ``nbytes`` (None: none
+    does). Data that ``readers`` threads all read sits once in a level they share, so it gets the
+    shares of as many of them as share the level (B read whole by both threads of a par=m kernel)."""
     for level in range(2, len(hw.caches) + 1):
-        if nbytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction:
+        sharing = min(readers, hw.cache(level).shared_by_cores)
+        if nbytes <= hw.cache_bytes_per_core(level) * sharing * hw.cache(level).usable_fraction:
             return level
     return None
 
 
-def _latency_of_level_holding(nbytes: float, hw: HwSpec) -> float:
+def _latency_of_level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> float:
     """Load latency from the nearest level beyond L1 whose share per core holds ``nbytes`` (the
     last level's when none does: streamed data is prefetched, so DRAM latency is not charged)."""
-    level = _level_holding(nbytes, hw)
+    level = _level_holding(nbytes, hw, readers)
     return hw.cache(level).latency_cycles if level is not None else hw.caches[-1].latency_cycles
 
 

@@ -445,9 +445,24 @@ def test_a_packing_copy_waits_once_per_line_not_per_short_segment():
     from aotune.analysis.model import _strided_pack_cycles_per_elem
 
     hw = load_target("znver4")
-    per = {seg: _strided_pack_cycles_per_elem(hw, 0.25, seg, 4 << 20, 2, 4 << 20) for seg in (1, 8, 16, 64)}
+    per = {seg: _strided_pack_cycles_per_elem(hw, 0.25, seg, 4 << 20, 2, 4 << 20, 1) for seg in (1, 8, 16, 64)}
     assert per[1] == per[8] == per[16] == pytest.approx(4 * per[64])
     assert per[16] == pytest.approx(hw.cache(3).latency_cycles / 16)
+
+
+def test_data_every_thread_reads_is_held_once_in_the_level_they_share():
+    """B read whole by both threads of a par=m kernel sits once in the shared L3: 12 MB does not fit
+    one core's usable share (8 MB of 32 MB shared by 2, half usable) but fits both shares; a
+    private L2 gains nothing from a second reader."""
+    from aotune.analysis.model import _level_holding
+
+    hw = load_target("znver4")
+    assert hw.cache(3).shared_by_cores == 2 and hw.cache(2).shared_by_cores == 1
+    assert _level_holding(12 << 20, hw) is None
+    assert _level_holding(12 << 20, hw, readers=2) == 3
+    assert _level_holding(12 << 20, hw, readers=8) == 3  # only as many as share the level
+    assert _level_holding(20 << 20, hw, readers=2) is None
+    assert _level_holding(700 << 10, hw, readers=2) == 3  # L2 (614 KB usable) is per core
 
 
 def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():

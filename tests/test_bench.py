@@ -1,0 +1,52 @@
+"""The benchmark's accuracy statistics."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aotune.benchmarks.suite import kendall, spearman, topk_score
+
+values = st.lists(st.integers(0, 6), min_size=3, max_size=12)
+
+
+def _tau_b(x: list[int], y: list[int]) -> float:
+    """Kendall's tau-b from its definition, pair by pair."""
+    conc = disc = tie_x = tie_y = 0
+    for i, j in itertools.combinations(range(len(x)), 2):
+        sx, sy = np.sign(x[j] - x[i]), np.sign(y[j] - y[i])
+        conc += sx * sy > 0
+        disc += sx * sy < 0
+        tie_x += sx == 0 and sy != 0
+        tie_y += sy == 0 and sx != 0
+    denom = ((conc + disc + tie_x) * (conc + disc + tie_y)) ** 0.5
+    return (conc - disc) / denom if denom else 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_kendall_matches_the_pairwise_definition_with_ties(data: st.DataObject) -> None:
+    x = data.draw(values)
+    y = data.draw(st.lists(st.integers(0, 6), min_size=len(x), max_size=len(x)))
+    assert kendall(np.array(x, float), np.array(y, float)) == pytest.approx(_tau_b(x, y))
+
+
+@settings(max_examples=200, deadline=None)
+@given(values)
+def test_spearman_is_one_for_any_increasing_map_and_minus_one_reversed(x: list[int]) -> None:
+    a = np.array(x, float)
+    if len(set(x)) < 2:
+        assert spearman(a, a) == 0.0  # no ranking to compare
+        return
+    assert spearman(a, np.exp(a)) == pytest.approx(1.0)
+    assert spearman(a, -a) == pytest.approx(-1.0)
+
+
+def test_topk_score_is_the_best_time_over_the_best_of_the_models_k_picks() -> None:
+    predicted = np.array([1.0, 2.0, 3.0, 4.0])
+    measured = np.array([2.0, 4.0, 1.0, 8.0])  # the model's first pick takes twice the best time
+    assert topk_score(predicted, measured, 1) == pytest.approx(0.5)
+    assert topk_score(predicted, measured, 3) == pytest.approx(1.0)

@@ -6,6 +6,7 @@ best measured among all sampled / best measured among the model's top k picks.
 """
 from __future__ import annotations
 
+import os
 import platform
 import time
 from typing import Any, Callable
@@ -18,7 +19,9 @@ from aotune.analysis.workload import LAYOUTS, Workload, conv2d, dense, depthwise
 from aotune.codegen.compile import Kernel, compile_kernel
 from aotune.codegen.runner import HostKernel, aligned_copy, check_against_numpy, random_operands, time_side_by_side
 from aotune.codegen.schedule import schedule_from_config
+from aotune.codegen.workers import workers
 from aotune.constraints.cpu import build_cpu_space
+from aotune.errors import FinalCheckError
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.search import driver
 from aotune.search.driver import Verified
@@ -117,12 +120,33 @@ def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log:
         correct, _, _ = check_against_numpy(host, a, b, bias)
         incorrect += not correct
         runs.append(host.call_on(a, b, bias, out))
+    handoff = [_handoff_ns(hw)]
     t = np.array(_timed(runs, ACCURACY_ROUNDS))
+    handoff.append(_handoff_ns(hw))
     p = np.array(predicted)
     finalists = sorted(set(np.argsort(p)[:5]) | set(np.argsort(t)[:8]))
     t[finalists] = _timed([runs[i] for i in finalists], FINALIST_ROUNDS)
+    handoff.append(_handoff_ns(hw))
     return {"n": len(p), "spearman": spearman(p, t), "kendall": kendall(p, t), "top1": topk_score(p, t, 1),
-            "top5": topk_score(p, t, 5), "incorrect": incorrect, "best_sampled_gflops": w.flops / t.min() / 1e9}
+            "top5": topk_score(p, t, 5), "incorrect": incorrect, "best_sampled_gflops": w.flops / t.min() / 1e9,
+            "core_to_core_ns": [h for h in handoff if h is not None]}
+
+
+def _handoff_ns(hw: HwSpec) -> float | None:
+    """Nanoseconds for a cache line to move between two of the host's cores right now (None when the
+    process may use only one CPU).
+
+    Recorded beside the accuracy timings because on a VM it follows the host's placement of the
+    virtual CPUs (about 40 or 170 ns on the 2-vCPU EPYC slice, switching within seconds), and a
+    par=n kernel, whose threads write neighbouring lines of C, loses 15-50% at 256^3-512^3 in the
+    slow placement while a par=m one keeps its speed.
+    """
+    if min(hw.core.cores, len(os.sched_getaffinity(0))) < 2:
+        return None
+    try:
+        return workers().handoff_seconds() * 1e9
+    except FinalCheckError:  # a worker that never answered: no reading, but the timings stand
+        return None
 
 
 def machine_description(hw: HwSpec) -> str:
@@ -216,7 +240,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
 
     table = Table(title=f"aotune bench on {result['machine']}")
     for col in ("workload", "GFLOP/s", "numpy", "ratio", "vs 1024³", "search s", "runs in search", "n", "Spearman",
-                "Kendall", "top-1", "top-5"):
+                "Kendall", "top-1", "top-5", "core-to-core ns"):
         table.add_column(col)
     for r in result["rows"]:
         a = r["accuracy"]
@@ -224,5 +248,6 @@ def print_table(result: dict[str, Any], console: Any) -> None:
         table.add_row(r["workload"], f"{r['gflops']:.1f}", f"{r['numpy_gflops']:.1f}", f"{r['ratio']:.2f}",
                       f"{eff:.2f}" if eff is not None else "-",
                       f"{r['search_seconds']:.1f}", str(r["measurements"]), str(a["n"]), f"{a['spearman']:.2f}",
-                      f"{a['kendall']:.2f}", f"{a['top1']:.2f}", f"{a['top5']:.2f}")
+                      f"{a['kendall']:.2f}", f"{a['top1']:.2f}", f"{a['top5']:.2f}",
+                      " ".join(f"{ns:.0f}" for ns in a.get("core_to_core_ns", [])) or "-")
     console.print(table)

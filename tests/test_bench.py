@@ -1,15 +1,20 @@
-"""The benchmark's accuracy statistics."""
+"""The benchmark's accuracy statistics and its measurement of sampled configs."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aotune.benchmarks.suite import kendall, spearman, topk_score
+from aotune.analysis.workload import matmul
+from aotune.benchmarks.suite import kendall, model_accuracy, spearman, topk_score
+from aotune.hwspecs.host import host_can_run
+from aotune.hwspecs.spec import load_target
 
+HOST = load_target("host")
 values = st.lists(st.integers(0, 6), min_size=3, max_size=12)
 
 
@@ -50,3 +55,14 @@ def test_topk_score_is_the_best_time_over_the_best_of_the_models_k_picks() -> No
     measured = np.array([2.0, 4.0, 1.0, 8.0])  # the model's first pick takes twice the best time
     assert topk_score(predicted, measured, 1) == pytest.approx(0.5)
     assert topk_score(predicted, measured, 3) == pytest.approx(1.0)
+
+
+@pytest.mark.skipif(not host_can_run(HOST)[0], reason="the host spec cannot run here")
+def test_model_accuracy_measures_every_sampled_config_and_records_the_core_handoff() -> None:
+    acc = model_accuracy(matmul(24, 33, 17), HOST, samples=6)
+    assert acc["n"] == 6 and acc["incorrect"] == 0
+    assert -1.0 <= acc["spearman"] <= 1.0 and 0.0 < acc["top1"] <= acc["top5"] <= 1.0
+    # a probe before the sweep, after it, and after the finalists' rounds (none on one core)
+    probes = acc["core_to_core_ns"]
+    assert len(probes) == (3 if HOST.core.cores >= 2 and len(os.sched_getaffinity(0)) >= 2 else 0)
+    assert all(0.0 < ns < 20_000.0 for ns in probes)

@@ -1,6 +1,7 @@
 """The native worker pool: every share runs exactly once, whether a worker or the caller takes it."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -40,3 +41,27 @@ def test_every_share_runs_once_when_workers_spin_or_nap():
                   for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
         workers().run(hk._addr, shares)
         np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4 * K)
+
+
+def test_the_handoff_probe_times_a_line_moving_between_cores():
+    """A line moves between two cores in tens to hundreds of nanoseconds; a probe that timed only
+    its own call overhead, or ran both roles on one thread, would not land in that range (or would
+    fail: one thread cannot finish both roles)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: the two roles cannot run at once")
+    ns = workers().handoff_seconds() * 1e9
+    assert 1.0 < ns < 20_000.0
+
+
+def test_a_handoff_probe_without_its_partner_gives_up_instead_of_hanging():
+    """Role 1 alone waits for a count its partner never writes; it returns after its spin limit and
+    leaves the flag untouched, so a worker that never answers cannot hang the benchmark."""
+    import ctypes
+
+    pool = workers()
+    flag = np.zeros(1, np.int64)
+    probe = ctypes.CFUNCTYPE(None, *[ctypes.c_uint64] * 8)(pool._pingpong_addr)
+    start = time.perf_counter()
+    probe(flag.ctypes.data, 1, 1, 0, 0, 0, 0, 0)
+    assert flag[0] == 0
+    assert time.perf_counter() - start < 30.0

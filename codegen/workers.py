@@ -39,6 +39,7 @@ SPIN_ROUNDS = 200_000  # ~2-5 ms of polling after a job before a worker starts n
 NAP_MICROSECONDS = 1000
 YIELD_EVERY = 64  # spin rounds between sched_yield calls (a power of two)
 PROBE_SHORT_STEPS, PROBE_LONG_STEPS = 500, 2500  # hand-over probe runs: ~0.1-1 ms each
+PROBE_WARMUP_SECONDS = 0.02
 PROBE_SPIN_LIMIT = 1 << 28  # polls (~a second) before a hand-over probe stops waiting for its partner
 ARGS = 8  # the kernel entry: (A, B, C, bias, lo, hi, ws_a, ws_b)
 
@@ -190,13 +191,13 @@ class WorkerPool:
         self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(worker_addr)
         self._parallel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                                           ctypes.c_void_p)(parallel_addr)
-        raw = np.zeros((MAX_WORKERS + 1) * SLOT_WORDS, dtype=np.int64)
+        raw = np.zeros((MAX_WORKERS + 2) * SLOT_WORDS, dtype=np.int64)
         first = (-raw.ctypes.data % (SLOT_WORDS * 8)) // 8
         self._slots = raw[first:first + MAX_WORKERS * SLOT_WORDS]
+        end = first + MAX_WORKERS * SLOT_WORDS
+        self._probe_flag = raw[end:end + 1]  # the hand-over probe's counter: a slot of its own
         self._slots_addr = self._slots.ctypes.data
         self._threads: list[threading.Thread] = []
-        probe_raw = np.zeros(2 * SLOT_WORDS, dtype=np.int64)  # the probe's flag: a line of its own
-        self._probe_flag = probe_raw[(-probe_raw.ctypes.data % (SLOT_WORDS * 8)) // 8:][:1]
         self._lock = threading.Lock()  # one parallel call at a time owns the slots
 
     def _grow(self, count: int) -> None:
@@ -219,32 +220,35 @@ class WorkerPool:
             self._parallel(self._slots_addr, len(shares), fn_addr, ctypes.addressof(args))
 
     def handoff_seconds(self, repeats: int = 3) -> float:
-        """Seconds for one cache line to move from this thread's core to a worker's and back, halved:
-        the core-to-core hand-over every line two threads both write pays.
+        """Seconds for one cache line to move from one core to another (this thread's to a worker's,
+        or back): the hand-over that a line two threads both write pays each time it changes hands.
 
         Two shares pass a counter back and forth (``aotune_pingpong``); two runs of different lengths
         are each timed ``repeats`` times, and the difference of their fastest times over the
-        difference of steps cancels the call's fixed cost. On a VM this is the host's placement of
-        the virtual CPUs: measured on a 2-vCPU EPYC slice, ~40 ns while both sit under one L3 and
-        ~170 ns while the hypervisor has them on two, which it switches within seconds.
+        difference of steps cancels the call's fixed cost. A warm-up comes first: after a quiet
+        spell the worker naps, and the OS may hold both threads on one CPU until they spin (the
+        first probe after compiling 64 kernels read 0-949 ns without it). On a VM this is the
+        host's placement of the virtual CPUs: measured on a 2-vCPU EPYC slice, ~40 ns while both
+        sit under one L3 and ~170 ns while the hypervisor has them on two, switching within seconds.
         """
-        flag = self._probe_flag.ctypes.data
-
-        def fastest(steps: int) -> float:
-            best = math.inf
-            for _ in range(repeats):
-                self._probe_flag[0] = 0
-                start = time.perf_counter()
-                self.run(self._pingpong_addr, [(flag, 0, steps, 0, 0, 0, 0, 0), (flag, 1, steps, 0, 0, 0, 0, 0)])
-                best = min(best, time.perf_counter() - start)
-                if self._probe_flag[0] != 2 * steps:
-                    raise FinalCheckError("the hand-over probe's worker thread did not answer; "
-                                          "is another program pinning this process to one CPU?")
-            return best
-
-        fastest(PROBE_SHORT_STEPS)  # wakes a napping worker
-        short, long = fastest(PROBE_SHORT_STEPS), fastest(PROBE_LONG_STEPS)
+        start = time.perf_counter()
+        while time.perf_counter() - start < PROBE_WARMUP_SECONDS:
+            self._pingpong(PROBE_SHORT_STEPS)
+        short = min(self._pingpong(PROBE_SHORT_STEPS) for _ in range(repeats))
+        long = min(self._pingpong(PROBE_LONG_STEPS) for _ in range(repeats))
         return max(0.0, long - short) / (2 * (PROBE_LONG_STEPS - PROBE_SHORT_STEPS))
+
+    def _pingpong(self, steps: int) -> float:
+        """Seconds for ``steps`` round trips of the probe's counter between this thread and a worker."""
+        flag = self._probe_flag.ctypes.data
+        self._probe_flag[0] = 0
+        start = time.perf_counter()
+        self.run(self._pingpong_addr, [(flag, 0, steps, 0, 0, 0, 0, 0), (flag, 1, steps, 0, 0, 0, 0, 0)])
+        seconds = time.perf_counter() - start
+        if self._probe_flag[0] != 2 * steps:
+            raise FinalCheckError("the hand-over probe's worker thread did not answer; "
+                                  "is another program pinning this process to one CPU?")
+        return seconds
 
     def stop(self) -> None:
         """Ask every worker to return and wait for them (before the JIT code goes away)."""

@@ -53,11 +53,13 @@ class DecisionVar:
         return "{" + ", ".join(map(str, d)) + "}"
 
 
-def _one_worker_solver(time_limit: float) -> cp_model.CpSolver:
-    """A single-threaded solver (deterministic for a seed; the search runs many small solves)."""
+def _one_worker_solver(time_limit: float | None = None) -> cp_model.CpSolver:
+    """A single-threaded solver (deterministic for a seed; the search runs many small solves),
+    stopped after ``time_limit`` seconds if one is given."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = time_limit
+    if time_limit is not None:
+        solver.parameters.max_time_in_seconds = time_limit
     return solver
 
 
@@ -370,10 +372,8 @@ class Space:
                     self.cut = True
                     self.stop_search()
 
-        solver = cp_model.CpSolver()
+        solver = _one_worker_solver(time_limit)
         solver.parameters.enumerate_all_solutions = True
-        solver.parameters.num_workers = 1
-        solver.parameters.max_time_in_seconds = time_limit
         counter = _Counter(time.monotonic() + time_limit)
         # Auxiliary variables are functions of the decisions, so solutions map 1:1 to configs.
         status = solver.solve(self._model, counter)
@@ -393,9 +393,8 @@ class Space:
                 if len(self.found) > limit:
                     self.stop_search()
 
-        solver = cp_model.CpSolver()
+        solver = _one_worker_solver()
         solver.parameters.enumerate_all_solutions = True
-        solver.parameters.num_workers = 1
         collector = _Collector(self)
         solver.solve(self._model, collector)
         if len(collector.found) > limit:

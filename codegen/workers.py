@@ -39,7 +39,10 @@ SPIN_ROUNDS = 200_000  # ~2-5 ms of polling after a job before a worker starts n
 NAP_MICROSECONDS = 1000
 YIELD_EVERY = 64  # spin rounds between sched_yield calls (a power of two)
 PROBE_SHORT_STEPS, PROBE_LONG_STEPS = 500, 2500  # hand-over probe runs: ~0.1-1 ms each
-PROBE_WARMUP_SECONDS = 0.02
+# Longer than a BLAS library keeps its threads spinning after its last call (OpenBLAS: under
+# 0.1 s): right after numpy's matmul a probe with 0.02 s of warm-up read 0-432 ns (0, 0, 9 among
+# them) on the 2-vCPU slice, with 0.15 s 159-169, the placement's value, every time.
+PROBE_WARMUP_SECONDS = 0.15
 PROBE_SPIN_LIMIT = 1 << 28  # polls (~a second) before a hand-over probe stops waiting for its partner
 ARGS = 8  # the kernel entry: (A, B, C, bias, lo, hi, ws_a, ws_b)
 
@@ -226,8 +229,9 @@ class WorkerPool:
         Two shares pass a counter back and forth (``aotune_pingpong``); two runs of different lengths
         are each timed ``repeats`` times, and the difference of their fastest times over the
         difference of steps cancels the call's fixed cost. A warm-up comes first: after a quiet
-        spell the worker naps, and the OS may hold both threads on one CPU until they spin (the
-        first probe after compiling 64 kernels read 0-949 ns without it). On a VM this is the
+        spell the worker naps, the OS may hold both threads on one CPU until they spin, and BLAS
+        threads may still spin after numpy's last call (the first probe after compiling and
+        checking 64 kernels read 0-949 ns without it). On a VM this is the
         host's placement of the virtual CPUs: measured on a 2-vCPU EPYC slice, ~40 ns while both
         sit under one L3 and ~170 ns while the hypervisor has them on two, switching within seconds.
         """

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import math
 import threading
 import time
 

@@ -1,4 +1,5 @@
 """``python -m aotune``."""
+
 from aotune.cli import main
 
 raise SystemExit(main())

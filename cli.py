@@ -4,14 +4,16 @@ Every AotuneError becomes one line ``error: ...`` on stderr and a non-zero exit 
 exits 1 for a config that breaks constraints). Tables and progress go through rich; ``--json``
 prints exactly one JSON object on stdout.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from aotune.errors import AotuneError, ConfigError
 from aotune.search.options import SearchOptions
@@ -29,41 +31,91 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> None:
-    p.add_argument("op", nargs="?" if op_optional else None, default="matmul",
-                   help="operator: matmul, batch_matmul, dense, conv2d, depthwise_conv2d or einsum")
-    p.add_argument("spec", nargs="?", default=None, help='einsum only: the contraction, e.g. "bij,bjk->bik"')
-    p.add_argument("--shape", default=None,
-                   help="sizes: matmul/dense M x N x K (e.g. 1024x1024x1024), batch_matmul B x M x N x K, "
-                        "conv2d N,C,H,W,K,R,S, depthwise_conv2d N,C,H,W,R,S")
-    p.add_argument("--dims", default=None, help="einsum only: size of each index, e.g. b=8,i=256,j=256,k=256")
+    p.add_argument(
+        "op",
+        nargs="?" if op_optional else None,
+        default="matmul",
+        help="operator: matmul, batch_matmul, dense, conv2d, depthwise_conv2d or einsum",
+    )
+    p.add_argument(
+        "spec", nargs="?", default=None, help='einsum only: the contraction, e.g. "bij,bjk->bik"'
+    )
+    p.add_argument(
+        "--shape",
+        default=None,
+        help="sizes: matmul/dense M x N x K (e.g. 1024x1024x1024), batch_matmul B x M x N x K, "
+        "conv2d N,C,H,W,K,R,S, depthwise_conv2d N,C,H,W,R,S",
+    )
+    p.add_argument(
+        "--dims", default=None, help="einsum only: size of each index, e.g. b=8,i=256,j=256,k=256"
+    )
     p.add_argument("--bias", action="store_true", help="dense only: add a bias vector of length N")
-    p.add_argument("--activation", default="none", help="dense only: relu, gelu (tanh form), sigmoid or none")
-    p.add_argument("--stride", type=int, default=None, help="convolutions: step between output pixels (default 1)")
-    p.add_argument("--pad", type=int, default=None, help="convolutions: zeros on each side of H and W (default 0)")
-    p.add_argument("--dilation", type=int, default=None, help="convolutions: step between kernel taps (default 1)")
-    p.add_argument("--groups", type=int, default=None, help="conv2d: channel groups dividing C and K (default 1)")
-    p.add_argument("--layout", default=None, help="convolutions: NCHW (default) or NHWC, for input, weights and output")
-    p.add_argument("--target", default="host", help="hwspec name, path to a .toml, or 'host' (default)")
+    p.add_argument(
+        "--activation", default="none", help="dense only: relu, gelu (tanh form), sigmoid or none"
+    )
+    p.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="convolutions: step between output pixels (default 1)",
+    )
+    p.add_argument(
+        "--pad",
+        type=int,
+        default=None,
+        help="convolutions: zeros on each side of H and W (default 0)",
+    )
+    p.add_argument(
+        "--dilation",
+        type=int,
+        default=None,
+        help="convolutions: step between kernel taps (default 1)",
+    )
+    p.add_argument(
+        "--groups",
+        type=int,
+        default=None,
+        help="conv2d: channel groups dividing C and K (default 1)",
+    )
+    p.add_argument(
+        "--layout",
+        default=None,
+        help="convolutions: NCHW (default) or NHWC, for input, weights and output",
+    )
+    p.add_argument(
+        "--target", default="host", help="hwspec name, path to a .toml, or 'host' (default)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    parser = _Parser(prog="aotune", description="Ahead-of-time kernel tuning without measurement in the loop.")
+    parser = _Parser(
+        prog="aotune", description="Ahead-of-time kernel tuning without measurement in the loop."
+    )
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     t = sub.add_parser("tune", help="search, rank statically, and verify the top-k on this host")
     _add_problem_args(t, op_optional=True)
     t.add_argument("--top-k", type=int, default=3, help="candidates to verify (default 3)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--strategy", default="cga", help="cga (default) or random")
-    t.add_argument("--budget", type=int, default=SearchOptions.budget, help="configs scored by the cheap estimate")
+    t.add_argument(
+        "--budget",
+        type=int,
+        default=SearchOptions.budget,
+        help="configs scored by the cheap estimate",
+    )
     t.add_argument("--no-verify", action="store_true", help="skip the final check")
     t.add_argument("--emit-asm", metavar="FILE", help="write the best kernel's assembly to FILE")
     t.add_argument("--emit-ir", metavar="FILE", help="write the best kernel's LLVM IR to FILE")
     t.add_argument("--force", action="store_true", help="overwrite existing --emit-* files")
     t.add_argument("--json", action="store_true", help="print one JSON object")
-    s = sub.add_parser("space", help="show decision variables, constraints and the number of valid configs")
+    s = sub.add_parser(
+        "space", help="show decision variables, constraints and the number of valid configs"
+    )
     _add_problem_args(s)
-    s.add_argument("--count-seconds", type=float, default=10.0, help="time limit for exact counting")
+    s.add_argument(
+        "--count-seconds", type=float, default=10.0, help="time limit for exact counting"
+    )
     s.add_argument("--json", action="store_true")
     v = sub.add_parser("validate", help="check a config against every constraint")
     _add_problem_args(v)
@@ -82,8 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="run the benchmark suite")
     b.add_argument("--quick", action="store_true", help="a subset in under 2 minutes")
     b.add_argument("--json", action="store_true")
-    b.add_argument("--samples", type=int, default=None,
-                   help="configs measured per workload for model accuracy (default 64; 32 with --quick)")
+    b.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="configs measured per workload for model accuracy (default 64; 32 with --quick)",
+    )
     return parser
 
 
@@ -100,9 +156,19 @@ def _problem(args: argparse.Namespace) -> tuple[Any, Any]:
     from aotune.analysis.workload import build_workload
     from aotune.hwspecs.spec import load_target
 
-    w = build_workload(args.op, args.shape, spec=args.spec, dims=args.dims, bias=args.bias,
-                       activation=args.activation, stride=args.stride, pad=args.pad, dilation=args.dilation,
-                       groups=args.groups, layout=args.layout)
+    w = build_workload(
+        args.op,
+        args.shape,
+        spec=args.spec,
+        dims=args.dims,
+        bias=args.bias,
+        activation=args.activation,
+        stride=args.stride,
+        pad=args.pad,
+        dilation=args.dilation,
+        groups=args.groups,
+        layout=args.layout,
+    )
     return w, load_target(args.target)
 
 
@@ -129,24 +195,39 @@ def _write_new(path: str, text: str, force: bool) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """``aotune tune``."""
+    from aotune.search import driver
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from aotune.search import driver
-
     w, hw = _problem(args)
-    options = SearchOptions(strategy=args.strategy, seed=args.seed, budget=args.budget, top_k=args.top_k,
-                            compile_top=max(16, args.top_k))
+    options = SearchOptions(
+        strategy=args.strategy,
+        seed=args.seed,
+        budget=args.budget,
+        top_k=args.top_k,
+        compile_top=max(16, args.top_k),
+    )
     for path in (args.emit_asm, args.emit_ir):
         if path and Path(path).exists() and not args.force:
             raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another file")
     err = _console(stderr=True)
-    with Progress(TextColumn("{task.description:<22}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err, transient=True, disable=args.json or not err.is_terminal) as bar:
+    with Progress(
+        TextColumn("{task.description:<22}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=args.json or not err.is_terminal,
+    ) as bar:
         tasks: dict[str, Any] = {}
 
         def progress(stage: str, done: int, total: int) -> None:
-            label = {"search": "searching (no runs)", "compile": "compiling top configs", "verify": "final check"}[stage]
+            label = {
+                "search": "searching (no runs)",
+                "compile": "compiling top configs",
+                "verify": "final check",
+            }[stage]
             if stage not in tasks:
                 tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], completed=done, total=total)
@@ -165,21 +246,51 @@ def cmd_tune(args: argparse.Namespace) -> int:
     skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
     doc = {
         "workload": {"op": w.op, "shape": w.shape_dict, "dtype": w.dtype, "flops": w.flops},
-        "target": {"name": hw.name, "kind": hw.kind, "isa": f"{hw.isa.arch} {hw.isa.llvm_cpu} {hw.isa.vector_bits}-bit",
-                   "triple": hw.isa.triple},
-        "search": {"strategy": options.strategy, "seconds": round(result.search_seconds, 3),
-                   "candidates_scored": result.candidates_scored, "kernels_compiled": result.kernels_compiled,
-                   "measurements": result.measurements, "seed": options.seed},
-        "best": {"config": _labeled(result.space, best.config), "predicted_seconds": best.prediction.seconds,
-                 "bottleneck": best.prediction.bottleneck, "breakdown": dict(best.prediction.breakdown)},
-        "verify": [{"rank": v.candidate.rank, "config": _labeled(result.space, v.candidate.config),
-                    "predicted_seconds": v.candidate.prediction.seconds, "measured_seconds": v.measurement.seconds,
-                    "gflops": v.gflops, "correct": v.measurement.correct, "max_abs_error": v.measurement.max_abs_error,
-                    "runs": v.measurement.runs, "spread": v.measurement.spread} for v in verified],
+        "target": {
+            "name": hw.name,
+            "kind": hw.kind,
+            "isa": f"{hw.isa.arch} {hw.isa.llvm_cpu} {hw.isa.vector_bits}-bit",
+            "triple": hw.isa.triple,
+        },
+        "search": {
+            "strategy": options.strategy,
+            "seconds": round(result.search_seconds, 3),
+            "candidates_scored": result.candidates_scored,
+            "kernels_compiled": result.kernels_compiled,
+            "measurements": result.measurements,
+            "seed": options.seed,
+        },
+        "best": {
+            "config": _labeled(result.space, best.config),
+            "predicted_seconds": best.prediction.seconds,
+            "bottleneck": best.prediction.bottleneck,
+            "breakdown": dict(best.prediction.breakdown),
+        },
+        "verify": [
+            {
+                "rank": v.candidate.rank,
+                "config": _labeled(result.space, v.candidate.config),
+                "predicted_seconds": v.candidate.prediction.seconds,
+                "measured_seconds": v.measurement.seconds,
+                "gflops": v.gflops,
+                "correct": v.measurement.correct,
+                "max_abs_error": v.measurement.max_abs_error,
+                "runs": v.measurement.runs,
+                "spread": v.measurement.spread,
+            }
+            for v in verified
+        ],
         "verify_skipped": skipped,
         "numpy_gflops": numpy_gflops,
-        "chosen": ({"rank": pick.candidate.rank, "gflops": pick.gflops, "ratio_vs_numpy": pick.gflops / numpy_gflops}
-                   if pick and numpy_gflops else None),
+        "chosen": (
+            {
+                "rank": pick.candidate.rank,
+                "gflops": pick.gflops,
+                "ratio_vs_numpy": pick.gflops / numpy_gflops,
+            }
+            if pick and numpy_gflops
+            else None
+        ),
     }
     if args.json:
         print(json.dumps(doc, indent=1))
@@ -188,23 +299,34 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     out = _console()
     out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({doc['target']['isa']})")
-    out.print(f"search: {options.strategy}, {result.candidates_scored} configs estimated, {result.kernels_compiled} "
-              f"compiled and ranked from their assembly, {result.search_seconds:.1f} s, 0 measurements")
+    out.print(
+        f"search: {options.strategy}, {result.candidates_scored} configs estimated, "
+        f"{result.kernels_compiled} compiled and ranked from their assembly, "
+        f"{result.search_seconds:.1f} s, 0 measurements"
+    )
     table = Table(title="top candidates (predicted without running)")
     for col in ("rank", "config", "predicted", "bottleneck", "measured", "GFLOP/s", "correct"):
         table.add_column(col)
     by_rank = {v.candidate.rank: v for v in verified}
     for c in result.candidates:
         v = by_rank.get(c.rank)
-        table.add_row(str(c.rank), escape(result.space.describe_config(c.config)), f"{c.prediction.seconds * 1e3:.3f} ms",
-                      c.prediction.bottleneck, f"{v.measurement.seconds * 1e3:.3f} ms" if v else "-",
-                      f"{v.gflops:.1f}" if v else "-", ("yes" if v.measurement.correct else "[red]NO[/]") if v else "-")
+        table.add_row(
+            str(c.rank),
+            escape(result.space.describe_config(c.config)),
+            f"{c.prediction.seconds * 1e3:.3f} ms",
+            c.prediction.bottleneck,
+            f"{v.measurement.seconds * 1e3:.3f} ms" if v else "-",
+            f"{v.gflops:.1f}" if v else "-",
+            ("yes" if v.measurement.correct else "[red]NO[/]") if v else "-",
+        )
     out.print(table)
     if skipped:
         out.print(f"final check skipped: {skipped}")
     elif pick and numpy_gflops:
-        out.print(f"numpy (same run): {numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
-                  f"{pick.gflops:.1f} GFLOP/s = {pick.gflops / numpy_gflops:.2f}x numpy")
+        out.print(
+            f"numpy (same run): {numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
+            f"{pick.gflops:.1f} GFLOP/s = {pick.gflops / numpy_gflops:.2f}x numpy"
+        )
     else:
         out.print("[red]no candidate passed the numpy check[/]")
         return EXIT_ERROR
@@ -218,13 +340,32 @@ def cmd_space(args: argparse.Namespace) -> int:
     space = _space(args)
     n, exact = space.count(time_limit=args.count_seconds)
     if args.json:
-        print(json.dumps({
-            "space": space.title,
-            "variables": [{"name": v.name, "domain": v.domain_text(), "description": v.description} for v in space.variables],
-            "constraints": [{"name": c.name, "text": c.text, "when": c.when} for c in space.constraints],
-            "accesses": [{"tensor": t.tensor, "map": t.access_map, "tile_footprint": t.footprint_text(),
-                          "halo": t.halo} for t in space.info.tensors],
-            "count": n, "exact": exact}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "space": space.title,
+                    "variables": [
+                        {"name": v.name, "domain": v.domain_text(), "description": v.description}
+                        for v in space.variables
+                    ],
+                    "constraints": [
+                        {"name": c.name, "text": c.text, "when": c.when} for c in space.constraints
+                    ],
+                    "accesses": [
+                        {
+                            "tensor": t.tensor,
+                            "map": t.access_map,
+                            "tile_footprint": t.footprint_text(),
+                            "halo": t.halo,
+                        }
+                        for t in space.info.tensors
+                    ],
+                    "count": n,
+                    "exact": exact,
+                },
+                indent=1,
+            )
+        )
         return 0
     from rich.markup import escape
 
@@ -233,7 +374,9 @@ def cmd_space(args: argparse.Namespace) -> int:
     out.print("decision variables:")
     for v in space.variables:
         out.print(f"  {v.name:<8} {v.domain_text():<28} {v.description}")
-    out.print("accesses (isl): tile footprint in elements, for a tile of T_loop iterations per loop")
+    out.print(
+        "accesses (isl): tile footprint in elements, for a tile of T_loop iterations per loop"
+    )
     for t in space.info.tensors:
         halo = [f"{lo}/{hi}" for lo, hi in t.halo]
         reach = f"; reads outside by {', '.join(halo)} per dim (zeros)" if t.reads_outside else ""
@@ -242,7 +385,11 @@ def cmd_space(args: argparse.Namespace) -> int:
     for c in space.constraints:
         guard = f"   (when {c.when[0]} = {space.var(c.when[0]).label(c.when[1])})" if c.when else ""
         out.print(f"  {c.name:<20} {c.text}{guard}")
-    qual = "exactly" if exact else f"at least (enumeration stopped after {args.count_seconds:g} s; a lower bound)"
+    qual = (
+        "exactly"
+        if exact
+        else f"at least (enumeration stopped after {args.count_seconds:g} s; a lower bound)"
+    )
     out.print(f"valid configs: {qual} {n}")
     return 0
 
@@ -259,7 +406,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         for v in bad:
             print(f"  - {v}")
     else:
-        print(f"valid: {space.describe_config(cfg)} satisfies all {len(space.constraints)} constraints of {space.title}")
+        print(
+            f"valid: {space.describe_config(cfg)} satisfies all {len(space.constraints)} "
+            f"constraints of {space.title}"
+        )
     return EXIT_INVALID if bad else 0
 
 
@@ -275,18 +425,33 @@ def cmd_predict(args: argparse.Namespace) -> int:
     sched = schedule_from_config(space, cfg)
     kernel = compile_kernel(sched, space.hw)
     loop = kernel_features(kernel, space.hw.isa.arch).loop
-    pred, = AnalyticalCpuModel(space.hw).predict_batch([sched], [loop])
+    (pred,) = AnalyticalCpuModel(space.hw).predict_batch([sched], [loop])
     flops = space.workload.flops
     if args.json:
-        print(json.dumps({**pred.as_dict(), "gflops": flops / pred.seconds / 1e9, "config": _labeled(space, cfg),
-                          "loop": vars(loop)}, indent=1))
+        print(
+            json.dumps(
+                {
+                    **pred.as_dict(),
+                    "gflops": flops / pred.seconds / 1e9,
+                    "config": _labeled(space, cfg),
+                    "loop": vars(loop),
+                },
+                indent=1,
+            )
+        )
         return 0
     print(f"{space.title}: {space.describe_config(cfg)}")
-    print(f"predicted: {pred.seconds * 1e3:.3f} ms ({flops / pred.seconds / 1e9:.1f} GFLOP/s), bottleneck: {pred.bottleneck}")
+    print(
+        f"predicted: {pred.seconds * 1e3:.3f} ms ({flops / pred.seconds / 1e9:.1f} GFLOP/s), "
+        f"bottleneck: {pred.bottleneck}"
+    )
     for name, sec in pred.breakdown:
         print(f"  {name:<9} {sec * 1e3:9.3f} ms")
-    print(f"micro-kernel loop ({loop.function}): {loop.fma} FMA, {loop.vector_loads} vector loads, "
-          f"{loop.scalar_loads} scalar/broadcast loads, {loop.stores} stores, {loop.spills} spills, {loop.other} other")
+    print(
+        f"micro-kernel loop ({loop.function}): {loop.fma} FMA, {loop.vector_loads} vector loads, "
+        f"{loop.scalar_loads} scalar/broadcast loads, {loop.stores} stores, {loop.spills} spills, "
+        f"{loop.other} other"
+    )
     return 0
 
 
@@ -300,14 +465,25 @@ def cmd_hw(args: argparse.Namespace) -> int:
             print(json.dumps(spec.to_dict(), indent=1))
             return 0
         print(f"{spec.name}: {spec.description}")
-        print(f"  isa      {spec.isa.arch} {spec.isa.llvm_cpu}, {spec.isa.vector_registers} x {spec.isa.vector_bits}-bit vector registers, {spec.isa.general_registers} general")
+        print(
+            f"  isa      {spec.isa.arch} {spec.isa.llvm_cpu}, "
+            f"{spec.isa.vector_registers} x {spec.isa.vector_bits}-bit vector registers, "
+            f"{spec.isa.general_registers} general"
+        )
         c = spec.core
-        print(f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, {c.fma_units} FMA x {c.fma_width_bits}-bit "
-              f"(latency {c.fma_latency_cycles}), {c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}")
+        print(
+            f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, "
+            f"{c.fma_units} FMA x {c.fma_width_bits}-bit (latency {c.fma_latency_cycles}), "
+            f"{c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}"
+        )
         print(f"  peak     {spec.peak_flops_per_core / 1e9:.1f} GFLOP/s fp32 per core")
         for cache in spec.caches:
-            print(f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, shared by {cache.shared_by_cores}, "
-                  f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, tiles may use {cache.usable_fraction:g}")
+            print(
+                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, "
+                f"shared by {cache.shared_by_cores}, "
+                f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
+                f"tiles may use {cache.usable_fraction:g}"
+            )
         print(f"  memory   {spec.memory.bandwidth_gbs:g} GB/s")
         return 0
     print("host  (detected: " + load_target("host").description + ")")
@@ -321,9 +497,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aotune.benchmarks.suite import print_table, run_suite
 
     if args.samples is not None and args.samples < 5:
-        raise ConfigError(f"--samples {args.samples}: model accuracy needs at least 5 measured configs "
-                          "(the top-5 score); pass --samples 5 or more")
-    result = run_suite(quick=args.quick, samples=args.samples, log=None if args.json else _console(stderr=True).print)
+        raise ConfigError(
+            f"--samples {args.samples}: model accuracy needs at least 5 measured configs "
+            "(the top-5 score); pass --samples 5 or more"
+        )
+    result = run_suite(
+        quick=args.quick,
+        samples=args.samples,
+        log=None if args.json else _console(stderr=True).print,
+    )
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -346,8 +528,14 @@ def _join_values(argv: list[str]) -> list[str]:
     return out
 
 
-COMMANDS = {"tune": cmd_tune, "space": cmd_space, "validate": cmd_validate, "predict": cmd_predict, "hw": cmd_hw,
-            "bench": cmd_bench}
+COMMANDS = {
+    "tune": cmd_tune,
+    "space": cmd_space,
+    "validate": cmd_validate,
+    "predict": cmd_predict,
+    "hw": cmd_hw,
+    "bench": cmd_bench,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

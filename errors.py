@@ -4,6 +4,7 @@ Every error a user can cause derives from :class:`AotuneError` and carries a one
 says what is wrong and how to fix it. The CLI prints ``error: <message>`` and exits non-zero; search
 loops catch only these classes, never bare ``Exception``.
 """
+
 from __future__ import annotations
 
 

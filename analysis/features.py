@@ -5,6 +5,7 @@ mark loops; the innermost loop with the most vector FMAs is the micro-kernel's k
 instruction mix (FMAs, vector loads, broadcasts, stores, stack spills, other) per k step feeds the
 model. Per-ISA facts are the small tables in ``ISA_TABLES``.
 """
+
 from __future__ import annotations
 
 import re
@@ -12,7 +13,6 @@ import struct
 from dataclasses import dataclass
 
 import capstone
-
 from aotune.codegen.compile import Kernel
 from aotune.errors import CodegenError
 
@@ -24,8 +24,12 @@ class IsaTable:
     cs_arch: int
     cs_mode: int
     fma_prefixes: tuple[str, ...]
-    branch_prefixes: tuple[str, ...]  # any mnemonic starting with one is a direct branch (x86 "j...")
-    branch_mnemonics: tuple[str, ...]  # exact mnemonics, also with a ".cond" suffix (AArch64 "b.ne")
+    branch_prefixes: tuple[
+        str, ...
+    ]  # any mnemonic starting with one is a direct branch (x86 "j...")
+    branch_mnemonics: tuple[
+        str, ...
+    ]  # exact mnemonics, also with a ".cond" suffix (AArch64 "b.ne")
     stack_regs: tuple[str, ...]
     vector_markers: tuple[str, ...]  # operand text that marks a vector register
     memory_from_operands: bool  # x86: a "[...]" destination is a store, a "[...]" source a load
@@ -37,18 +41,37 @@ class IsaTable:
     def is_branch(self, mnemonic: str) -> bool:
         """Whether ``mnemonic`` is a direct (conditional or unconditional) branch."""
         return any(mnemonic.startswith(p) for p in self.branch_prefixes) or any(
-            mnemonic == b or mnemonic.startswith(b + ".") for b in self.branch_mnemonics)
+            mnemonic == b or mnemonic.startswith(b + ".") for b in self.branch_mnemonics
+        )
 
 
 ISA_TABLES = {
-    "x86_64": IsaTable(capstone.CS_ARCH_X86, capstone.CS_MODE_64, ("vfmadd", "vfnmadd", "vfmsub", "vfnmsub"),
-                       ("j",), (), ("rsp", "rbp"), ("zmm", "ymm", "xmm"), memory_from_operands=True,
-                       broadcast_markers=("vbroadcastss", "vpbroadcastd", "{1to"), prefetch_prefixes=("prefetch",)),
-    "aarch64": IsaTable(getattr(capstone, "CS_ARCH_ARM64", getattr(capstone, "CS_ARCH_AARCH64", 1)),
-                        capstone.CS_MODE_ARM, ("fmla", "fmadd"), (), ("b", "cbz", "cbnz", "tbz", "tbnz"), ("sp",),
-                        (".4s", ".2d", ".8h", ".16b", "q"), memory_from_operands=False,
-                        store_prefixes=("st",), load_prefixes=("ld",), broadcast_markers=("ld1r", "dup"),
-                        prefetch_prefixes=("prfm",)),
+    "x86_64": IsaTable(
+        capstone.CS_ARCH_X86,
+        capstone.CS_MODE_64,
+        ("vfmadd", "vfnmadd", "vfmsub", "vfnmsub"),
+        ("j",),
+        (),
+        ("rsp", "rbp"),
+        ("zmm", "ymm", "xmm"),
+        memory_from_operands=True,
+        broadcast_markers=("vbroadcastss", "vpbroadcastd", "{1to"),
+        prefetch_prefixes=("prefetch",),
+    ),
+    "aarch64": IsaTable(
+        getattr(capstone, "CS_ARCH_ARM64", getattr(capstone, "CS_ARCH_AARCH64", 1)),
+        capstone.CS_MODE_ARM,
+        ("fmla", "fmadd"),
+        (),
+        ("b", "cbz", "cbnz", "tbz", "tbnz"),
+        ("sp",),
+        (".4s", ".2d", ".8h", ".16b", "q"),
+        memory_from_operands=False,
+        store_prefixes=("st",),
+        load_prefixes=("ld",),
+        broadcast_markers=("ld1r", "dup"),
+        prefetch_prefixes=("prfm",),
+    ),
 }
 
 
@@ -82,25 +105,29 @@ def elf_functions(obj: bytes) -> dict[str, bytes]:
     """Function name -> machine code, from an ELF64 little-endian relocatable object."""
     if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
         raise CodegenError("object code is not ELF64 little-endian")
-    shoff, = struct.unpack_from("<Q", obj, 0x28)
+    (shoff,) = struct.unpack_from("<Q", obj, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
 
     def data(i: int) -> bytes:
         sec = sections[i]
-        return obj[sec[4]:sec[4] + sec[5]]
+        return obj[sec[4] : sec[4] + sec[5]]
 
     out: dict[str, bytes] = {}
     for sec in sections:
         if sec[1] != 2:  # SHT_SYMTAB
             continue
-        syms, strtab = obj[sec[4]:sec[4] + sec[5]], data(sec[6])
+        syms, strtab = obj[sec[4] : sec[4] + sec[5]], data(sec[6])
         for off in range(0, len(syms), 24):
-            st_name, st_info, _, st_shndx, st_value, st_size = struct.unpack_from("<IBBHQQ", syms, off)
-            if st_info & 0xF != 2 or st_size == 0 or st_shndx == 0 or st_shndx >= len(sections):  # STT_FUNC
+            st_name, st_info, _, st_shndx, st_value, st_size = struct.unpack_from(
+                "<IBBHQQ", syms, off
+            )
+            if (
+                st_info & 0xF != 2 or st_size == 0 or st_shndx == 0 or st_shndx >= len(sections)
+            ):  # STT_FUNC
                 continue
-            name = strtab[st_name:strtab.index(b"\0", st_name)].decode()
-            out[name] = data(st_shndx)[st_value:st_value + st_size]
+            name = strtab[st_name : strtab.index(b"\0", st_name)].decode()
+            out[name] = data(st_shndx)[st_value : st_value + st_size]
     return out
 
 
@@ -122,7 +149,8 @@ def _classify(insn: capstone.CsInsn, t: IsaTable) -> str:
 
 
 def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
-    """Features of the innermost loop with the most FMAs in one function (None if it has no loop)."""
+    """Features of the innermost loop with the most FMAs in one function (None if it has no
+    loop)."""
     t = ISA_TABLES[isa]
     md = capstone.Cs(t.cs_arch, t.cs_mode)
     insns = list(md.disasm(code, 0))
@@ -159,14 +187,29 @@ def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
                 counts["vload" if "{1to" not in i.op_str else "sload"] += 1
         elif kind == "load":
             n = 2 if i.mnemonic.startswith("ldp") else 1
-            counts["vload" if any(v in i.op_str for v in t.vector_markers) and "broadcast" not in i.mnemonic and "ld1r" not in i.mnemonic
-                   else "sload"] += n
+            counts[
+                "vload"
+                if any(v in i.op_str for v in t.vector_markers)
+                and "broadcast" not in i.mnemonic
+                and "ld1r" not in i.mnemonic
+                else "sload"
+            ] += n
         elif kind == "store":
             counts["store"] += 2 if i.mnemonic.startswith("stp") else 1
         else:
             counts["other"] += 1
-    return LoopFeatures(name, len(body), counts["fma"], counts["vload"], counts["sload"], counts["bcast"],
-                        counts["store"], counts["spill"], counts["other"], body[-1].address - body[0].address)
+    return LoopFeatures(
+        name,
+        len(body),
+        counts["fma"],
+        counts["vload"],
+        counts["sload"],
+        counts["bcast"],
+        counts["store"],
+        counts["spill"],
+        counts["other"],
+        body[-1].address - body[0].address,
+    )
 
 
 # codegen names each register tile's function after its shape: ukernel_<rows>x<cols>
@@ -190,4 +233,6 @@ def kernel_features(kernel: Kernel, isa: str) -> KernelFeatures:
             lf = loop_features(fname, funcs[fname], isa)
             if lf is not None:
                 return KernelFeatures(isa, sum(map(len, funcs.values())), tuple(funcs), lf)
-    raise CodegenError(f"no FMA loop found in the object code of {kernel.entry} (functions: {', '.join(funcs)})")
+    raise CodegenError(
+        f"no FMA loop found in the object code of {kernel.entry} (functions: {', '.join(funcs)})"
+    )

@@ -16,15 +16,15 @@ Cost of one thread (the slowest one, since threads split the parallel loop):
                 in the last level between calls
     seconds   = max(compute, L2, L3, memory) + packing + call/thread overhead
 """
+
 from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
-
 from aotune.analysis.features import LoopFeatures, tile_of_function
 from aotune.codegen.schedule import CpuSchedule, Gather, column_vector_widths
 from aotune.hwspecs.spec import CacheSpec, HwSpec
@@ -41,8 +41,12 @@ class Prediction:
 
     def as_dict(self) -> dict[str, object]:
         """JSON-friendly form."""
-        return {"seconds": self.seconds, "breakdown": dict(self.breakdown), "bottleneck": self.bottleneck,
-                "tier": self.tier}
+        return {
+            "seconds": self.seconds,
+            "breakdown": dict(self.breakdown),
+            "bottleneck": self.bottleneck,
+            "tier": self.tier,
+        }
 
 
 @dataclass(frozen=True)
@@ -55,11 +59,14 @@ class KStepMix:
     stores: float
     spills: float
     instructions: float
-    mixed_fma: float = 0.0  # FMA instructions in rows that mix full vectors with a narrower tail vector
+    mixed_fma: float = (
+        0.0  # FMA instructions in rows that mix full vectors with a narrower tail vector
+    )
 
 
 def mix_from_schedule(s: CpuSchedule, hw: HwSpec) -> KStepMix:
-    """The mix the schedule implies: nr/lanes B vectors, mr broadcasts, mr*nr/lanes FMAs, loop control."""
+    """The mix the schedule implies: nr/lanes B vectors, mr broadcasts, mr*nr/lanes FMAs, loop
+    control."""
     nvec = -(-s.nr // s.lanes)
     fma = s.mr * nvec
     if s.a_shared:
@@ -68,7 +75,14 @@ def mix_from_schedule(s: CpuSchedule, hw: HwSpec) -> KStepMix:
         # beside the loop's own pointers: rows past what is left are reloaded from the stack every
         # k step (x86-64, 9x32 tiles: none; 16x16: 7-9; 30x16: 21-24 reloads).
         reloads = max(0.0, s.mr - (hw.isa.general_registers - A_SHARED_LOOP_REGISTERS))
-        return KStepMix(fma, nvec + fma, 1.0 + reloads, 0.0, reloads, fma + nvec + 2.0 + reloads + 3.0 / s.unroll)
+        return KStepMix(
+            fma,
+            nvec + fma,
+            1.0 + reloads,
+            0.0,
+            reloads,
+            fma + nvec + 2.0 + reloads + 3.0 / s.unroll,
+        )
     return KStepMix(fma, nvec, s.mr, 0.0, 0.0, fma + nvec + s.mr + 3.0 / s.unroll)
 
 
@@ -92,8 +106,14 @@ def mix_from_features(s: CpuSchedule, f: LoopFeatures, hw: HwSpec) -> KStepMix:
         if (rows, vecs) != (s.mr, nvec):
             return mix_from_schedule(s, hw)
         steps = max(1.0, f.fma / (rows * vecs))
-    return KStepMix(f.fma / steps, f.vector_loads / steps, f.scalar_loads / steps, f.stores / steps,
-                    f.spills / steps, f.instructions / steps)
+    return KStepMix(
+        f.fma / steps,
+        f.vector_loads / steps,
+        f.scalar_loads / steps,
+        f.stores / steps,
+        f.spills / steps,
+        f.instructions / steps,
+    )
 
 
 def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]:
@@ -109,12 +129,19 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
     load_cycles = mix.vector_loads / vload_rate + mix.scalar_loads / c.load_ports
     calls_in_flight = _calls_in_flight(mix, hw, kc)
     fma_cycles = max(mix.fma / fma_rate, mix.mixed_fma * c.mixed_width_fma_cycles)
-    cycles = max(fma_cycles, load_cycles, mix.instructions / c.issue_width, mix.stores / c.store_ports,
-                 c.fma_latency_cycles / calls_in_flight)
+    cycles = max(
+        fma_cycles,
+        load_cycles,
+        mix.instructions / c.issue_width,
+        mix.stores / c.store_ports,
+        c.fma_latency_cycles / calls_in_flight,
+    )
     return cycles + 2.0 * mix.spills, load_cycles
 
 
-CALL_INSTRUCTIONS = 30.0  # call, pointer set-up, C tile load/store loop control around one micro-kernel call
+CALL_INSTRUCTIONS = (
+    30.0  # call, pointer set-up, C tile load/store loop control around one micro-kernel call
+)
 
 
 def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
@@ -125,7 +152,7 @@ def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
     the model's first pick at 512^3 with a plain max (measured 134 GFLOP/s where the sample's
     best ran 209). A 4-norm: the larger when they differ by 2x or more, 1.19x it when equal.
     """
-    return (issue_cycles ** 4 + miss_cycles ** 4) ** 0.25
+    return (issue_cycles**4 + miss_cycles**4) ** 0.25
 
 
 def _calls_in_flight(mix: KStepMix, hw: HwSpec, kc: int) -> float:
@@ -165,7 +192,12 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         call_cycles = 20.0 + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
         call_cycles += _c_store_miss_cycles(s, hw, rows, cols, m_share, n_share)
         call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
-        call_cycles += pair_shared * rows * -(-cols * isz // hw.cache(1).line_bytes) * hw.caches[-1].latency_cycles
+        call_cycles += (
+            pair_shared
+            * rows
+            * -(-cols * isz // hw.cache(1).line_bytes)
+            * hw.caches[-1].latency_cycles
+        )
         compute_cycles += tiles * (s.K * (_overlapped(cyc_k, conflict) + dtlb) + Kt * call_cycles)
         load_cycles += tiles * s.K * load_k
     compute = compute_cycles / freq
@@ -184,7 +216,9 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     b_elems = math.prod(s.b_gather.dims) / s.batch_count if s.b_gather else s.K * s.N
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
     # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets.
-    b_reused = (s.pack_b or _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw)) and _panel_stays_in_l1(s, hw)
+    b_reused = (
+        s.pack_b or _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw)
+    ) and _panel_stays_in_l1(s, hw)
     # An A shared along the columns is read as nr-wide vectors, in place: a tile's overlapping
     # windows touch fewer distinct elements than (row, k) pairs.
     a_tile = s.nr * _distinct_share(s.a_gather, s.mr, s.kc) if s.a_shared and s.a_gather else 1.0
@@ -195,10 +229,16 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     # Into L2 from L3: A blocks once per n block, B panels once per m block, C tiles every call
     # unless the C rows of an mc block stay in L2.
     a_bytes_l3 = m_share * s.K * isz * (1 if s.order == "mkn" else nblocks)
-    if s.a_gather and s.a_shared:  # each element belongs to one column: the thread's rows of A, once
+    if (
+        s.a_gather and s.a_shared
+    ):  # each element belongs to one column: the thread's rows of A, once
         a_bytes_l3 = a_elems * isz * m_share / s.M
-    elif s.a_gather and s.pack_a:  # packing gathers the window from the tensor: L3 serves each element once
-        a_bytes_l3 = min(a_bytes_l3, a_elems * isz * m_share / s.M * (1 if s.order == "mkn" else nblocks))
+    elif (
+        s.a_gather and s.pack_a
+    ):  # packing gathers the window from the tensor: L3 serves each element once
+        a_bytes_l3 = min(
+            a_bytes_l3, a_elems * isz * m_share / s.M * (1 if s.order == "mkn" else nblocks)
+        )
     b_bytes_l3 = n_share * s.K * isz * mblocks
     if s.b_gather and s.pack_b:
         b_bytes_l3 = min(b_bytes_l3, b_elems * isz * n_share / s.N * mblocks)
@@ -210,9 +250,11 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     # C per k block).
     llc = hw.cache(levels).size_kib * 1024 * hw.cache(levels).usable_fraction
     a_total, b_total, c_total = a_elems * isz, b_elems * isz, s.M * s.N * isz
-    mem_bytes = (a_total * (1 if s.order == "mkn" or a_total <= llc else nblocks)
-                 + b_total * (1 if s.order != "mkn" or b_total <= llc else -(-s.M // s.mc))
-                 + 2 * c_total * (1 if c_total <= llc else Kt))
+    mem_bytes = (
+        a_total * (1 if s.order == "mkn" or a_total <= llc else nblocks)
+        + b_total * (1 if s.order != "mkn" or b_total <= llc else -(-s.M // s.mc))
+        + 2 * c_total * (1 if c_total <= llc else Kt)
+    )
     if a_total + b_total + c_total <= llc:
         # the whole working set stays in the last level from one call to the next, as it does for
         # a layer whose input the previous layer just wrote (measured on Zen 4: NHWC depthwise,
@@ -227,17 +269,36 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     pack_cycles = 0.0
     if s.pack_a:
         packs = 1 if s.order == "mkn" else nblocks
-        plain = _strided_pack_cycles_per_elem(hw, per_elem, s.kc if s.a_sk == 1 else 1, m_share * s.K * isz, packs,
-                                              s.M * s.K * isz, threads)
-        pack_cycles += m_share * s.K * packs * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, s.kc, hw, plain, lanes)
+        plain = _strided_pack_cycles_per_elem(
+            hw,
+            per_elem,
+            s.kc if s.a_sk == 1 else 1,
+            m_share * s.K * isz,
+            packs,
+            s.M * s.K * isz,
+            threads,
+        )
+        pack_cycles += (
+            m_share
+            * s.K
+            * packs
+            * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, s.kc, hw, plain, lanes)
+        )
     if s.pack_b:
         packs = 1 if s.order == "nkm" else mblocks
         if s.b_pack_copies_vectors:
             source = n_share * s.K * isz if packs > 1 else s.K * s.N * isz
             per_b = _vector_pack_cycles_per_elem(s, hw, source, threads)
         else:
-            plain = _strided_pack_cycles_per_elem(hw, per_elem, s.nr if s.b_sn == 1 else 1, n_share * s.K * isz, packs,
-                                                  s.K * s.N * isz, threads)
+            plain = _strided_pack_cycles_per_elem(
+                hw,
+                per_elem,
+                s.nr if s.b_sn == 1 else 1,
+                n_share * s.K * isz,
+                packs,
+                s.K * s.N * isz,
+                threads,
+            )
             per_b = _pack_cycles_per_elem(s.b_gather, s.b_pack_run, s.nr, hw, plain, lanes)
         pack_cycles += n_share * s.K * packs * per_b
     packing = pack_cycles / freq
@@ -246,8 +307,10 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         # each into its own), once per call (not per batch entry), before the kernel: reads and
         # writes streamed at about L2 bandwidth
         moved = (math.prod(s.pad_copy.shape) + s.pad_copy.elems) * isz
-        pad_cycles = max(math.prod(s.pad_copy.shape) * 2.0 / lanes,
-                         moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle)
+        pad_cycles = max(
+            math.prod(s.pad_copy.shape) * 2.0 / lanes,
+            moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle,
+        )
         pad_cycles /= 1 if s.pad_copy_per_thread else threads
     overhead = hw.overhead.call_seconds + (threads - 1) * hw.overhead.thread_seconds
     parts = {"compute": compute, "L1": l1_time, "L2": l2_time, "L3": l3_time, "memory": mem_time}
@@ -260,7 +323,9 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     bound = max(parts.values())
     seconds = bound + packing + overhead
     breakdown = {**parts, "packing": packing, "overhead": overhead}
-    bottleneck = max(("compute", "L2", "L3", "memory", "packing", "overhead"), key=breakdown.__getitem__)
+    bottleneck = max(
+        ("compute", "L2", "L3", "memory", "packing", "overhead"), key=breakdown.__getitem__
+    )
     if bottleneck == "compute" and l1_time >= compute * 0.999:
         bottleneck = "L1"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
@@ -293,11 +358,25 @@ def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:
         return mix
     split_share = 1.0 - math.gcd(s.b_sk * 4, line) / line
     extra = -(-s.nr // s.lanes) * split_share
-    return KStepMix(mix.fma, mix.vector_loads + extra, mix.scalar_loads, mix.stores, mix.spills, mix.instructions)
+    return KStepMix(
+        mix.fma,
+        mix.vector_loads + extra,
+        mix.scalar_loads,
+        mix.stores,
+        mix.spills,
+        mix.instructions,
+    )
 
 
-def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, share_bytes: int, packs: int,
-                                  tensor_bytes: int, threads: int) -> float:
+def _strided_pack_cycles_per_elem(
+    hw: HwSpec,
+    per_elem: float,
+    segment: int,
+    share_bytes: int,
+    packs: int,
+    tensor_bytes: int,
+    threads: int,
+) -> float:
     """Cycles per element of a plain packing copy, which walks its source one panel row (``segment``
     contiguous elements) at a time, a whole operand row apart.
 
@@ -314,7 +393,9 @@ def _strided_pack_cycles_per_elem(hw: HwSpec, per_elem: float, segment: int, sha
     return max(per_elem, latency / max(segment, hw.cache(1).line_bytes // 4))
 
 
-def _vector_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec, source_bytes: float, threads: int) -> float:
+def _vector_pack_cycles_per_elem(
+    s: CpuSchedule, hw: HwSpec, source_bytes: float, threads: int
+) -> float:
     """Cycles per element of a B pack that copies panel rows as vectors (``b_pack_copies_vectors``).
 
     Few instructions per line keep many lines in flight, so the copy streams at a share of the
@@ -331,7 +412,9 @@ def _vector_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec, source_bytes: float
         bandwidth = hw.memory.bandwidth_gbs / hw.core.frequency_ghz / threads
     else:
         bandwidth = hw.cache(level).bandwidth_bytes_per_cycle
-    per_elem = max(1.0 / (hw.core.store_ports * s.lanes), isz / (VECTOR_PACK_BANDWIDTH_SHARE * bandwidth))
+    per_elem = max(
+        1.0 / (hw.core.store_ports * s.lanes), isz / (VECTOR_PACK_BANDWIDTH_SHARE * bandwidth)
+    )
     if s.b_sk * isz >= hw.memory.page_bytes and s.kc > hw.memory.dtlb_entries:
         per_elem += hw.memory.tlb_miss_cycles / s.nr
     return per_elem
@@ -347,7 +430,8 @@ VECTOR_PACK_BANDWIDTH_SHARE = 0.5
 def _level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> int | None:
     """The nearest cache level beyond L1 whose usable share per core holds ``nbytes`` (None: none
     does). Data that ``readers`` threads all read sits once in a level they share, so it gets the
-    shares of as many of them as share the level (B read whole by both threads of a par=m kernel)."""
+    shares of as many of them as share the level (B read whole by both threads of a par=m
+    kernel)."""
     for level in range(2, len(hw.caches) + 1):
         sharing = min(readers, hw.cache(level).shared_by_cores)
         if nbytes <= hw.cache_bytes_per_core(level) * sharing * hw.cache(level).usable_fraction:
@@ -362,7 +446,9 @@ def _latency_of_level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> fl
     return hw.cache(level).latency_cycles if level is not None else hw.caches[-1].latency_cycles
 
 
-def _pack_cycles_per_elem(gather: Gather | None, run: int, panel: int, hw: HwSpec, plain: float, lanes: int) -> float:
+def _pack_cycles_per_elem(
+    gather: Gather | None, run: int, panel: int, hw: HwSpec, plain: float, lanes: int
+) -> float:
     """Cycles per packed element: a strided copy, a table gather with bounds checks, or contiguous
     runs of ``run`` elements copied as vectors, ``panel`` elements (nr columns of B, kc of A) at a
     time, so a run that a panel boundary cuts is two runs."""
@@ -370,7 +456,9 @@ def _pack_cycles_per_elem(gather: Gather | None, run: int, panel: int, hw: HwSpe
         return plain
     issue = hw.core.issue_width
     if run > 1:
-        return 2.0 / lanes + (RUN_SETUP_INSTRUCTIONS + 4.0 * len(gather.guarded)) / issue / _effective_run(run, panel)
+        return 2.0 / lanes + (
+            RUN_SETUP_INSTRUCTIONS + 4.0 * len(gather.guarded)
+        ) / issue / _effective_run(run, panel)
     return max(plain, (6.0 + 4.0 * len(gather.guarded)) / issue)
 
 
@@ -399,8 +487,11 @@ def _distinct_share(gather: Gather, mr: int, kc: int) -> float:
 
 
 def _epilogue_ops(s: CpuSchedule) -> float:
-    """Vector instructions per output vector in the fused epilogue (exp counts as a short polynomial)."""
-    return (1.0 if s.bias else 0.0) + {"none": 0.0, "relu": 1.0, "sigmoid": 20.0, "gelu": 26.0}[s.activation]
+    """Vector instructions per output vector in the fused epilogue (exp counts as a short
+    polynomial)."""
+    return (1.0 if s.bias else 0.0) + {"none": 0.0, "relu": 1.0, "sigmoid": 20.0, "gelu": 26.0}[
+        s.activation
+    ]
 
 
 def _tile_classes(m_extent: int, n_extent: int, mr: int, nr: int) -> list[tuple[int, int, int]]:
@@ -411,8 +502,12 @@ def _tile_classes(m_extent: int, n_extent: int, mr: int, nr: int) -> list[tuple[
     """
     m_full, m_tail = divmod(m_extent, mr)
     n_full, n_tail = divmod(n_extent, nr)
-    classes = [(m_full * n_full, mr, nr), (m_full * (n_tail > 0), mr, n_tail),
-               ((m_tail > 0) * n_full, m_tail, nr), (int(m_tail > 0 and n_tail > 0), m_tail, n_tail)]
+    classes = [
+        (m_full * n_full, mr, nr),
+        (m_full * (n_tail > 0), mr, n_tail),
+        ((m_tail > 0) * n_full, m_tail, nr),
+        (int(m_tail > 0 and n_tail > 0), m_tail, n_tail),
+    ]
     return [cl for cl in classes if cl[0] > 0]
 
 
@@ -426,6 +521,7 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
     """
     if rows == s.mr and cols == s.nr:
         return mix
+
     def slot_ratio(pipe_bits: int) -> float:
         return _vector_slots(cols, s.lanes, pipe_bits) / _vector_slots(s.nr, s.lanes, pipe_bits)
 
@@ -442,8 +538,15 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
     other = max(0.0, mix.instructions - mix.fma - mix.vector_loads - mix.scalar_loads)
     instructions = (mix.fma * row_ratio + vloads) * insn_ratio + sloads + other
     mixed = mix.fma * row_ratio * insn_ratio if len(widths) > 1 and widths[-1] < s.lanes else 0.0
-    return KStepMix(mix.fma * row_ratio * fma_ratio, vloads * load_ratio, sloads, mix.stores, mix.spills, instructions,
-                    mixed)
+    return KStepMix(
+        mix.fma * row_ratio * fma_ratio,
+        vloads * load_ratio,
+        sloads,
+        mix.stores,
+        mix.spills,
+        instructions,
+        mixed,
+    )
 
 
 def _vector_slots(cols: int, lanes: int, pipe_bits: int) -> int:
@@ -452,7 +555,9 @@ def _vector_slots(cols: int, lanes: int, pipe_bits: int) -> int:
     return sum(-(-w * 32 // pipe_bits) for w in column_vector_widths(cols, lanes))
 
 
-def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions_per_kstep: float) -> float:
+def _conflict_miss_cycles(
+    s: CpuSchedule, hw: HwSpec, m_share: int, instructions_per_kstep: float
+) -> float:
     """Extra cycles per k step when an unpacked operand's micro-panel is not in L1.
 
     - B is one strided stream (a new row every k step). A panel swept again by the next mr-row
@@ -482,7 +587,9 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, instructions
         if sweeps > 1:
             # swept again call after call in the same order, a panel keeps none of its lines in a
             # set that cannot hold them all (LRU)
-            thrash = 1.0 if max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), shared) > 0 else 0.0
+            thrash = (
+                1.0 if max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), shared) > 0 else 0.0
+            )
         else:
             # met by one call only, rows are evicted only by the rows fetched ahead of them
             live = min(s.kc, math.ceil(rows_in_flight))
@@ -549,12 +656,16 @@ def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, ranges: Sequence[tuple[int,
     pair = 2 * line
     ends = [hi for _, hi in ranges]  # the last one is the row's end
     period = pair // math.gcd(s.N * isz, pair)  # rows after which the pattern of offsets repeats
-    mid_pair = sum(((r * s.N + end) * isz) % pair != 0 for r in range(period) for end in ends) / period
+    mid_pair = (
+        sum(((r * s.N + end) * isz) % pair != 0 for r in range(period) for end in ends) / period
+    )
     widest = max(hi - lo for lo, hi in ranges)
     return min(1.0, mid_pair * 2 / threads / -(-widest * isz // line))
 
 
-def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_share: int, n_share: int) -> float:
+def _c_store_miss_cycles(
+    s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_share: int, n_share: int
+) -> float:
     """Extra cycles per call when the C tile's rows evict each other from L1 before they are stored.
 
     C rows sit c_sm apart; at a power-of-two stride more rows than the L1 ways land in one set, so
@@ -573,8 +684,9 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_sha
 
 
 def _c_block(s: CpuSchedule, m_share: int, n_share: int) -> tuple[int, int]:
-    """Rows and columns of C touched between two visits of one C tile: the loops inside the k-block loop."""
-    inner = s.order[s.order.index("k") + 1:]
+    """Rows and columns of C touched between two visits of one C tile: the loops inside the k-block
+    loop."""
+    inner = s.order[s.order.index("k") + 1 :]
     return (m_share if "m" in inner else s.mc), (n_share if "n" in inner else s.nc)
 
 
@@ -594,14 +706,24 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     divides this by the calls in flight: calls of a few k steps each (kc = 8) overlap their waits
     (1 x 32 tiles over a 1024 x 32 C block, 4 KiB rows: ~26 cycles per call in all, measured).
     """
-    if s.K <= s.kc or s.mc <= s.mr or s.mr * s.c_sm * 4 <= hw.memory.prefetch_stride_bytes or len(hw.caches) < 3:
+    if (
+        s.K <= s.kc
+        or s.mc <= s.mr
+        or s.mr * s.c_sm * 4 <= hw.memory.prefetch_stride_bytes
+        or len(hw.caches) < 3
+    ):
         return 0.0  # (one tile per m block: calls step along the rows of C, which is prefetched)
     rows, cols = _c_block(s, m_share, n_share)
     l2 = hw.cache(2)
     # rows a power of two apart use few L2 sets: a block that fits L2 by size may still not stay
     # (checked only for blocks that fit by size, which bounds the lines counted)
-    if rows * cols * 4 <= hw.cache_bytes_per_core(2) and _set_overflow_share(
-            s.c_sm * 4, rows, cols * 4, l2.line_bytes, _sets(l2), l2.associativity) <= 0.5:
+    if (
+        rows * cols * 4 <= hw.cache_bytes_per_core(2)
+        and _set_overflow_share(
+            s.c_sm * 4, rows, cols * 4, l2.line_bytes, _sets(l2), l2.associativity
+        )
+        <= 0.5
+    ):
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads
     kt = -(-s.K // s.kc)
     return hw.cache(3).latency_cycles * (kt - 1) / kt
@@ -650,7 +772,8 @@ CONFLICT_SLACK = 1.5
 
 
 def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:
-    """Share of a panel's lines that miss L1 when ``rows`` rows ``stride_bytes`` apart are swept again.
+    """Share of a panel's lines that miss L1 when ``rows`` rows ``stride_bytes`` apart are swept
+    again.
 
     Rows a power of two apart fall into few L1 sets; each set keeps only as many of the panel's
     lines as its ways hold, and the rest are refetched on every sweep. A row wider than a line
@@ -658,12 +781,20 @@ def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) 
     each), so the sets are counted line by line.
     """
     l1 = hw.cache(1)
-    return _set_overflow_share(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1),
-                               CONFLICT_SLACK * l1.associativity * l1.usable_fraction)
+    return _set_overflow_share(
+        stride_bytes,
+        rows,
+        row_bytes,
+        l1.line_bytes,
+        _sets(l1),
+        CONFLICT_SLACK * l1.associativity * l1.usable_fraction,
+    )
 
 
 @functools.lru_cache(maxsize=4096)
-def _set_overflow_share(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int, capacity: float) -> float:
+def _set_overflow_share(
+    stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int, capacity: float
+) -> float:
     """Share of the distinct lines of ``rows`` rows (``row_bytes`` long, ``stride_bytes`` apart,
     the first on a line boundary) beyond ``capacity`` lines in their set."""
     if rows <= 0 or row_bytes <= 0:
@@ -671,7 +802,11 @@ def _set_overflow_share(stride_bytes: int, rows: int, row_bytes: int, line: int,
     starts = np.arange(rows, dtype=np.int64) * stride_bytes
     first, last = starts // line, (starts + row_bytes - 1) // line
     span = int((last - first).max()) + 1
-    lines = np.unique((first[:, None] + np.arange(span)[None, :])[np.arange(span)[None, :] <= (last - first)[:, None]])
+    lines = np.unique(
+        (first[:, None] + np.arange(span)[None, :])[
+            np.arange(span)[None, :] <= (last - first)[:, None]
+        ]
+    )
     per_set = np.bincount(lines % sets, minlength=sets)
     return float(np.maximum(per_set - capacity, 0.0).sum() / lines.size)
 
@@ -691,6 +826,11 @@ class AnalyticalCpuModel:
         """Tier 1: from the schedules alone."""
         return [cost(s, self.hw, mix_from_schedule(s, self.hw), "estimate") for s in schedules]
 
-    def predict_batch(self, schedules: Sequence[CpuSchedule], loops: Sequence[LoopFeatures]) -> list[Prediction]:
+    def predict_batch(
+        self, schedules: Sequence[CpuSchedule], loops: Sequence[LoopFeatures]
+    ) -> list[Prediction]:
         """Tier 2: with the instruction mix read from each kernel's object code."""
-        return [cost(s, self.hw, mix_from_features(s, f, self.hw), "asm") for s, f in zip(schedules, loops)]
+        return [
+            cost(s, self.hw, mix_from_features(s, f, self.hw), "asm")
+            for s, f in zip(schedules, loops)
+        ]

@@ -15,14 +15,14 @@ Footprint extents are bounding boxes: exact when windows overlap or touch (strid
 kernel span), an upper bound when a strided access leaves gaps; ``exact_footprint_elements`` counts
 the touched points with isl for concrete tile sizes.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import islpy as isl
-
 from aotune.analysis.workload import Access, Workload
 
 
@@ -56,9 +56,13 @@ class TensorAccessInfo:
     invariant_loops: frozenset[str]  # loops whose iterations reuse the same elements
     strides: tuple[tuple[str, int], ...]  # loop -> element stride in row-major memory
     itemsize: int
-    coefficients: tuple[tuple[tuple[str, int], ...], ...] = ()  # per tensor dim: nonzero (loop, coeff)
+    coefficients: tuple[
+        tuple[tuple[str, int], ...], ...
+    ] = ()  # per tensor dim: nonzero (loop, coeff)
     offsets: tuple[int, ...] = ()  # per tensor dim: the access's constant term
-    halo: tuple[tuple[int, int], ...] = ()  # per tensor dim: (below 0, above the end) reached by the access
+    halo: tuple[
+        tuple[int, int], ...
+    ] = ()  # per tensor dim: (below 0, above the end) reached by the access
 
     @property
     def reads_outside(self) -> bool:
@@ -71,7 +75,9 @@ class TensorAccessInfo:
 
     def footprint_text(self) -> str:
         """The tile footprint as a product of per-dim extents in the tile sizes ``T_loop``."""
-        return " x ".join(f"({e})" if len(e.terms) > 1 or (e.terms and e.const) else str(e) for e in self.extents)
+        return " x ".join(
+            f"({e})" if len(e.terms) > 1 or (e.terms and e.const) else str(e) for e in self.extents
+        )
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,9 @@ class AccessInfo:
         tile = isl.Set(f"{{ S[{', '.join(self.loop_names)}] : {box} }}")
         return int(tile.apply(isl.Map(t.access_map)).count_val().to_python())
 
-    def footprint_bytes(self, tiles: Mapping[str, int], tensors: tuple[str, ...] | None = None) -> int:
+    def footprint_bytes(
+        self, tiles: Mapping[str, int], tensors: tuple[str, ...] | None = None
+    ) -> int:
         """Bytes touched by a tile, summed over ``tensors`` (default: all)."""
         names = tensors if tensors is not None else tuple(t.tensor for t in self.tensors)
         return sum(self.footprint_elements(n, tiles) * self.tensor(n).itemsize for n in names)
@@ -148,14 +156,21 @@ def _coefficients(access_map: isl.Map, n_loops: int) -> list[list[int]]:
     out = []
     for d in range(ma.dim(isl.dim_type.out)):
         aff = ma.get_at(d)
-        out.append([int(aff.get_coefficient_val(isl.dim_type.in_, l).to_python()) for l in range(n_loops)])
+        out.append(
+            [
+                int(aff.get_coefficient_val(isl.dim_type.in_, li).to_python())
+                for li in range(n_loops)
+            ]
+        )
     return out
 
 
 def _offsets(access_map: isl.Map) -> tuple[int, ...]:
     """The constant term of each tensor dim's affine index."""
     ma = isl.PwMultiAff.from_map(access_map).as_multi_aff()
-    return tuple(int(ma.get_at(d).get_constant_val().to_python()) for d in range(ma.dim(isl.dim_type.out)))
+    return tuple(
+        int(ma.get_at(d).get_constant_val().to_python()) for d in range(ma.dim(isl.dim_type.out))
+    )
 
 
 def analyze(w: Workload) -> AccessInfo:
@@ -168,7 +183,11 @@ def analyze(w: Workload) -> AccessInfo:
     for acc, is_output in accesses:
         amap_str = _access_str(w, acc)
         amap = isl.Map(amap_str)
-        image = box.apply(amap.move_dims(isl.dim_type.param, 0, isl.dim_type.param, 0, 0).align_params(box.get_space()))
+        image = box.apply(
+            amap.move_dims(isl.dim_type.param, 0, isl.dim_type.param, 0, 0).align_params(
+                box.get_space()
+            )
+        )
         extents = []
         for d in range(image.dim(isl.dim_type.set)):
             hi = _linear_form(_single_aff(image.dim_max(d)))
@@ -176,23 +195,47 @@ def analyze(w: Workload) -> AccessInfo:
             terms = dict(hi.terms)
             for n, c in lo.terms:
                 terms[n] = terms.get(n, 0) - c
-            extents.append(LinearForm(tuple((n, c) for n, c in terms.items() if c), hi.const - lo.const + 1))
+            extents.append(
+                LinearForm(tuple((n, c) for n, c in terms.items() if c), hi.const - lo.const + 1)
+            )
         coeff = _coefficients(amap, len(loop_names))
         tensor = w.tensor(acc.tensor)
-        row_strides = [math.prod(tensor.shape[d + 1:]) for d in range(len(tensor.shape))]
-        strides = tuple((name, sum(coeff[d][l] * row_strides[d] for d in range(len(coeff))))
-                        for l, name in enumerate(loop_names))
-        invariant = frozenset(name for l, name in enumerate(loop_names) if all(coeff[d][l] == 0 for d in range(len(coeff))))
-        per_dim = tuple(tuple((name, coeff[d][l]) for l, name in enumerate(loop_names) if coeff[d][l])
-                        for d in range(len(coeff)))
+        row_strides = [math.prod(tensor.shape[d + 1 :]) for d in range(len(tensor.shape))]
+        strides = tuple(
+            (name, sum(coeff[d][li] * row_strides[d] for d in range(len(coeff))))
+            for li, name in enumerate(loop_names)
+        )
+        invariant = frozenset(
+            name
+            for li, name in enumerate(loop_names)
+            if all(coeff[d][li] == 0 for d in range(len(coeff)))
+        )
+        per_dim = tuple(
+            tuple((name, coeff[d][li]) for li, name in enumerate(loop_names) if coeff[d][li])
+            for d in range(len(coeff))
+        )
         reach = isl.Set(domain).apply(amap)
         halo = []
         for d, size in enumerate(tensor.shape):
             lo = int(_single_aff(reach.dim_min(d)).get_constant_val().to_python())
             hi = int(_single_aff(reach.dim_max(d)).get_constant_val().to_python())
             halo.append((max(0, -lo), max(0, hi - (size - 1))))
-        infos.append(TensorAccessInfo(acc.tensor, is_output, amap_str, tuple(extents), invariant, strides,
-                                      tensor.itemsize, per_dim, _offsets(amap), tuple(halo)))
+        infos.append(
+            TensorAccessInfo(
+                acc.tensor,
+                is_output,
+                amap_str,
+                tuple(extents),
+                invariant,
+                strides,
+                tensor.itemsize,
+                per_dim,
+                _offsets(amap),
+                tuple(halo),
+            )
+        )
     out_info = infos[0]
-    carried = frozenset(lp.name for lp in w.loops if lp.kind == "reduction" and lp.name in out_info.invariant_loops)
+    carried = frozenset(
+        lp.name for lp in w.loops if lp.kind == "reduction" and lp.name in out_info.invariant_loops
+    )
     return AccessInfo(domain, tuple(infos), carried, tuple(loop_names))

@@ -5,12 +5,14 @@
 and grouped channels ``g*Cg + c``. Reads outside an input's bounds are zeros (zero padding).
 Roadmap: pooling and other non-contraction statements would add a reduction operator field.
 """
+
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Mapping
+from typing import Literal
 
 from aotune.errors import WorkloadError
 
@@ -95,7 +97,10 @@ class Epilogue:
 
     def __post_init__(self) -> None:
         if self.activation not in ACTIVATIONS:
-            raise WorkloadError(f"activation {self.activation!r} is not supported; use one of {', '.join(ACTIVATIONS)}")
+            raise WorkloadError(
+                f"activation {self.activation!r} is not supported; "
+                f"use one of {', '.join(ACTIVATIONS)}"
+            )
 
     @property
     def active(self) -> bool:
@@ -103,7 +108,9 @@ class Epilogue:
         return self.bias or self.activation != "none"
 
     def __str__(self) -> str:
-        parts = (["+ bias"] if self.bias else []) + ([self.activation] if self.activation != "none" else [])
+        parts = (["+ bias"] if self.bias else []) + (
+            [self.activation] if self.activation != "none" else []
+        )
         return " then ".join(parts)
 
 
@@ -168,8 +175,10 @@ class Workload:
         tail = f", then {self.epilogue}" if self.epilogue.active else ""
         if self.conv:
             c = self.conv
-            tail += (f" ({c.layout}, stride {c.stride}, pad {c.pad}, dilation {c.dilation}, groups {c.groups}; "
-                     f"reads outside X are 0)")
+            tail += (
+                f" ({c.layout}, stride {c.stride}, pad {c.pad}, dilation {c.dilation}, "
+                f"groups {c.groups}; reads outside X are 0)"
+            )
         return f"{self.op} {sizes} {self.dtype}: {self.statement}{tail}"
 
     def einsum_spec(self) -> str:
@@ -180,7 +189,9 @@ class Workload:
             out = []
             for idx in acc.indices:
                 if len(idx.terms) != 1 or idx.terms[0][1] != 1 or idx.const:
-                    raise WorkloadError(f"{self.op}: access {acc} is not a plain index; no einsum form")
+                    raise WorkloadError(
+                        f"{self.op}: access {acc} is not a plain index; no einsum form"
+                    )
                 out.append(letters[idx.terms[0][0]])
             return "".join(out)
 
@@ -192,16 +203,24 @@ def check_extent(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise WorkloadError(f"dimension {name} must be a positive integer, got {value!r}")
     if value <= 0:
-        raise WorkloadError(f"dimension {name} must be a positive integer, got {value}; every size must be >= 1")
+        raise WorkloadError(
+            f"dimension {name} must be a positive integer, got {value}; every size must be >= 1"
+        )
     return value
 
 
 _EINSUM = re.compile(r"^\s*([a-zA-Z]+)\s*,\s*([a-zA-Z]+)\s*->\s*([a-zA-Z]*)\s*$")
 
 
-def einsum(spec: str, dims: Mapping[str, int], *, op: str = "einsum",
-           names: tuple[str, str, str] = ("A", "B", "C"), shape: tuple[tuple[str, int], ...] | None = None,
-           dtype: str = "float32") -> Workload:
+def einsum(
+    spec: str,
+    dims: Mapping[str, int],
+    *,
+    op: str = "einsum",
+    names: tuple[str, str, str] = ("A", "B", "C"),
+    shape: tuple[tuple[str, int], ...] | None = None,
+    dtype: str = "float32",
+) -> Workload:
     """A two-input contraction such as ``"mk,kn->mn"``: one loop per index letter.
 
     Letters of the output are spatial loops, the others are reductions. Loop order follows first
@@ -215,7 +234,9 @@ def einsum(spec: str, dims: Mapping[str, int], *, op: str = "einsum",
     in0, in1, out = m.groups()
     for part in (in0, in1, out):
         if len(set(part)) != len(part):
-            raise WorkloadError(f"einsum spec {spec!r}: an index repeats within one operand ({part!r})")
+            raise WorkloadError(
+                f"einsum spec {spec!r}: an index repeats within one operand ({part!r})"
+            )
     for ch in out:
         if ch not in in0 and ch not in in1:
             raise WorkloadError(f"einsum spec {spec!r}: output index {ch!r} appears in no input")
@@ -225,12 +246,16 @@ def einsum(spec: str, dims: Mapping[str, int], *, op: str = "einsum",
             order.append(ch)
     for ch in order:
         if ch not in dims:
-            raise WorkloadError(f"einsum spec {spec!r}: index {ch!r} has no size; add {ch}=N to the dims")
+            raise WorkloadError(
+                f"einsum spec {spec!r}: index {ch!r} has no size; add {ch}=N to the dims"
+            )
         check_extent(ch, dims[ch])
     unused = sorted(set(dims) - set(order))
     if unused:
-        raise WorkloadError(f"einsum spec {spec!r}: dims give {', '.join(unused)}, which the spec does not use; "
-                            f"drop {'them' if len(unused) > 1 else 'it'} or fix the spec")
+        raise WorkloadError(
+            f"einsum spec {spec!r}: dims give {', '.join(unused)}, which the spec does not use; "
+            f"drop {'them' if len(unused) > 1 else 'it'} or fix the spec"
+        )
     loops = tuple(Loop(ch, dims[ch], "spatial" if ch in out else "reduction") for ch in order)
 
     def access(tname: str, idx: str) -> Access:
@@ -250,22 +275,36 @@ def matmul(M: int, N: int, K: int, dtype: str = "float32") -> Workload:
     """``C[m, n] += A[m, k] * B[k, n]`` with A: MxK, B: KxN, C: MxN (row-major)."""
     for name, v in (("M", M), ("N", N), ("K", K)):
         check_extent(name, v)
-    return einsum("mk,kn->mn", {"m": M, "n": N, "k": K}, op="matmul",
-                  shape=(("M", M), ("N", N), ("K", K)), dtype=dtype)
+    return einsum(
+        "mk,kn->mn",
+        {"m": M, "n": N, "k": K},
+        op="matmul",
+        shape=(("M", M), ("N", N), ("K", K)),
+        dtype=dtype,
+    )
 
 
 def batch_matmul(B: int, M: int, N: int, K: int, dtype: str = "float32") -> Workload:
     """``C[b, m, n] += A[b, m, k] * B[b, k, n]``: B independent matmuls."""
     for name, v in (("B", B), ("M", M), ("N", N), ("K", K)):
         check_extent(name, v)
-    return einsum("bmk,bkn->bmn", {"b": B, "m": M, "n": N, "k": K}, op="batch_matmul",
-                  shape=(("B", B), ("M", M), ("N", N), ("K", K)), dtype=dtype)
+    return einsum(
+        "bmk,bkn->bmn",
+        {"b": B, "m": M, "n": N, "k": K},
+        op="batch_matmul",
+        shape=(("B", B), ("M", M), ("N", N), ("K", K)),
+        dtype=dtype,
+    )
 
 
-def dense(M: int, N: int, K: int, bias: bool = False, activation: str = "none", dtype: str = "float32") -> Workload:
+def dense(
+    M: int, N: int, K: int, bias: bool = False, activation: str = "none", dtype: str = "float32"
+) -> Workload:
     """A matmul with a fused epilogue: ``C = act(A @ B + bias)``, bias of length N."""
     w = matmul(M, N, K, dtype)
-    return Workload("dense", w.loops, w.tensors, w.statement, w.shape, dtype, Epilogue(bias, activation))
+    return Workload(
+        "dense", w.loops, w.tensors, w.statement, w.shape, dtype, Epilogue(bias, activation)
+    )
 
 
 def _conv_param(name: str, value: object, minimum: int, rule: str) -> int:
@@ -274,9 +313,23 @@ def _conv_param(name: str, value: object, minimum: int, rule: str) -> int:
     return value
 
 
-def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: int = 1, pad: int = 0,
-           dilation: int = 1, groups: int = 1, layout: str = "NCHW", op: str = "conv2d",
-           dtype: str = "float32") -> Workload:
+def conv2d(
+    N: int,
+    C: int,
+    H: int,
+    W: int,
+    K: int,
+    R: int,
+    S: int,
+    *,
+    stride: int = 1,
+    pad: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    layout: str = "NCHW",
+    op: str = "conv2d",
+    dtype: str = "float32",
+) -> Workload:
     """A direct 2-D convolution ``Y = conv(X, W)`` with zero padding.
 
     NCHW: X (N,C,H,W), weights (K, C/groups, R, S), Y (N,K,OH,OW). NHWC: X (N,H,W,C), weights
@@ -290,17 +343,23 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: in
     pad = _conv_param("pad", pad, 0, "zeros added on each side of H and W")
     groups = _conv_param("groups", groups, 1, "channel groups")
     if layout not in LAYOUTS:
-        raise WorkloadError(f"layout {layout!r} is not supported; use one of {', '.join(LAYOUTS)} "
-                            f"(input, weights and output all follow it)")
+        raise WorkloadError(
+            f"layout {layout!r} is not supported; use one of {', '.join(LAYOUTS)} "
+            f"(input, weights and output all follow it)"
+        )
     for name, ch in (("C", C), ("K", K)):
         if ch % groups:
-            raise WorkloadError(f"groups={groups} does not divide {name}={ch}; channels split evenly into groups, "
-                                f"so pick groups dividing both C={C} and K={K}")
+            raise WorkloadError(
+                f"groups={groups} does not divide {name}={ch}; channels split evenly into groups, "
+                f"so pick groups dividing both C={C} and K={K}"
+            )
     for axis, size, kname, kernel in (("H", H, "R", R), ("W", W, "S", S)):
         span = dilation * (kernel - 1) + 1
         if span > size + 2 * pad:
-            raise WorkloadError(f"kernel {kname}={kernel} (dilated span {span}) is larger than the padded input "
-                                f"{axis}+2*pad={size + 2 * pad}; use a smaller kernel or dilation, or more padding")
+            raise WorkloadError(
+                f"kernel {kname}={kernel} (dilated span {span}) is larger than the padded input "
+                f"{axis}+2*pad={size + 2 * pad}; use a smaller kernel or dilation, or more padding"
+            )
     cp = ConvParams(stride, pad, dilation, groups, layout)
     OH, OW = cp.out_size(H, R), cp.out_size(W, S)
     Cg, Kg = C // groups, K // groups
@@ -316,7 +375,10 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: in
     sp = {"n": N, "g": groups, "oh": OH, "ow": OW, "ko": Kg}
     red = {"r": R, "s": S, "c": Cg}
     if layout == "NHWC":
-        spatial, reduction = ("n", "g", "oh", "ow", "ko"), ("r", "s", "c")  # c innermost: contiguous in X
+        spatial, reduction = (
+            ("n", "g", "oh", "ow", "ko"),
+            ("r", "s", "c"),
+        )  # c innermost: contiguous in X
         x = Access("X", (ix("n"), h, w, ci))
         wt = Access("Wt", (ix("r"), ix("s"), ix("c"), ko))
         y = Access("Y", (ix("n"), ix("oh"), ix("ow"), ko))
@@ -328,18 +390,50 @@ def conv2d(N: int, C: int, H: int, W: int, K: int, R: int, S: int, *, stride: in
         y = Access("Y", (ix("n"), ko, ix("oh"), ix("ow")))
         shapes = ((N, C, H, W), (K, Cg, R, S), (N, K, OH, OW))
     spatial = tuple(n for n in spatial if n != "g" or groups > 1)
-    loops = tuple(Loop(n, sp[n], "spatial") for n in spatial) + tuple(Loop(n, red[n], "reduction") for n in reduction)
+    loops = tuple(Loop(n, sp[n], "spatial") for n in spatial) + tuple(
+        Loop(n, red[n], "reduction") for n in reduction
+    )
     tensors = tuple(Tensor(name, shape, dtype) for name, shape in zip(("X", "Wt", "Y"), shapes))
-    shape = (("N", N), ("C", C), ("H", H), ("W", W)) + ((("K", K),) if op == "conv2d" else ()) + (("R", R), ("S", S))
+    shape = (
+        (("N", N), ("C", C), ("H", H), ("W", W))
+        + ((("K", K),) if op == "conv2d" else ())
+        + (("R", R), ("S", S))
+    )
     return Workload(op, loops, tensors, Statement(y, (x, wt)), shape, dtype, conv=cp)
 
 
-def depthwise_conv2d(N: int, C: int, H: int, W: int, R: int, S: int, *, stride: int = 1, pad: int = 0,
-                     dilation: int = 1, layout: str = "NCHW", dtype: str = "float32") -> Workload:
+def depthwise_conv2d(
+    N: int,
+    C: int,
+    H: int,
+    W: int,
+    R: int,
+    S: int,
+    *,
+    stride: int = 1,
+    pad: int = 0,
+    dilation: int = 1,
+    layout: str = "NCHW",
+    dtype: str = "float32",
+) -> Workload:
     """A depthwise convolution: one R x S filter per channel (conv2d with groups = K = C)."""
     check_extent("C", C)
-    return conv2d(N, C, H, W, C, R, S, stride=stride, pad=pad, dilation=dilation, groups=C, layout=layout,
-                  op="depthwise_conv2d", dtype=dtype)
+    return conv2d(
+        N,
+        C,
+        H,
+        W,
+        C,
+        R,
+        S,
+        stride=stride,
+        pad=pad,
+        dilation=dilation,
+        groups=C,
+        layout=layout,
+        op="depthwise_conv2d",
+        dtype=dtype,
+    )
 
 
 # op -> (shape pattern shown to users, size names in order)
@@ -351,8 +445,13 @@ OPERATORS = {
     "depthwise_conv2d": ("N,C,H,W,R,S", ("N", "C", "H", "W", "R", "S")),
     "einsum": ("--dims a=N,b=N,...", ()),
 }
-DEFAULT_SHAPES = {"matmul": "1024x1024x1024", "batch_matmul": "8x256x256x256", "dense": "128x3072x768",
-                  "conv2d": "1,64,56,56,64,3,3", "depthwise_conv2d": "1,32,112,112,3,3"}
+DEFAULT_SHAPES = {
+    "matmul": "1024x1024x1024",
+    "batch_matmul": "8x256x256x256",
+    "dense": "128x3072x768",
+    "conv2d": "1,64,56,56,64,3,3",
+    "depthwise_conv2d": "1,32,112,112,3,3",
+}
 CONV_OPS = ("conv2d", "depthwise_conv2d")
 
 
@@ -360,18 +459,25 @@ def parse_shape(text: str, names: tuple[str, ...]) -> dict[str, int]:
     """``"512x2048x256"`` -> {"M": 512, ...}; errors say which part is wrong."""
     parts = [p.strip() for p in text.lower().replace(",", "x").split("x")]
     sep = "," if len(names) > 4 else "x"
-    example = "x".join(str(v) for v in (8, 512, 512, 512)[-len(names):]) if len(names) <= 4 else \
-        ",".join(str(v) for v in (1, 64, 56, 56, 64, 3, 3)[:len(names) - 2] + (3, 3))
+    example = (
+        "x".join(str(v) for v in (8, 512, 512, 512)[-len(names) :])
+        if len(names) <= 4
+        else ",".join(str(v) for v in (1, 64, 56, 56, 64, 3, 3)[: len(names) - 2] + (3, 3))
+    )
     if len(parts) != len(names):
         raise WorkloadError(
-            f"shape {text!r} has {len(parts)} sizes, expected {len(names)} ({sep.join(names)}), e.g. {example}")
+            f"shape {text!r} has {len(parts)} sizes, expected {len(names)} ({sep.join(names)}), "
+            f"e.g. {example}"
+        )
     sizes = {}
     for name, part in zip(names, parts):
         try:
             value = int(part)
         except ValueError:
-            raise WorkloadError(f"shape {text!r}: {name}={part!r} is not an integer; write it as {sep.join(names)}, "
-                                f"e.g. {example}") from None
+            raise WorkloadError(
+                f"shape {text!r}: {name}={part!r} is not an integer; "
+                f"write it as {sep.join(names)}, e.g. {example}"
+            ) from None
         sizes[name] = check_extent(name, value)
     return sizes
 
@@ -383,21 +489,35 @@ def parse_dims(text: str) -> dict[str, int]:
         name, eq, value = item.partition("=")
         name = name.strip()
         if not eq or not re.fullmatch(r"[a-zA-Z]", name):
-            raise WorkloadError(f"--dims entry {item!r} is not of the form letter=size, e.g. b=8,i=256")
+            raise WorkloadError(
+                f"--dims entry {item!r} is not of the form letter=size, e.g. b=8,i=256"
+            )
         try:
             size = int(value)
         except ValueError:
-            raise WorkloadError(f"--dims entry {item!r}: size {value.strip()!r} is not an integer") from None
+            raise WorkloadError(
+                f"--dims entry {item!r}: size {value.strip()!r} is not an integer"
+            ) from None
         if name in dims:
             raise WorkloadError(f"--dims gives index {name!r} twice")
         dims[name] = check_extent(name, size)
     return dims
 
 
-def build_workload(op: str, shape: str | None, *, spec: str | None = None, dims: str | None = None,
-                   bias: bool = False, activation: str = "none", stride: int | None = None,
-                   pad: int | None = None, dilation: int | None = None, groups: int | None = None,
-                   layout: str | None = None) -> Workload:
+def build_workload(
+    op: str,
+    shape: str | None,
+    *,
+    spec: str | None = None,
+    dims: str | None = None,
+    bias: bool = False,
+    activation: str = "none",
+    stride: int | None = None,
+    pad: int | None = None,
+    dilation: int | None = None,
+    groups: int | None = None,
+    layout: str | None = None,
+) -> Workload:
     """A named operator from CLI-style arguments (the CLI's entry point).
 
     Convolution parameters left as None take their defaults (stride 1, pad 0, dilation 1, groups 1,
@@ -406,19 +526,30 @@ def build_workload(op: str, shape: str | None, *, spec: str | None = None, dims:
     if op not in OPERATORS:
         raise WorkloadError(f"unknown operator {op!r}; known: {', '.join(OPERATORS)}")
     if (bias or activation != "none") and op != "dense":
-        raise WorkloadError(f"--bias/--activation apply to dense, not {op}; use 'aotune tune dense ...'")
-    conv_args = {"stride": stride, "pad": pad, "dilation": dilation, "groups": groups,
-                 "layout": layout.upper() if layout is not None else None}
+        raise WorkloadError(
+            f"--bias/--activation apply to dense, not {op}; use 'aotune tune dense ...'"
+        )
+    conv_args = {
+        "stride": stride,
+        "pad": pad,
+        "dilation": dilation,
+        "groups": groups,
+        "layout": layout.upper() if layout is not None else None,
+    }
     given = [f"--{k}" for k, v in conv_args.items() if v is not None]
     if given and op not in CONV_OPS:
         raise WorkloadError(f"{'/'.join(given)} apply to conv2d and depthwise_conv2d, not {op}")
     if groups is not None and op == "depthwise_conv2d":
-        raise WorkloadError("depthwise_conv2d has one group per channel; drop --groups "
-                            "(or use conv2d --groups G for grouped convolution)")
+        raise WorkloadError(
+            "depthwise_conv2d has one group per channel; drop --groups "
+            "(or use conv2d --groups G for grouped convolution)"
+        )
     if op == "einsum":
         if not spec or not dims:
-            raise WorkloadError('einsum needs a spec and sizes, e.g. aotune tune einsum "bij,bjk->bik" '
-                                '--dims b=8,i=256,j=256,k=256')
+            raise WorkloadError(
+                'einsum needs a spec and sizes, e.g. aotune tune einsum "bij,bjk->bik" '
+                "--dims b=8,i=256,j=256,k=256"
+            )
         if shape:
             raise WorkloadError("einsum takes its sizes from --dims, not --shape")
         return einsum(spec, parse_dims(dims))

@@ -4,21 +4,28 @@ Accuracy is measured the way the field measures it (TenSet/TLP): sample N valid 
 all of them, then Spearman and Kendall correlation of predicted vs measured time, and top-k score =
 best measured among all sampled / best measured among the model's top k picks.
 """
+
 from __future__ import annotations
 
 import math
 import os
 import platform
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import LAYOUTS, Workload, conv2d, dense, depthwise_conv2d, matmul
 from aotune.codegen.compile import Kernel, compile_kernel
-from aotune.codegen.runner import HostKernel, aligned_copy, check_against_numpy, random_operands, time_side_by_side
+from aotune.codegen.runner import (
+    HostKernel,
+    aligned_copy,
+    check_against_numpy,
+    random_operands,
+    time_side_by_side,
+)
 from aotune.codegen.schedule import schedule_from_config
 from aotune.codegen.workers import workers
 from aotune.constraints.cpu import build_cpu_space
@@ -57,7 +64,7 @@ def kendall(x: np.ndarray, y: np.ndarray) -> float:
     n = len(x)
     conc = disc = tx = ty = 0
     for i in range(n):
-        dx, dy = np.sign(x[i + 1:] - x[i]), np.sign(y[i + 1:] - y[i])
+        dx, dy = np.sign(x[i + 1 :] - x[i]), np.sign(y[i + 1 :] - y[i])
         prod = dx * dy
         conc += int((prod > 0).sum())
         disc += int((prod < 0).sum())
@@ -101,26 +108,44 @@ FINALIST_ROUNDS = 6
 FINALIST_SECONDS = 10.0
 
 
-def _timed(runs: list[Callable[[], object]], min_rounds: int, until_seconds: float = 0.0,
-           max_rounds: int = ACCURACY_MAX_ROUNDS) -> tuple[list[float], int]:
+def _timed(
+    runs: list[Callable[[], object]],
+    min_rounds: int,
+    until_seconds: float = 0.0,
+    max_rounds: int = ACCURACY_MAX_ROUNDS,
+) -> tuple[list[float], int]:
     """Each function's seconds, the median of its fastest round (a warm-up and >= 5 runs each), and
     the number of rounds: at least ``min_rounds``, then more while fewer than ``until_seconds``
     have passed, up to ``max_rounds``. Every round times all functions, interleaved."""
     start = time.perf_counter()
     best = [math.inf] * len(runs)
     rounds = 0
-    while rounds < min_rounds or (time.perf_counter() - start < until_seconds and rounds < max_rounds):
-        timed = time_side_by_side(runs, min_runs=5, min_seconds=ACCURACY_ROUND_SECONDS, rounds=1,
-                                  warmup_seconds=ACCURACY_WARMUP_SECONDS)
+    while rounds < min_rounds or (
+        time.perf_counter() - start < until_seconds and rounds < max_rounds
+    ):
+        timed = time_side_by_side(
+            runs,
+            min_runs=5,
+            min_seconds=ACCURACY_ROUND_SECONDS,
+            rounds=1,
+            warmup_seconds=ACCURACY_WARMUP_SECONDS,
+        )
         best = [min(b, seconds) for b, (seconds, _, _) in zip(best, timed)]
         rounds += 1
     return best, rounds
 
 
-def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log: Log = None,
-                   sweep_seconds: float = ACCURACY_SWEEP_SECONDS,
-                   finalist_seconds: float = FINALIST_SECONDS) -> dict[str, Any]:
-    """Sample valid configs, predict each from its assembly, measure each; correlation and top-k scores.
+def model_accuracy(
+    w: Workload,
+    hw: HwSpec,
+    samples: int,
+    seed: int = 2026,
+    log: Log = None,
+    sweep_seconds: float = ACCURACY_SWEEP_SECONDS,
+    finalist_seconds: float = FINALIST_SECONDS,
+) -> dict[str, Any]:
+    """Sample valid configs, predict each from its assembly, measure each; correlation and top-k
+    scores.
 
     Each config is checked against numpy once, then all are timed in interleaved rounds (each a
     warm-up and the median of >= 5 runs): at least ``ACCURACY_ROUNDS``, and more until
@@ -140,7 +165,7 @@ def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log:
     for cfg in space.sample(samples, seed=seed):
         sched = schedule_from_config(space, cfg)
         kernel = compile_kernel(sched, hw)
-        pred, = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
+        (pred,) = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
         predicted.append(pred.seconds)
         host = HostKernel(kernel, hw)
         correct, _, _ = check_against_numpy(host, a, b, bias)
@@ -155,10 +180,17 @@ def model_accuracy(w: Workload, hw: HwSpec, samples: int, seed: int = 2026, log:
     final, finalist_rounds = _timed([runs[i] for i in finalists], FINALIST_ROUNDS, finalist_seconds)
     t[finalists] = np.minimum(t[finalists], final)
     handoff.append(_handoff_ns(hw))
-    return {"n": len(p), "spearman": spearman(p, t), "kendall": kendall(p, t), "top1": topk_score(p, t, 1),
-            "top5": topk_score(p, t, 5), "incorrect": incorrect, "best_sampled_gflops": w.flops / t.min() / 1e9,
-            "core_to_core_ns": [h for h in handoff if h is not None],
-            "rounds": {"sweep": sweep_rounds, "finalists": finalist_rounds}}
+    return {
+        "n": len(p),
+        "spearman": spearman(p, t),
+        "kendall": kendall(p, t),
+        "top1": topk_score(p, t, 1),
+        "top5": topk_score(p, t, 5),
+        "incorrect": incorrect,
+        "best_sampled_gflops": w.flops / t.min() / 1e9,
+        "core_to_core_ns": [h for h in handoff if h is not None],
+        "rounds": {"sweep": sweep_rounds, "finalists": finalist_rounds},
+    }
 
 
 def _handoff_ns(hw: HwSpec) -> float | None:
@@ -189,18 +221,35 @@ def _resnet(C: int, HW: int, K: int, R: int, pad: int) -> Callable[[str], Worklo
 
 # The operator rows (issue 3): ResNet-50's convolution shapes in both layouts, a MobileNet-style
 # depthwise 3x3, and BERT's feed-forward dense with its bias + gelu epilogue.
-RESNET = (("56x56x64->64 3x3 p1", _resnet(64, 56, 64, 3, 1)), ("56x56x64->256 1x1", _resnet(64, 56, 256, 1, 0)),
-          ("28x28x128->128 3x3 p1", _resnet(128, 28, 128, 3, 1)), ("14x14x256->256 3x3 p1", _resnet(256, 14, 256, 3, 1)),
-          ("7x7x512->512 3x3 p1", _resnet(512, 7, 512, 3, 1)))
-OPERATORS_FULL = tuple((f"conv2d {name} {layout}", make(layout)) for name, make in RESNET for layout in LAYOUTS) + tuple(
-    (f"depthwise 112x112x32 3x3 p1 {layout}", depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout=layout))
-    for layout in LAYOUTS) + (("dense 128x768->3072 +bias gelu", dense(128, 3072, 768, True, "gelu")),)
+RESNET = (
+    ("56x56x64->64 3x3 p1", _resnet(64, 56, 64, 3, 1)),
+    ("56x56x64->256 1x1", _resnet(64, 56, 256, 1, 0)),
+    ("28x28x128->128 3x3 p1", _resnet(128, 28, 128, 3, 1)),
+    ("14x14x256->256 3x3 p1", _resnet(256, 14, 256, 3, 1)),
+    ("7x7x512->512 3x3 p1", _resnet(512, 7, 512, 3, 1)),
+)
+OPERATORS_FULL = (
+    tuple((f"conv2d {name} {layout}", make(layout)) for name, make in RESNET for layout in LAYOUTS)
+    + tuple(
+        (
+            f"depthwise 112x112x32 3x3 p1 {layout}",
+            depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout=layout),
+        )
+        for layout in LAYOUTS
+    )
+    + (("dense 128x768->3072 +bias gelu", dense(128, 3072, 768, True, "gelu")),)
+)
 OPERATORS_QUICK = (("conv2d 56x56x64->64 3x3 p1 NHWC", _resnet(64, 56, 64, 3, 1)("NHWC")),)
 
 
-def bench_row(name: str, w: Workload, hw: HwSpec, samples: int, log: Log = None,
-              timing_seconds: tuple[float, float] = (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS),
-              ) -> tuple[dict[str, Any], Verified | None]:
+def bench_row(
+    name: str,
+    w: Workload,
+    hw: HwSpec,
+    samples: int,
+    log: Log = None,
+    timing_seconds: tuple[float, float] = (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS),
+) -> tuple[dict[str, Any], Verified | None]:
     """Tune ``w`` (no measurement), verify the top-k against numpy, then measure the model's
     accuracy, its sweep and finalist rounds going on for ``timing_seconds``: (the row, the chosen
     kernel's final check)."""
@@ -212,13 +261,20 @@ def bench_row(name: str, w: Workload, hw: HwSpec, samples: int, log: Log = None,
     if log:
         log(f"[bench] {name}: measuring {samples} sampled configs for model accuracy")
     t0 = time.perf_counter()
-    acc = model_accuracy(w, hw, samples, log=log, sweep_seconds=timing_seconds[0], finalist_seconds=timing_seconds[1])
+    acc = model_accuracy(
+        w, hw, samples, log=log, sweep_seconds=timing_seconds[0], finalist_seconds=timing_seconds[1]
+    )
     return {
-        "workload": name, "gflops": pick.gflops if pick else 0.0, "numpy_gflops": numpy_gflops,
-        "ratio": (pick.gflops / numpy_gflops) if pick else 0.0, "search_seconds": result.search_seconds,
-        "measurements": result.measurements, "all_correct": all(v.measurement.correct for v in verified),
+        "workload": name,
+        "gflops": pick.gflops if pick else 0.0,
+        "numpy_gflops": numpy_gflops,
+        "ratio": (pick.gflops / numpy_gflops) if pick else 0.0,
+        "search_seconds": result.search_seconds,
+        "measurements": result.measurements,
+        "all_correct": all(v.measurement.correct for v in verified),
         "chosen_config": result.space.describe_config(pick.candidate.config) if pick else None,
-        "accuracy": acc, "accuracy_seconds": time.perf_counter() - t0,
+        "accuracy": acc,
+        "accuracy_seconds": time.perf_counter() - t0,
     }, pick
 
 
@@ -229,8 +285,12 @@ EFFICIENCY_ROUNDS = 6
 EFFICIENCY_SECONDS = 2.4
 
 
-def gflops_side_by_side(kernels: list[Kernel], hw: HwSpec, rounds: int = EFFICIENCY_ROUNDS,
-                        min_seconds: float = EFFICIENCY_SECONDS) -> list[float]:
+def gflops_side_by_side(
+    kernels: list[Kernel],
+    hw: HwSpec,
+    rounds: int = EFFICIENCY_ROUNDS,
+    min_seconds: float = EFFICIENCY_SECONDS,
+) -> list[float]:
     """GFLOP/s of each kernel on its own random inputs, all timed in the same interleaved rounds, so
     a ratio between them is not a comparison of two moments of a shared machine."""
     runs = [HostKernel(kernel, hw).call_on(*random_operands(kernel.schedule)) for kernel in kernels]
@@ -253,12 +313,12 @@ def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) 
     samples = samples if samples is not None else (QUICK_SAMPLES if quick else FULL_SAMPLES)
     timing = (0.0, 0.0) if quick else (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS)
     rows, reference = [], None
-    for M, N, K in (QUICK if quick else FULL):
+    for M, N, K in QUICK if quick else FULL:
         row, pick = bench_row(f"matmul {M}x{N}x{K}", matmul(M, N, K), hw, samples, log, timing)
         rows.append(row)
         if (M, N, K) == (1024, 1024, 1024) and pick is not None:
             reference = pick.candidate.kernel
-    for name, w in (OPERATORS_QUICK if quick else OPERATORS_FULL):
+    for name, w in OPERATORS_QUICK if quick else OPERATORS_FULL:
         row, pick = bench_row(name, w, hw, samples, log, timing)
         if reference is not None and pick is not None:
             op_gflops, ref_gflops = gflops_side_by_side([pick.candidate.kernel, reference], hw)
@@ -273,15 +333,38 @@ def print_table(result: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"aotune bench on {result['machine']}")
-    for col in ("workload", "GFLOP/s", "numpy", "ratio", "vs 1024³", "search s", "runs in search", "n", "Spearman",
-                "Kendall", "top-1", "top-5", "core-to-core ns"):
+    for col in (
+        "workload",
+        "GFLOP/s",
+        "numpy",
+        "ratio",
+        "vs 1024³",
+        "search s",
+        "runs in search",
+        "n",
+        "Spearman",
+        "Kendall",
+        "top-1",
+        "top-5",
+        "core-to-core ns",
+    ):
         table.add_column(col)
     for r in result["rows"]:
         a = r["accuracy"]
         eff = r.get("efficiency_vs_matmul_1024")
-        table.add_row(r["workload"], f"{r['gflops']:.1f}", f"{r['numpy_gflops']:.1f}", f"{r['ratio']:.2f}",
-                      f"{eff:.2f}" if eff is not None else "-",
-                      f"{r['search_seconds']:.1f}", str(r["measurements"]), str(a["n"]), f"{a['spearman']:.2f}",
-                      f"{a['kendall']:.2f}", f"{a['top1']:.2f}", f"{a['top5']:.2f}",
-                      " ".join(f"{ns:.0f}" for ns in a.get("core_to_core_ns", [])) or "-")
+        table.add_row(
+            r["workload"],
+            f"{r['gflops']:.1f}",
+            f"{r['numpy_gflops']:.1f}",
+            f"{r['ratio']:.2f}",
+            f"{eff:.2f}" if eff is not None else "-",
+            f"{r['search_seconds']:.1f}",
+            str(r["measurements"]),
+            str(a["n"]),
+            f"{a['spearman']:.2f}",
+            f"{a['kendall']:.2f}",
+            f"{a['top1']:.2f}",
+            f"{a['top5']:.2f}",
+            " ".join(f"{ns:.0f}" for ns in a.get("core_to_core_ns", [])) or "-",
+        )
     console.print(table)

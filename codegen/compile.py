@@ -2,6 +2,7 @@
 
 Roadmap: a PTX path (NVPTX target + ptxas resource usage) will sit beside ``compile_kernel``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -9,7 +10,6 @@ import threading
 from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
-
 from aotune.codegen.llvm_cpu import generate_ir
 from aotune.codegen.schedule import CpuSchedule
 from aotune.errors import CodegenError
@@ -56,11 +56,16 @@ def target_machine(hw: HwSpec, jit: bool = False) -> llvm.TargetMachine:
     try:
         target = llvm.Target.from_triple(hw.isa.triple)
     except RuntimeError as e:
-        raise CodegenError(f"LLVM cannot target {hw.isa.triple!r} ({e}); fix isa.triple in the {hw.name} spec") from None
+        raise CodegenError(
+            f"LLVM cannot target {hw.isa.triple!r} ({e}); fix isa.triple in the {hw.name} spec"
+        ) from None
     if jit:
-        return target.create_target_machine(cpu=hw.isa.llvm_cpu, features=hw.isa.llvm_features, opt=3)
-    return target.create_target_machine(cpu=hw.isa.llvm_cpu, features=hw.isa.llvm_features, opt=3,
-                                        reloc="pic", codemodel="small")
+        return target.create_target_machine(
+            cpu=hw.isa.llvm_cpu, features=hw.isa.llvm_features, opt=3
+        )
+    return target.create_target_machine(
+        cpu=hw.isa.llvm_cpu, features=hw.isa.llvm_features, opt=3, reloc="pic", codemodel="small"
+    )
 
 
 def optimize(ir_text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:

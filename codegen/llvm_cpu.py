@@ -2,12 +2,14 @@
 
 Structure of the generated module (all sizes and strides are compile-time constants):
 
-    void <entry>(float* A, float* B, float* C, float* bias, i64 lo, i64 hi, float* ws_a, float* ws_b)
-        batch loops (independent GEMMs, pointers offset per entry), then three cache-block loops over m (mc), n (nc), k (kc) in the schedule's order, the parallel
-        one restricted to [lo, hi); A/B blocks packed into panels where the schedule says so;
-        then jr over nr columns, ir over mr rows, calling a micro-kernel variant:
-    void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first[, i1 last, float* bias]
-                               [, i64* row_off, i64* k_off])
+    void <entry>(float* A, float* B, float* C, float* bias, i64 lo, i64 hi, float* ws_a,
+                 float* ws_b)
+        batch loops (independent GEMMs, pointers offset per entry), then three cache-block loops
+        over m (mc), n (nc), k (kc) in the schedule's order, the parallel one restricted to
+        [lo, hi); A/B blocks packed into panels where the schedule says so; then jr over nr
+        columns, ir over mr rows, calling a micro-kernel variant:
+    void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first[, i1 last,
+                               float* bias] [, i64* row_off, i64* k_off])
         rows x ceil(cols/lanes) accumulator vectors, explicit llvm.fma per (row, vector), the k loop
         unrolled; the last vector of a column tail is the narrowest power-of-two width that holds it
         (a scalar for one column), loaded/stored with a lane mask where it overhangs. With an
@@ -15,7 +17,7 @@ Structure of the generated module (all sizes and strides are compile-time consta
         A is a broadcast scalar per (row, k), or, when A is shared along the columns (NHWC
         depthwise), a vector at a + row_off[r] + k_off[k], loaded in place like B.
 
-    void <entry>_pad(float* src, float* dst, -, -, i64 lo, i64 hi, -, -)     (only with a padded copy)
+    void <entry>_pad(float* src, float* dst, -, -, i64 lo, i64 hi, -, -)   (only with a padded copy)
         copies rows [lo, hi) of a zero-padding input into the interior of a padded buffer, before
         the threads run the kernel (the rows split over them, or all of them into each one's own).
 
@@ -23,15 +25,15 @@ Remainders: one variant for full tiles and one for the m tail, the n tail and bo
 tails of M and N are known when the kernel is generated. A gathered operand (a convolution window)
 is packed through constant offset tables, with bounds checks unless it was padded first.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import llvmlite.ir as ir
 import numpy as np
-
 from aotune.codegen.schedule import CpuSchedule, Gather, column_vector_widths
 
 F32 = ir.FloatType()
@@ -51,8 +53,11 @@ def c64(v: int) -> ir.Constant:
 
 
 @contextmanager
-def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int, name: str) -> Iterator[ir.Value]:
-    """``for (iv = start; iv < stop; iv += step)``; yields the induction variable inside the body."""
+def counted_loop(
+    b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int, name: str
+) -> Iterator[ir.Value]:
+    """``for (iv = start; iv < stop; iv += step)``; yields the induction variable inside the
+    body."""
     fn = b.function
     head, body, done = (fn.append_basic_block(f"{name}.{s}") for s in ("head", "body", "done"))
     pre = b.block
@@ -71,8 +76,11 @@ def counted_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int, na
 def splat(b: ir.IRBuilder, x: ir.Value, ty: ir.VectorType) -> ir.Value:
     """``x`` in every lane of a vector of type ``ty``."""
     undef = ir.Constant(ty, ir.Undefined)
-    return b.shuffle_vector(b.insert_element(undef, x, ir.Constant(I32, 0)), undef,
-                            ir.Constant(ir.VectorType(I32, ty.count), [0] * ty.count))
+    return b.shuffle_vector(
+        b.insert_element(undef, x, ir.Constant(I32, 0)),
+        undef,
+        ir.Constant(ir.VectorType(I32, ty.count), [0] * ty.count),
+    )
 
 
 def smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
@@ -93,8 +101,11 @@ class CpuKernelBuilder:
         self.mload = self.masked_load_fn(s.lanes)
         self.mstore = self.masked_store_fn(s.lanes)
         self.ukernels: dict[tuple[int, int], ir.Function] = {}
-        self.prefetch = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PI8, I32, I32, I32]),
-                                    name="llvm.prefetch.p0")
+        self.prefetch = ir.Function(
+            self.module,
+            ir.FunctionType(ir.VoidType(), [PI8, I32, I32, I32]),
+            name="llvm.prefetch.p0",
+        )
 
     def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         """The declaration of LLVM intrinsic ``name``, made once per module."""
@@ -110,13 +121,20 @@ class CpuKernelBuilder:
     def masked_load_fn(self, width: int) -> ir.Function:
         """``llvm.masked.load`` of ``width`` floats."""
         ty = ir.VectorType(F32, width)
-        return self.intrinsic(f"llvm.masked.load.v{width}f32.p0", ty, [ty.as_pointer(), I32, ir.VectorType(I1, width), ty])
+        return self.intrinsic(
+            f"llvm.masked.load.v{width}f32.p0",
+            ty,
+            [ty.as_pointer(), I32, ir.VectorType(I1, width), ty],
+        )
 
     def masked_store_fn(self, width: int) -> ir.Function:
         """``llvm.masked.store`` of ``width`` floats."""
         ty = ir.VectorType(F32, width)
-        return self.intrinsic(f"llvm.masked.store.v{width}f32.p0", ir.VoidType(),
-                              [ty, ty.as_pointer(), I32, ir.VectorType(I1, width)])
+        return self.intrinsic(
+            f"llvm.masked.store.v{width}f32.p0",
+            ir.VoidType(),
+            [ty, ty.as_pointer(), I32, ir.VectorType(I1, width)],
+        )
 
     # ---- micro-kernel ----------------------------------------------------------------------------
     def a_strides(self) -> tuple[int, int]:
@@ -141,10 +159,21 @@ class CpuKernelBuilder:
         tail = cols - (nvec - 1) * lanes  # lanes used in the last vector
         vtys = [ir.VectorType(F32, w) for w in widths]
         # the last vector is masked only where its power-of-two width overhangs the tile
-        mask = ir.Constant(ir.VectorType(I1, widths[-1]), [1 if i < tail else 0 for i in range(widths[-1])]) \
-            if tail < widths[-1] else None
-        params = [PF32, PF32, PF32, I64, I1] + ([I1, PF32] if s.has_epilogue else []) + ([PI64, PI64] if s.a_shared else [])
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), params), name=f"ukernel_{rows}x{cols}")
+        mask = (
+            ir.Constant(
+                ir.VectorType(I1, widths[-1]), [1 if i < tail else 0 for i in range(widths[-1])]
+            )
+            if tail < widths[-1]
+            else None
+        )
+        params = (
+            [PF32, PF32, PF32, I64, I1]
+            + ([I1, PF32] if s.has_epilogue else [])
+            + ([PI64, PI64] if s.a_shared else [])
+        )
+        fn = ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), params), name=f"ukernel_{rows}x{cols}"
+        )
         fn.linkage = "internal"
         fn.attributes.add("noinline")  # keeps each variant a symbol of its own for the asm features
         for arg in fn.args[:3]:
@@ -163,7 +192,10 @@ class CpuKernelBuilder:
 
         def load_vec(base: ir.Value, offset: ir.Value, v: int, masked: bool) -> ir.Value:
             if masked and v == nvec - 1 and mask is not None:
-                return b.call(self.masked_load_fn(widths[v]), [vptr(base, offset, v), ir.Constant(I32, 4), mask, zeros[v]])
+                return b.call(
+                    self.masked_load_fn(widths[v]),
+                    [vptr(base, offset, v), ir.Constant(I32, 4), mask, zeros[v]],
+                )
             return b.load(vptr(base, offset, v), align=4)
 
         with b.if_else(first) as (then, otherwise):
@@ -178,7 +210,9 @@ class CpuKernelBuilder:
 
         # B panels are zero-padded to nr columns, so only unpacked B needs masked loads.
         b_masked = not s.pack_b
-        if s.a_shared:  # A(row, k) vectors sit at a + row_off[r] + k_off[k]; the row offsets are per call
+        if (
+            s.a_shared
+        ):  # A(row, k) vectors sit at a + row_off[r] + k_off[k]; the row offsets are per call
             row_tab, k_tab = fn.args[-2:]
             a_rows = [b.load(b.gep(row_tab, [c64(r)], inbounds=True)) for r in range(rows)]
 
@@ -189,13 +223,23 @@ class CpuKernelBuilder:
             locality = 3 if s.b_prefetch_level == 1 else 2  # LLVM: 3 keeps it in L1, 2 in L2
             for col in range(0, cols, LINE_FLOATS):
                 at = b.gep(b_ptr, [b.add(ahead, c64(col))])
-                b.call(self.prefetch, [b.bitcast(at, PI8), ir.Constant(I32, 0), ir.Constant(I32, locality),
-                                       ir.Constant(I32, 1)])
+                b.call(
+                    self.prefetch,
+                    [
+                        b.bitcast(at, PI8),
+                        ir.Constant(I32, 0),
+                        ir.Constant(I32, locality),
+                        ir.Constant(I32, 1),
+                    ],
+                )
 
         def k_step(k: ir.Value) -> None:
             if s.b_prefetch_rows:
                 prefetch_b(k)
-            bvec = [load_vec(b_ptr, b.add(b.mul(k, c64(b_rs)), c64(v * lanes)), v, b_masked) for v in range(nvec)]
+            bvec = [
+                load_vec(b_ptr, b.add(b.mul(k, c64(b_rs)), c64(v * lanes)), v, b_masked)
+                for v in range(nvec)
+            ]
             if s.a_shared:
                 k_off = b.load(b.gep(k_tab, [k], inbounds=True))
                 for r in range(rows):
@@ -206,7 +250,10 @@ class CpuKernelBuilder:
                         b.store(b.call(fmas[v], [avec, bvec[v], cur]), acc[r][v])
                 return
             for r in range(rows):
-                a_val = b.load(b.gep(a_ptr, [b.add(b.mul(k, c64(a_cs)), c64(r * a_rs))], inbounds=True), align=4)
+                a_val = b.load(
+                    b.gep(a_ptr, [b.add(b.mul(k, c64(a_cs)), c64(r * a_rs))], inbounds=True),
+                    align=4,
+                )
                 a_vecs = {w: splat(b, a_val, ir.VectorType(F32, w)) for w in dict.fromkeys(widths)}
                 for v in range(nvec):
                     cur = b.load(acc[r][v])
@@ -222,8 +269,11 @@ class CpuKernelBuilder:
                 k_step(k)
 
         def store_tile(epilogue: bool) -> None:
-            bias_vec = ([load_vec(fn.args[6], c64(v * lanes), v, True) for v in range(nvec)]
-                        if epilogue and s.bias else None)
+            bias_vec = (
+                [load_vec(fn.args[6], c64(v * lanes), v, True) for v in range(nvec)]
+                if epilogue and s.bias
+                else None
+            )
             for r in range(rows):
                 for v in range(nvec):
                     val = b.load(acc[r][v])
@@ -231,7 +281,9 @@ class CpuKernelBuilder:
                         val = self.epilogue(b, val, bias_vec[v] if bias_vec else None)
                     ptr = vptr(c_ptr, c64(r * c_rs + v * lanes), v)
                     if v == nvec - 1 and mask is not None:
-                        b.call(self.masked_store_fn(widths[v]), [val, ptr, ir.Constant(I32, 4), mask])
+                        b.call(
+                            self.masked_store_fn(widths[v]), [val, ptr, ir.Constant(I32, 4), mask]
+                        )
                     else:
                         b.store(val, ptr, align=4)
 
@@ -262,7 +314,9 @@ class CpuKernelBuilder:
         if act == "sigmoid":  # 1 / (1 + e^-x); e^-x = inf gives 0, as it should
             exp = self.vector_fn("exp", width, 1)
             return b.fdiv(const(1.0), b.fadd(const(1.0), b.call(exp, [b.fsub(const(0.0), val)])))
-        if act == "gelu":  # 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), tanh(u) = 1 - 2/(e^2u + 1)
+        if (
+            act == "gelu"
+        ):  # 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), tanh(u) = 1 - 2/(e^2u + 1)
             x3 = b.fmul(b.fmul(val, val), val)
             u = b.fmul(const(0.7978845608028654), b.fadd(val, b.fmul(const(0.044715), x3)))
             e2u = b.call(self.vector_fn("exp", width, 1), [b.fmul(const(2.0), u)])
@@ -280,7 +334,9 @@ class CpuKernelBuilder:
         g.initializer = ir.Constant(arr, [int(v) for v in values])
         return g
 
-    def gatherer(self, name: str, gather: Gather) -> Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], ir.Value]:
+    def gatherer(
+        self, name: str, gather: Gather
+    ) -> Callable[[ir.IRBuilder, ir.Value, ir.Value, ir.Value], ir.Value]:
         """fetch(b, base, row, k): element (row, k) of a gathered operand, 0 outside the tensor.
 
         Offsets come from per-row and per-k tables; a read outside the tensor loads element 0
@@ -297,14 +353,22 @@ class CpuKernelBuilder:
 
         return fetch
 
-    def gather_offsets(self, name: str, gather: Gather) -> Callable[[ir.IRBuilder, ir.Value, ir.Value],
-                                                                   tuple[ir.Value, ir.Value | None]]:
-        """offset(b, row, k) -> (element offset, inside or None when nothing is guarded), from tables."""
+    def gather_offsets(
+        self, name: str, gather: Gather
+    ) -> Callable[[ir.IRBuilder, ir.Value, ir.Value], tuple[ir.Value, ir.Value | None]]:
+        """offset(b, row, k) -> (element offset, inside or None when nothing is guarded), from
+        tables."""
         row_off, k_off, guards = gather.tables()
         g_row = self.table(f"{name}_row_off", row_off, I64)
         g_k = self.table(f"{name}_k_off", k_off, I64)
-        g_guards = [(self.table(f"{name}_row_idx{d}", ri, I32), self.table(f"{name}_k_idx{d}", ki, I32), bound)
-                    for d, (ri, ki, bound) in enumerate(guards)]
+        g_guards = [
+            (
+                self.table(f"{name}_row_idx{d}", ri, I32),
+                self.table(f"{name}_k_idx{d}", ki, I32),
+                bound,
+            )
+            for d, (ri, ki, bound) in enumerate(guards)
+        ]
 
         def at(b: ir.IRBuilder, g: ir.GlobalVariable, i: ir.Value) -> ir.Value:
             return b.load(b.gep(g, [ir.Constant(I32, 0), i], inbounds=True))
@@ -313,20 +377,26 @@ class CpuKernelBuilder:
             off = b.add(at(b, g_row, row), at(b, g_k, k))
             inside = None
             for g_ri, g_ki, bound in g_guards:  # 0 <= idx < bound as one unsigned compare
-                ok = b.icmp_unsigned("<", b.add(at(b, g_ri, row), at(b, g_ki, k)), ir.Constant(I32, bound))
+                ok = b.icmp_unsigned(
+                    "<", b.add(at(b, g_ri, row), at(b, g_ki, k)), ir.Constant(I32, bound)
+                )
                 inside = ok if inside is None else b.and_(inside, ok)
             return off, inside
 
         return offset
 
     def pack_prologue(self, name: str) -> tuple[ir.Function, ir.IRBuilder]:
-        """An internal ``name(src, ws, outer0, k0, outer_len, k_len)`` packing function and its builder."""
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name=name)
+        """An internal ``name(src, ws, outer0, k0, outer_len, k_len)`` packing function and its
+        builder."""
+        fn = ir.Function(
+            self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, I64, I64, I64, I64]), name=name
+        )
         fn.linkage = "internal"
         return fn, ir.IRBuilder(fn.append_basic_block("entry"))
 
     def pack_a_runs_fn(self) -> ir.Function:
-        """pack_a(A, ws, ic, pc, m_len, k_len) for a gathered A: ws[p*mr*kc + r*kc + k] = A(ic + p*mr + r, pc + k).
+        """pack_a(A, ws, ic, pc, m_len, k_len) for a gathered A:
+        ws[p*mr*kc + r*kc + k] = A(ic + p*mr + r, pc + k).
 
         Row-major panels: k runs that are contiguous in A (a window's channels) are copied by an
         inner loop LLVM vectorises; a run outside the tensor is written as zeros.
@@ -343,13 +413,21 @@ class CpuKernelBuilder:
             r = b.srem(row, c64(s.mr))
             dst_row = b.add(b.mul(p, c64(s.mr * s.kc)), b.mul(r, c64(s.kc)))
             gi = b.add(ic, row)
-            self.copy_runs(b, A, pc, b.add(pc, k_len), run, lambda k: fetch_offset(b, gi, k),
-                           lambda k: b.gep(ws, [b.add(dst_row, b.sub(k, pc))], inbounds=True))
+            self.copy_runs(
+                b,
+                A,
+                pc,
+                b.add(pc, k_len),
+                run,
+                lambda k: fetch_offset(b, gi, k),
+                lambda k: b.gep(ws, [b.add(dst_row, b.sub(k, pc))], inbounds=True),
+            )
         b.ret_void()
         return fn
 
     def pack_a_fn(self) -> ir.Function:
-        """pack_a(A, ws, ic, pc, m_len, k_len): ws[p*mr*kc + k*mr + r] = A[ic + p*mr + r, pc + k]."""
+        """pack_a(A, ws, ic, pc, m_len, k_len):
+        ws[p*mr*kc + k*mr + r] = A[ic + p*mr + r, pc + k]."""
         s = self.s
         if s.a_panel_row_major:  # a gathered A
             return self.pack_a_runs_fn()
@@ -367,30 +445,53 @@ class CpuKernelBuilder:
         return fn
 
     @staticmethod
-    def for_each_run(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value, run: int,
-                     body: Callable[[ir.Value, ir.Value], None]) -> None:
+    def for_each_run(
+        b: ir.IRBuilder,
+        lo: ir.Value,
+        hi: ir.Value,
+        run: int,
+        body: Callable[[ir.Value, ir.Value], None],
+    ) -> None:
         """``body(first, length)`` for each piece of [lo, hi) cut at multiples of ``run``."""
-        with counted_loop(b, b.sdiv(lo, c64(run)), b.sdiv(b.add(hi, c64(run - 1)), c64(run)), 1, "run") as ri:
+        with counted_loop(
+            b, b.sdiv(lo, c64(run)), b.sdiv(b.add(hi, c64(run - 1)), c64(run)), 1, "run"
+        ) as ri:
             start = b.mul(ri, c64(run))
             first = b.select(b.icmp_signed("<", start, lo), lo, start)
             body(first, b.sub(smin(b, b.add(start, c64(run)), hi), first))
 
-    def copy_runs(self, b: ir.IRBuilder, base: ir.Value, lo: ir.Value, hi: ir.Value, run: int,
-                  source: Callable[[ir.Value], tuple[ir.Value, ir.Value | None]],
-                  dest: Callable[[ir.Value], ir.Value]) -> None:
-        """Copy indices [lo, hi), which are contiguous in ``base`` within each aligned block of ``run``:
-        one vectorisable copy per block, from ``source(first index)`` to ``dest(first index)``."""
+    def copy_runs(
+        self,
+        b: ir.IRBuilder,
+        base: ir.Value,
+        lo: ir.Value,
+        hi: ir.Value,
+        run: int,
+        source: Callable[[ir.Value], tuple[ir.Value, ir.Value | None]],
+        dest: Callable[[ir.Value], ir.Value],
+    ) -> None:
+        """Copy indices [lo, hi), which are contiguous in ``base`` within each aligned block of
+        ``run``: one vectorisable copy per block, from ``source(first index)`` to
+        ``dest(first index)``."""
+
         def copy(first: ir.Value, length: ir.Value) -> None:
             off, inside = source(first)
             self.copy_run(b, base, off, inside, dest(first), length)
 
         self.for_each_run(b, lo, hi, run, copy)
 
-    def copy_short_run(self, b: ir.IRBuilder, base: ir.Value, off: ir.Value, inside: ir.Value | None, dst: ir.Value,
-                       n: ir.Value) -> None:
-        """``copy_run`` for short runs (an NCHW output row: 7 to 56 pixels), one masked vector load and
-        store per ``lanes`` elements: LLVM's vectorised loop would copy most of such a run in its scalar
-        remainder. (Long runs, such as NHWC channels, go faster through ``copy_run``.)"""
+    def copy_short_run(
+        self,
+        b: ir.IRBuilder,
+        base: ir.Value,
+        off: ir.Value,
+        inside: ir.Value | None,
+        dst: ir.Value,
+        n: ir.Value,
+    ) -> None:
+        """``copy_run`` for short runs (an NCHW output row: 7 to 56 pixels), one masked vector load
+        and store per ``lanes`` elements: LLVM's vectorised loop would copy most of such a run in
+        its scalar remainder. (Long runs, such as NHWC channels, go faster through ``copy_run``.)"""
         lanes = self.s.lanes
         lane_ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
         zero = ir.Constant(self.vec, [0.0] * lanes)
@@ -400,11 +501,28 @@ class CpuKernelBuilder:
             load_mask = in_run if inside is None else b.and_(in_run, splat(b, inside, self.mask_ty))
             src = b.bitcast(b.gep(base, [b.add(off, t_)]), self.pvec)
             val = b.call(self.mload, [src, ir.Constant(I32, 4), load_mask, zero])
-            b.call(self.mstore, [val, b.bitcast(b.gep(dst, [t_], inbounds=True), self.pvec), ir.Constant(I32, 4), in_run])
+            b.call(
+                self.mstore,
+                [
+                    val,
+                    b.bitcast(b.gep(dst, [t_], inbounds=True), self.pvec),
+                    ir.Constant(I32, 4),
+                    in_run,
+                ],
+            )
 
-    def copy_run(self, b: ir.IRBuilder, base: ir.Value, off: ir.Value, inside: ir.Value | None, dst: ir.Value,
-                 n: ir.Value) -> None:
-        """dst[0:n] = base[off:off+n], or zeros where the run lies outside the tensor (a vectorisable loop)."""
+    def copy_run(
+        self,
+        b: ir.IRBuilder,
+        base: ir.Value,
+        off: ir.Value,
+        inside: ir.Value | None,
+        dst: ir.Value,
+        n: ir.Value,
+    ) -> None:
+        """dst[0:n] = base[off:off+n], or zeros where the run lies outside the tensor (a
+        vectorisable loop)."""
+
         def copy() -> None:
             src = b.gep(base, [off], inbounds=True)
             with counted_loop(b, c64(0), n, 1, "copy") as t_:
@@ -455,7 +573,8 @@ class CpuKernelBuilder:
         return fn
 
     def pack_b_fn(self) -> ir.Function:
-        """pack_b(B, ws, jc, pc, n_len, k_len): ws[q*nr*kc + k*nr + c] = B[pc + k, jc + q*nr + c], 0-padded."""
+        """pack_b(B, ws, jc, pc, n_len, k_len):
+        ws[q*nr*kc + k*nr + c] = B[pc + k, jc + q*nr + c], 0-padded."""
         s = self.s
         if s.b_pack_run > 1:
             return self.pack_b_runs_fn()
@@ -477,10 +596,14 @@ class CpuKernelBuilder:
                             if fetch is not None:
                                 val = fetch(b, B, b.add(b.add(jc, q0), c), b.add(pc, k))
                             else:
-                                val = b.load(b.gep(B, [b.add(src, b.mul(c, c64(s.b_sn)))], inbounds=True))
+                                val = b.load(
+                                    b.gep(B, [b.add(src, b.mul(c, c64(s.b_sn)))], inbounds=True)
+                                )
                             b.store(val, b.gep(ws, [b.add(dst, c)], inbounds=True))
                         with otherwise:
-                            b.store(ir.Constant(F32, 0.0), b.gep(ws, [b.add(dst, c)], inbounds=True))
+                            b.store(
+                                ir.Constant(F32, 0.0), b.gep(ws, [b.add(dst, c)], inbounds=True)
+                            )
         b.ret_void()
         return fn
 
@@ -500,16 +623,25 @@ class CpuKernelBuilder:
             panel = b.mul(b.sdiv(q0, c64(s.nr)), c64(s.nr * s.kc))
             cols = b.sub(n_len, q0)
             # a mask per vector of the panel, the same for every k row (all true inside N)
-            masks = [b.icmp_signed("<", lane_ids, splat(b, b.sub(cols, c64(v * lanes)), lane_ids.type))
-                     for v in range(nvec)]
+            masks = [
+                b.icmp_signed("<", lane_ids, splat(b, b.sub(cols, c64(v * lanes)), lane_ids.type))
+                for v in range(nvec)
+            ]
             with counted_loop(b, c64(0), k_len, 1, "k") as k:
                 src = b.add(b.mul(b.add(pc, k), c64(s.b_sk)), b.add(jc, q0))
                 dst = b.add(panel, b.mul(k, c64(s.nr)))
                 for v in range(nvec):
-                    ptr = b.bitcast(b.gep(B, [b.add(src, c64(v * lanes))], inbounds=True), self.pvec)
+                    ptr = b.bitcast(
+                        b.gep(B, [b.add(src, c64(v * lanes))], inbounds=True), self.pvec
+                    )
                     val = b.call(self.mload, [ptr, ir.Constant(I32, 4), masks[v], zero])
-                    b.store(val, b.bitcast(b.gep(ws, [b.add(dst, c64(v * lanes))], inbounds=True), self.pvec),
-                            align=4)
+                    b.store(
+                        val,
+                        b.bitcast(
+                            b.gep(ws, [b.add(dst, c64(v * lanes))], inbounds=True), self.pvec
+                        ),
+                        align=4,
+                    )
         b.ret_void()
         return fn
 
@@ -523,17 +655,21 @@ class CpuKernelBuilder:
         """
         pc = self.s.pad_copy
         assert pc is not None
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, PF32, I64, I64, PF32, PF32]),
-                         name=f"{self.entry}_pad")
+        fn = ir.Function(
+            self.module,
+            ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, PF32, I64, I64, PF32, PF32]),
+            name=f"{self.entry}_pad",
+        )
         src, dst, _, _, lo, hi, _, _ = fn.args
         for arg in (src, dst):
             arg.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         nd = len(pc.shape)
         width = pc.shape[-1]
-        dst_strides = [math.prod(pc.padded[d + 1:]) for d in range(nd)]
+        dst_strides = [math.prod(pc.padded[d + 1 :]) for d in range(nd)]
         with counted_loop(b, lo, hi, 1, "row") as row:
-            # the row's index in each outer dim, innermost first, and its offset in the padded buffer
+            # the row's index in each outer dim, innermost first, and its offset in the padded
+            # buffer
             dst_off, rest = c64(sum(p * st for p, st in zip(pc.lo, dst_strides))), row
             for d in reversed(range(nd - 1)):
                 idx = b.urem(rest, c64(pc.shape[d])) if d else rest
@@ -550,8 +686,11 @@ class CpuKernelBuilder:
     def build(self) -> ir.Module:
         """Emit the whole module and return it."""
         s = self.s
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, PF32, I64, I64, PF32, PF32]),
-                         name=self.entry)
+        fn = ir.Function(
+            self.module,
+            ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, PF32, I64, I64, PF32, PF32]),
+            name=self.entry,
+        )
         A, B, C, bias, lo, hi, ws_a, ws_b = fn.args
         for arg in (A, B, C, bias, ws_a, ws_b):
             arg.add_attribute("noalias")
@@ -605,28 +744,49 @@ class CpuKernelBuilder:
                 if s.a_shared:
                     a_op = b.gep(A, [col], inbounds=True)  # unit stride along the columns
                 elif s.pack_a:
-                    a_op = b.gep(ws_a, [b.mul(b.sdiv(ir_, c64(s.mr)), c64(s.mr * s.kc))], inbounds=True)
+                    a_op = b.gep(
+                        ws_a, [b.mul(b.sdiv(ir_, c64(s.mr)), c64(s.mr * s.kc))], inbounds=True
+                    )
                 else:
-                    a_op = b.gep(A, [b.add(b.mul(row, c64(s.a_sm)), b.mul(start["k"], c64(s.a_sk)))], inbounds=True)
+                    a_op = b.gep(
+                        A,
+                        [b.add(b.mul(row, c64(s.a_sm)), b.mul(start["k"], c64(s.a_sk)))],
+                        inbounds=True,
+                    )
                 if s.pack_b:
-                    b_op = b.gep(ws_b, [b.mul(b.sdiv(jr, c64(s.nr)), c64(s.nr * s.kc))], inbounds=True)
+                    b_op = b.gep(
+                        ws_b, [b.mul(b.sdiv(jr, c64(s.nr)), c64(s.nr * s.kc))], inbounds=True
+                    )
                 else:
-                    b_op = b.gep(B, [b.add(b.mul(start["k"], c64(s.b_sk)), b.mul(col, c64(s.b_sn)))], inbounds=True)
+                    b_op = b.gep(
+                        B,
+                        [b.add(b.mul(start["k"], c64(s.b_sk)), b.mul(col, c64(s.b_sn)))],
+                        inbounds=True,
+                    )
                 c_op = b.gep(C, [b.add(b.mul(row, c64(s.c_sm)), col)], inbounds=True)
                 args = [a_op, b_op, c_op, length["k"], first]
                 if s.has_epilogue:
                     args += [last, b.gep(bias, [col], inbounds=True)]
                 if a_tables is not None:
-                    args += [b.gep(a_tables[0], [c64(0), row], inbounds=True),
-                             b.gep(a_tables[1], [c64(0), start["k"]], inbounds=True)]
+                    args += [
+                        b.gep(a_tables[0], [c64(0), row], inbounds=True),
+                        b.gep(a_tables[1], [c64(0), start["k"]], inbounds=True),
+                    ]
                 self._dispatch(b, row, col, m_tail, n_tail, args)
         for cm in reversed(batch_loops + stack):
             cm.__exit__(None, None, None)
         b.ret_void()
         return self.module
 
-    def _dispatch(self, b: ir.IRBuilder, row: ir.Value, col: ir.Value, m_tail: int, n_tail: int,
-                  args: list[ir.Value]) -> None:
+    def _dispatch(
+        self,
+        b: ir.IRBuilder,
+        row: ir.Value,
+        col: ir.Value,
+        m_tail: int,
+        n_tail: int,
+        args: list[ir.Value],
+    ) -> None:
         """Call the right micro-kernel variant for the tile at (row, col)."""
         s = self.s
         is_m_tail = b.icmp_signed(">", b.add(row, c64(s.mr)), c64(s.M)) if m_tail else None

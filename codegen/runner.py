@@ -3,19 +3,18 @@
 Each thread gets its own packing workspace and its own slice of the parallel loop; the slices run
 on native worker threads (``workers.py``) that hand work over without waking a sleeping thread.
 """
+
 from __future__ import annotations
 
 import ctypes
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import llvmlite.binding as llvm
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
-
 from aotune.analysis.workload import ConvParams
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
 from aotune.codegen.schedule import CpuSchedule
@@ -23,8 +22,11 @@ from aotune.codegen.workers import workers
 from aotune.errors import FinalCheckError
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
+from numpy.lib.stride_tricks import sliding_window_view
 
-_SIG = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2))
+_SIG = ctypes.CFUNCTYPE(
+    None, *([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 2)
+)
 
 
 def _aligned(shape: int | tuple[int, ...], align: int = 64) -> np.ndarray:
@@ -32,7 +34,7 @@ def _aligned(shape: int | tuple[int, ...], align: int = 64) -> np.ndarray:
     n = math.prod(shape) if isinstance(shape, tuple) else shape
     raw = np.zeros(n + align // 4, dtype=np.float32)
     offset = (-raw.ctypes.data % align) // 4
-    return raw[offset:offset + n].reshape(shape)
+    return raw[offset : offset + n].reshape(shape)
 
 
 def aligned_copy(x: np.ndarray, align: int = 64) -> np.ndarray:
@@ -67,7 +69,9 @@ class HostKernel:
     def __init__(self, kernel: Kernel, hw: HwSpec) -> None:
         ok, why = host_can_run(hw)
         if not ok:
-            raise FinalCheckError(f"final check skipped: {why}; the kernel was generated but cannot run here")
+            raise FinalCheckError(
+                f"final check skipped: {why}; the kernel was generated but cannot run here"
+            )
         self.kernel, self.hw = kernel, hw
         s = kernel.schedule
         with _LLVM_LOCK:
@@ -76,7 +80,9 @@ class HostKernel:
             self._engine = llvm.create_mcjit_compiler(mod, tm)
             self._engine.finalize_object()
             self._addr = self._engine.get_function_address(kernel.entry)
-            self._pad_addr = self._engine.get_function_address(f"{kernel.entry}_pad") if s.pad_copy else 0
+            self._pad_addr = (
+                self._engine.get_function_address(f"{kernel.entry}_pad") if s.pad_copy else 0
+            )
             self._callable = {addr: _SIG(addr) for addr in (self._addr, self._pad_addr) if addr}
         ranges = kernel.launch
         self._ranges = ranges
@@ -93,53 +99,91 @@ class HostKernel:
         if s.pad_copy_per_thread:
             self._pad_shares = [(addr, 0, rows) for addr in padded_addr]
         else:
-            self._pad_shares = [(padded_addr[0], t * rows // len(ranges), (t + 1) * rows // len(ranges))
-                                for t in range(len(ranges))] if s.pad_copy else []
+            self._pad_shares = (
+                [
+                    (padded_addr[0], t * rows // len(ranges), (t + 1) * rows // len(ranges))
+                    for t in range(len(ranges))
+                ]
+                if s.pad_copy
+                else []
+            )
         # the padded buffer each thread's kernel share reads
-        self._padded_of_share = [self._pad_shares[t][0] for t in range(len(ranges))] if s.pad_copy else []
+        self._padded_of_share = (
+            [self._pad_shares[t][0] for t in range(len(ranges))] if s.pad_copy else []
+        )
 
-    def __call__(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-                 out: np.ndarray | None = None) -> np.ndarray:
-        """The contraction of row-major float32 A and B (shapes as the schedule says), plus epilogue."""
+    def __call__(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        bias: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The contraction of row-major float32 A and B (shapes as the schedule says), plus
+        epilogue."""
         s = self.kernel.schedule
         a = np.ascontiguousarray(a, dtype=np.float32)
         b = np.ascontiguousarray(b, dtype=np.float32)
         a_shape, b_shape, c_shape = s.shapes
         if a.shape != a_shape or b.shape != b_shape:
-            raise FinalCheckError(f"kernel was built for A {a_shape}, B {b_shape}; got {a.shape} and {b.shape}")
+            raise FinalCheckError(
+                f"kernel was built for A {a_shape}, B {b_shape}; got {a.shape} and {b.shape}"
+            )
         if s.bias:
             if bias is None or bias.shape != (c_shape[-1],):
-                raise FinalCheckError(f"kernel adds a bias of shape ({c_shape[-1]},); got "
-                                      f"{None if bias is None else bias.shape}")
+                raise FinalCheckError(
+                    f"kernel adds a bias of shape ({c_shape[-1]},); got "
+                    f"{None if bias is None else bias.shape}"
+                )
             bias = np.ascontiguousarray(bias, dtype=np.float32)
         c = out if out is not None else _aligned(c_shape)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
         pbias = bias.ctypes.data if s.bias else 0  # checked above: present when the kernel adds it
         operands = [(pa, pb)] * len(self._ranges)
-        if s.pad_copy is not None:  # the shares are set in __init__ exactly when there is a padded copy
+        if (
+            s.pad_copy is not None
+        ):  # the shares are set in __init__ exactly when there is a padded copy
             src = pa if s.pad_copy.operand == "a" else pb
-            self._run(self._pad_addr, [(src, dst, 0, 0, lo, hi, 0, 0) for dst, lo, hi in self._pad_shares])
-            operands = [(padded, pb) if s.pad_copy.operand == "a" else (pa, padded) for padded in self._padded_of_share]
-        self._run(self._addr, [(opa, opb, pc, pbias, lo, hi, wa, wb)
-                               for (opa, opb), (lo, hi), (wa, wb) in zip(operands, self._ranges, self._ws_addr)])
+            self._run(
+                self._pad_addr, [(src, dst, 0, 0, lo, hi, 0, 0) for dst, lo, hi in self._pad_shares]
+            )
+            operands = [
+                (padded, pb) if s.pad_copy.operand == "a" else (pa, padded)
+                for padded in self._padded_of_share
+            ]
+        self._run(
+            self._addr,
+            [
+                (opa, opb, pc, pbias, lo, hi, wa, wb)
+                for (opa, opb), (lo, hi), (wa, wb) in zip(operands, self._ranges, self._ws_addr)
+            ],
+        )
         return c
 
-    def call_on(self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-                out: np.ndarray | None = None) -> Callable[[], np.ndarray]:
+    def call_on(
+        self,
+        a: np.ndarray,
+        b: np.ndarray,
+        bias: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+    ) -> Callable[[], np.ndarray]:
         """A no-argument call of this kernel on fixed inputs, for timing: the output buffer (a fresh
         cache-line-aligned one unless given) is allocated once, not on every call."""
         c = out if out is not None else _aligned(self.kernel.schedule.shapes[2])
         return lambda: self(a, b, bias, c)
 
     def _run(self, addr: int, shares: list[tuple[int, ...]]) -> None:
-        """Call a function of the entry's signature once per share: here, or on the worker threads."""
+        """Call a function of the entry's signature once per share: here, or on the worker
+        threads."""
         if len(shares) == 1:
             self._callable[addr](*shares[0])
         else:
             workers().run(addr, shares)
 
 
-def _timed_runs(fn: Callable[[], object], min_runs: int, min_seconds: float, warmup_seconds: float) -> list[float]:
+def _timed_runs(
+    fn: Callable[[], object], min_runs: int, min_seconds: float, warmup_seconds: float
+) -> list[float]:
     """Warm up for ``warmup_seconds``, then the seconds of each run until at least ``min_runs`` runs
     and ``min_seconds`` (at most 200 runs).
 
@@ -170,8 +214,13 @@ def _summary(times: list[float], seconds: float) -> tuple[float, int, float]:
 SWITCH_WARMUP_SECONDS = 0.15
 
 
-def time_side_by_side(fns: list[Callable[[], object]], min_runs: int = 5, min_seconds: float = 0.2,
-                      rounds: int = 3, warmup_seconds: float = SWITCH_WARMUP_SECONDS) -> list[tuple[float, int, float]]:
+def time_side_by_side(
+    fns: list[Callable[[], object]],
+    min_runs: int = 5,
+    min_seconds: float = 0.2,
+    rounds: int = 3,
+    warmup_seconds: float = SWITCH_WARMUP_SECONDS,
+) -> list[tuple[float, int, float]]:
     """Time several functions in interleaved rounds, each round a warm-up and >= ``min_runs`` runs
     of every function; (median of its fastest round, runs, spread over all its runs) of each.
 
@@ -220,7 +269,7 @@ def apply_activation(x: np.ndarray, activation: str) -> np.ndarray:
     if activation == "sigmoid":
         return 1 / (1 + np.exp(-x))
     if activation == "gelu":
-        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
     return x
 
 
@@ -237,12 +286,18 @@ def conv2d_reference(x: np.ndarray, wt: np.ndarray, p: ConvParams) -> np.ndarray
     g, kg = p.groups, k // p.groups
     xp = np.pad(x, ((0, 0), (0, 0), (p.pad, p.pad), (p.pad, p.pad)))
     span_r, span_s = p.dilation * (r - 1) + 1, p.dilation * (s - 1) + 1
-    win = sliding_window_view(xp, (span_r, span_s), axis=(2, 3))[:, :, ::p.stride, ::p.stride, ::p.dilation, ::p.dilation]
+    win = sliding_window_view(xp, (span_r, span_s), axis=(2, 3))[
+        :, :, :: p.stride, :: p.stride, :: p.dilation, :: p.dilation
+    ]
     oh, ow = win.shape[2], win.shape[3]
     y = np.empty((n, k, oh, ow), dtype=np.result_type(x, wt))
     for gi in range(g):  # window (n, c, oh, ow, r, s) x filters (k, c, r, s) -> (n, oh, ow, k)
-        part = np.tensordot(win[:, gi * cg:(gi + 1) * cg], wt[gi * kg:(gi + 1) * kg], axes=([1, 4, 5], [1, 2, 3]))
-        y[:, gi * kg:(gi + 1) * kg] = part.transpose(0, 3, 1, 2)
+        part = np.tensordot(
+            win[:, gi * cg : (gi + 1) * cg],
+            wt[gi * kg : (gi + 1) * kg],
+            axes=([1, 4, 5], [1, 2, 3]),
+        )
+        y[:, gi * kg : (gi + 1) * kg] = part.transpose(0, 3, 1, 2)
     return y.transpose(0, 2, 3, 1) if p.layout == "NHWC" else y
 
 
@@ -254,8 +309,9 @@ def _contract(s: CpuSchedule, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.einsum(s.reference, a, b, optimize=True)
 
 
-def numpy_reference(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None,
-                    dtype: type = np.float64) -> np.ndarray:
+def numpy_reference(
+    s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, dtype: type = np.float64
+) -> np.ndarray:
     """What the kernel must compute, by numpy (float64 for checking, float32 for timing)."""
     out = _contract(s, a.astype(dtype, copy=False), b.astype(dtype, copy=False))
     if s.bias and bias is not None:
@@ -263,8 +319,9 @@ def numpy_reference(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarr
     return apply_activation(out, s.activation)
 
 
-def check_against_numpy(hk: HostKernel, a: np.ndarray, b: np.ndarray,
-                        bias: np.ndarray | None = None) -> tuple[bool, float, float]:
+def check_against_numpy(
+    hk: HostKernel, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None
+) -> tuple[bool, float, float]:
     """(correct, max |error|, tolerance) of the kernel against a float64 numpy reference."""
     s = hk.kernel.schedule
     with np.errstate(over="ignore"):
@@ -275,17 +332,42 @@ def check_against_numpy(hk: HostKernel, a: np.ndarray, b: np.ndarray,
     return bool(np.isfinite(got).all() and err <= tol), err, tol
 
 
-def final_check(kernel: Kernel, hw: HwSpec, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None,
-                min_runs: int = 5, min_seconds: float = 0.2, warmup_seconds: float = 0.1) -> Measurement:
-    """Run on the host, compare with numpy, time with warm-up and a median of >= ``min_runs`` runs."""
-    return final_check_side_by_side([kernel], hw, a, b, bias, min_runs, min_seconds, with_numpy=False,
-                                    warmup_seconds=warmup_seconds)[0][0]
+def final_check(
+    kernel: Kernel,
+    hw: HwSpec,
+    a: np.ndarray,
+    b: np.ndarray,
+    bias: np.ndarray | None = None,
+    min_runs: int = 5,
+    min_seconds: float = 0.2,
+    warmup_seconds: float = 0.1,
+) -> Measurement:
+    """Run on the host, compare with numpy, time with warm-up and a median of >= ``min_runs``
+    runs."""
+    return final_check_side_by_side(
+        [kernel],
+        hw,
+        a,
+        b,
+        bias,
+        min_runs,
+        min_seconds,
+        with_numpy=False,
+        warmup_seconds=warmup_seconds,
+    )[0][0]
 
 
-def final_check_side_by_side(kernels: list[Kernel], hw: HwSpec, a: np.ndarray, b: np.ndarray,
-                             bias: np.ndarray | None = None, min_runs: int = 5, min_seconds: float = 0.2,
-                             with_numpy: bool = True, warmup_seconds: float = SWITCH_WARMUP_SECONDS
-                             ) -> tuple[list[Measurement], float | None]:
+def final_check_side_by_side(
+    kernels: list[Kernel],
+    hw: HwSpec,
+    a: np.ndarray,
+    b: np.ndarray,
+    bias: np.ndarray | None = None,
+    min_runs: int = 5,
+    min_seconds: float = 0.2,
+    with_numpy: bool = True,
+    warmup_seconds: float = SWITCH_WARMUP_SECONDS,
+) -> tuple[list[Measurement], float | None]:
     """Check each kernel against numpy, then time them all, and numpy's baseline for the same
     computation, in interleaved rounds: (one measurement per kernel, numpy's median seconds)."""
     fns: list[Callable[[], object]] = []
@@ -296,14 +378,21 @@ def final_check_side_by_side(kernels: list[Kernel], hw: HwSpec, a: np.ndarray, b
         fns.append(hk.call_on(a, b, bias))
     if with_numpy:
         fns.append(numpy_baseline(kernels[0].schedule, a, b, bias))
-    timed = time_side_by_side(fns, min_runs, min_seconds, rounds=3 if with_numpy else 1, warmup_seconds=warmup_seconds)
-    measured = [Measurement(med, runs, spread, correct, err, tol)
-                for (med, runs, spread), (correct, err, tol) in zip(timed, checks)]
+    timed = time_side_by_side(
+        fns, min_runs, min_seconds, rounds=3 if with_numpy else 1, warmup_seconds=warmup_seconds
+    )
+    measured = [
+        Measurement(med, runs, spread, correct, err, tol)
+        for (med, runs, spread), (correct, err, tol) in zip(timed, checks)
+    ]
     return measured, (timed[-1][0] if with_numpy else None)
 
 
-def numpy_baseline(s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> Callable[[], object]:
-    """The fastest plain-numpy float32 way to compute what the kernel computes (BLAS where it applies)."""
+def numpy_baseline(
+    s: CpuSchedule, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None
+) -> Callable[[], object]:
+    """The fastest plain-numpy float32 way to compute what the kernel computes (BLAS where it
+    applies)."""
     plain = False
     if s.conv is None:
         ins, out_sub = s.reference.split("->")

@@ -3,22 +3,30 @@
 A schedule is a short list of frozen decisions plus the facts of the workload it was made for, so
 code generation needs nothing else.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
 import numpy as np
-
 from aotune.analysis.polyhedral import AccessInfo, TensorAccessInfo
 from aotune.analysis.workload import ConvParams, Workload
-from aotune.constraints.cpu import ORDERS, PAR_LOOPS, CpuSpace, group_extent, group_stride, must_pack_because
+from aotune.constraints.cpu import (
+    ORDERS,
+    PAR_LOOPS,
+    CpuSpace,
+    group_extent,
+    group_stride,
+    must_pack_because,
+)
 from aotune.constraints.space import Config
 from aotune.errors import ConfigError
 from aotune.hwspecs.spec import HwSpec
 
-
-GroupSteps = tuple[tuple[int, tuple[int, ...]], ...]  # per loop, outer to inner: (extent, index step per dim)
+GroupSteps = tuple[
+    tuple[int, tuple[int, ...]], ...
+]  # per loop, outer to inner: (extent, index step per dim)
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,7 @@ class Gather:
         offsets are folded into the row tables.
         """
         nd = len(self.dims)
-        row_strides = np.array([math.prod(self.dims[d + 1:]) for d in range(nd)], dtype=np.int64)
+        row_strides = np.array([math.prod(self.dims[d + 1 :]) for d in range(nd)], dtype=np.int64)
         rows = self._flat(self.rows, nd) + np.array(self.offsets, dtype=np.int64)
         ks = self._flat(self.k, nd)
         guards = [(rows[:, d], ks[:, d], self.dims[d]) for d in self.guarded]
@@ -118,19 +126,33 @@ class CpuSchedule:
     b_sk: int
     b_sn: int
     c_sm: int
-    batch: tuple[tuple[int, int, int, int], ...] = ()  # per batch loop: (extent, A, B, C element strides)
-    shapes: tuple[tuple[int, ...], ...] = ()  # A, B, C tensor shapes (row-major), as the kernel expects them
-    reference: str = "mk,kn->mn"  # the contraction as an einsum over (A, B) -> C, for numpy checks ("" for conv)
+    batch: tuple[
+        tuple[int, int, int, int], ...
+    ] = ()  # per batch loop: (extent, A, B, C element strides)
+    shapes: tuple[
+        tuple[int, ...], ...
+    ] = ()  # A, B, C tensor shapes (row-major), as the kernel expects them
+    reference: str = (
+        "mk,kn->mn"  # the contraction as an einsum over (A, B) -> C, for numpy checks ("" for conv)
+    )
     bias: bool = False  # epilogue: add bias[n] to the finished output tile
     activation: str = "none"  # epilogue: then apply this activation
     a_gather: Gather | None = None  # A read through offset tables while packing (else a_sm/a_sk)
-    a_shared: bool = False  # A is indexed by the columns too: read in place as vectors via a_gather's tables
+    a_shared: bool = (
+        False  # A is indexed by the columns too: read in place as vectors via a_gather's tables
+    )
     b_gather: Gather | None = None
     pad_copy: PadCopy | None = None
-    conv: ConvParams | None = None  # a convolution: the numpy reference is sliding windows, not einsum
+    conv: ConvParams | None = (
+        None  # a convolution: the numpy reference is sliding windows, not einsum
+    )
     a_is_first: bool = True  # A is the statement's first input (for a convolution: X)
-    b_prefetch_rows: int = 0  # unpacked B: the micro-kernel prefetches the row this many k steps ahead
-    b_prefetch_level: int = 1  # ... into this cache level (2 where B rows alias one set group of L1)
+    b_prefetch_rows: int = (
+        0  # unpacked B: the micro-kernel prefetches the row this many k steps ahead
+    )
+    b_prefetch_level: int = (
+        1  # ... into this cache level (2 where B rows alias one set group of L1)
+    )
 
     @property
     def batch_count(self) -> int:
@@ -186,7 +208,9 @@ class CpuSchedule:
     def b_pack_copies_vectors(self) -> bool:
         """Packing copies B's panel rows as whole vectors: B is not gathered, its columns are
         contiguous and a panel is whole vectors wide."""
-        return self.pack_b and self.b_gather is None and self.b_sn == 1 and self.nr % self.lanes == 0
+        return (
+            self.pack_b and self.b_gather is None and self.b_sn == 1 and self.nr % self.lanes == 0
+        )
 
     @property
     def pack_a_elems(self) -> int:
@@ -203,8 +227,11 @@ class CpuSchedule:
         extent, unit = (self.M, self.mr) if self.par == "m" else (self.N, self.nr)
         units = -(-extent // unit)
         bounds = [t * units // self.threads for t in range(self.threads + 1)]
-        return [(bounds[t] * unit, min(extent, bounds[t + 1] * unit)) for t in range(self.threads)
-                if bounds[t + 1] > bounds[t]]
+        return [
+            (bounds[t] * unit, min(extent, bounds[t + 1] * unit))
+            for t in range(self.threads)
+            if bounds[t + 1] > bounds[t]
+        ]
 
 
 def column_vector_widths(cols: int, lanes: int) -> tuple[int, ...]:
@@ -220,7 +247,8 @@ def column_vector_widths(cols: int, lanes: int) -> tuple[int, ...]:
 
 
 def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
-    """Lower a valid config of ``space`` to a schedule (invalid configs are refused, with reasons)."""
+    """Lower a valid config of ``space`` to a schedule (invalid configs are refused, with
+    reasons)."""
     bad = space.violations(cfg)
     if bad:
         raise ConfigError(f"config is not valid for {space.title}: " + "; ".join(map(str, bad)))
@@ -231,14 +259,24 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
     pad = _pad_copy(w, info, r.a) if c.get("pad_copy") else None
 
     def addressed(t: TensorAccessInfo, operand: str) -> tuple[int, ...]:
-        return pad.padded if pad is not None and pad.operand == operand else w.tensor(t.tensor).shape
+        return (
+            pad.padded if pad is not None and pad.operand == operand else w.tensor(t.tensor).shape
+        )
 
     def stride(t: TensorAccessInfo, operand: str, loop: str) -> int:
         dims = addressed(t, operand)
-        return sum(dict(coeffs).get(loop, 0) * math.prod(dims[d + 1:]) for d, coeffs in enumerate(t.coefficients))
+        return sum(
+            dict(coeffs).get(loop, 0) * math.prod(dims[d + 1 :])
+            for d, coeffs in enumerate(t.coefficients)
+        )
 
-    def gather(t: TensorAccessInfo, operand: str, rows: tuple[str, ...], vector_axis: bool,
-               always: bool = False) -> Gather | None:
+    def gather(
+        t: TensorAccessInfo,
+        operand: str,
+        rows: tuple[str, ...],
+        vector_axis: bool,
+        always: bool = False,
+    ) -> Gather | None:
         if not always and must_pack_because(w, info, t.tensor, rows, r.k, vector_axis) is None:
             return None
         dims = addressed(t, operand)
@@ -246,29 +284,58 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         lo = pad.lo if copied else (0,) * len(dims)
 
         def steps(group: tuple[str, ...]) -> GroupSteps:
-            return tuple((w.loop(n).extent, tuple(dict(cf).get(n, 0) for cf in t.coefficients)) for n in group)
+            return tuple(
+                (w.loop(n).extent, tuple(dict(cf).get(n, 0) for cf in t.coefficients))
+                for n in group
+            )
 
-        return Gather(dims, steps(rows), steps(r.k), tuple(o + p for o, p in zip(t.offsets, lo)),
-                      () if copied else tuple(d for d, (below, above) in enumerate(t.halo) if below or above))
+        return Gather(
+            dims,
+            steps(rows),
+            steps(r.k),
+            tuple(o + p for o, p in zip(t.offsets, lo)),
+            () if copied else tuple(d for d, (below, above) in enumerate(t.halo) if below or above),
+        )
 
     def linear(t: TensorAccessInfo, group: tuple[str, ...]) -> int:
         s = group_stride(w, t, group)
         return s if s is not None else 0  # unused: a gathered operand is always packed
 
     return CpuSchedule(
-        M=group_extent(w, r.m), N=group_extent(w, r.n), K=group_extent(w, r.k),
-        mr=c["mr"], nr=c["nr"], kc=c["kc"], mc=c["mc"], nc=c["nc"], order=ORDERS[c["order"]],
-        pack_a=bool(c["pack_a"]), pack_b=bool(c["pack_b"]), unroll=c["unroll"], par=PAR_LOOPS[c["par"]],
-        threads=c["threads"], lanes=hw.vector_lanes_f32,
-        a_sm=linear(a, r.m), a_sk=linear(a, r.k), b_sk=linear(b, r.k), b_sn=linear(b, r.n) or 1,
+        M=group_extent(w, r.m),
+        N=group_extent(w, r.n),
+        K=group_extent(w, r.k),
+        mr=c["mr"],
+        nr=c["nr"],
+        kc=c["kc"],
+        mc=c["mc"],
+        nc=c["nc"],
+        order=ORDERS[c["order"]],
+        pack_a=bool(c["pack_a"]),
+        pack_b=bool(c["pack_b"]),
+        unroll=c["unroll"],
+        par=PAR_LOOPS[c["par"]],
+        threads=c["threads"],
+        lanes=hw.vector_lanes_f32,
+        a_sm=linear(a, r.m),
+        a_sk=linear(a, r.k),
+        b_sk=linear(b, r.k),
+        b_sn=linear(b, r.n) or 1,
         c_sm=linear(out, r.m),
         shapes=tuple(w.tensor(t).shape for t in (r.a, r.b, r.c)),
         reference=_reference_spec(w, r.a) if w.conv is None else "",
-        batch=tuple((w.loop(bl).extent, stride(a, "a", bl), stride(b, "b", bl), out.stride(bl)) for bl in r.batch),
-        bias=w.epilogue.bias, activation=w.epilogue.activation,
-        a_gather=gather(a, "a", r.m, False, always=r.shared_n), a_shared=r.shared_n,
-        b_gather=gather(b, "b", r.n, True), pad_copy=pad,
-        conv=w.conv, a_is_first=w.statement.inputs[0].tensor == r.a,
+        batch=tuple(
+            (w.loop(bl).extent, stride(a, "a", bl), stride(b, "b", bl), out.stride(bl))
+            for bl in r.batch
+        ),
+        bias=w.epilogue.bias,
+        activation=w.epilogue.activation,
+        a_gather=gather(a, "a", r.m, False, always=r.shared_n),
+        a_shared=r.shared_n,
+        b_gather=gather(b, "b", r.n, True),
+        pad_copy=pad,
+        conv=w.conv,
+        a_is_first=w.statement.inputs[0].tensor == r.a,
         b_prefetch_rows=b_prefetch_rows(hw, c["mr"], c["nr"], bool(c["pack_b"]) or r.shared_n),
         b_prefetch_level=b_prefetch_level(hw, linear(b, r.k)),
     )

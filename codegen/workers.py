@@ -5,7 +5,8 @@ costs tens of microseconds on a VM (measured on a 2-core KVM slice: an empty sub
 ~70 us, a third of a 256^3 matmul). Here each worker is a Python thread that enters a JIT-compiled
 loop once and stays in native code (the GIL released), polling its own 128-byte slot:
 
-    slot[0] state: 0 free, 1 posted, 2 running, 3 exit;  slot[1] kernel address;  slot[2:10] its 8 arguments
+    slot[0] state: 0 free, 1 posted, 2 running, 3 exit;  slot[1] kernel address;
+    slot[2:10] its 8 arguments
 
 ``aotune_parallel`` posts one share per worker, runs share 0 itself, then for each worker either
 claims a share nobody has taken yet (compare-and-swap 1 -> 2) and runs it, or waits until the
@@ -17,6 +18,7 @@ The pool also times how long a cache line takes to move between two cores (``han
 which the benchmark records beside its timings: on a VM it changes with the host's placement of
 the virtual CPUs, and kernels whose threads write neighbouring lines of C slow down with it.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -27,7 +29,6 @@ import time
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
-
 from aotune.codegen.compile import _LLVM_LOCK, _init_llvm
 from aotune.codegen.llvm_cpu import c64, counted_loop
 from aotune.errors import FinalCheckError
@@ -42,11 +43,15 @@ PROBE_SHORT_STEPS, PROBE_LONG_STEPS = 500, 2500  # hand-over probe runs: ~0.1-1 
 # 0.1 s): right after numpy's matmul a probe with 0.02 s of warm-up read 0-432 ns (0, 0, 9 among
 # them) on the 2-vCPU slice, with 0.15 s 159-169, the placement's value, every time.
 PROBE_WARMUP_SECONDS = 0.15
-PROBE_SPIN_LIMIT = 1 << 28  # polls (~a second) before a hand-over probe stops waiting for its partner
+PROBE_SPIN_LIMIT = (
+    1 << 28
+)  # polls (~a second) before a hand-over probe stops waiting for its partner
 ARGS = 8  # the kernel entry: (A, B, C, bias, lo, hi, ws_a, ws_b)
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-_KERNEL_TY = ir.FunctionType(ir.VoidType(), [I64] * ARGS)  # pointers passed as integers: same ABI on x86-64/AArch64
+_KERNEL_TY = ir.FunctionType(
+    ir.VoidType(), [I64] * ARGS
+)  # pointers passed as integers: same ABI on x86-64/AArch64
 
 
 def _module(triple: str) -> str:
@@ -56,8 +61,11 @@ def _module(triple: str) -> str:
     p64 = I64.as_pointer()
     usleep = ir.Function(mod, ir.FunctionType(I32, [I32]), name="usleep")
     sched_yield = ir.Function(mod, ir.FunctionType(I32, []), name="sched_yield")
-    pause = (ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name="llvm.x86.sse2.pause")
-             if triple.startswith(("x86_64", "i686")) else None)
+    pause = (
+        ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name="llvm.x86.sse2.pause")
+        if triple.startswith(("x86_64", "i686"))
+        else None
+    )
 
     def word(b: ir.IRBuilder, slot: ir.Value, i: int | ir.Value) -> ir.Value:
         return b.gep(slot, [i if isinstance(i, ir.Value) else ir.Constant(I64, i)], inbounds=True)
@@ -78,7 +86,10 @@ def _module(triple: str) -> str:
     # ---- the worker: poll, claim, run, mark done; nap when idle for long -------------------------
     worker = ir.Function(mod, ir.FunctionType(ir.VoidType(), [p64]), name="aotune_worker")
     slot = worker.args[0]
-    blocks = {n: worker.append_basic_block(n) for n in ("entry", "poll", "claim", "run", "idle", "nap", "exit")}
+    blocks = {
+        n: worker.append_basic_block(n)
+        for n in ("entry", "poll", "claim", "run", "idle", "nap", "exit")
+    }
     b = ir.IRBuilder(blocks["entry"])
     b.branch(blocks["poll"])
     b.position_at_end(blocks["poll"])
@@ -89,7 +100,9 @@ def _module(triple: str) -> str:
     sw.add_case(ir.Constant(I64, 1), blocks["claim"])
     sw.add_case(ir.Constant(I64, 3), blocks["exit"])
     b.position_at_end(blocks["claim"])
-    pair = b.cmpxchg(word(b, slot, 0), ir.Constant(I64, 1), ir.Constant(I64, 2), "acq_rel", "acquire")
+    pair = b.cmpxchg(
+        word(b, slot, 0), ir.Constant(I64, 1), ir.Constant(I64, 2), "acq_rel", "acquire"
+    )
     b.cbranch(b.extract_value(pair, 1), blocks["run"], blocks["idle"])
     b.position_at_end(blocks["run"])
     run_share(b, b.load(word(b, slot, 1)), word(b, slot, 2))
@@ -100,7 +113,9 @@ def _module(triple: str) -> str:
     relax(b, spins)
     more = b.add(spins, ir.Constant(I64, 1))
     spins.add_incoming(more, b.block)
-    b.cbranch(b.icmp_unsigned("<", more, ir.Constant(I64, SPIN_ROUNDS)), blocks["poll"], blocks["nap"])
+    b.cbranch(
+        b.icmp_unsigned("<", more, ir.Constant(I64, SPIN_ROUNDS)), blocks["poll"], blocks["nap"]
+    )
     b.position_at_end(blocks["nap"])
     b.call(usleep, [ir.Constant(I32, NAP_MICROSECONDS)])
     b.branch(blocks["poll"])
@@ -109,20 +124,34 @@ def _module(triple: str) -> str:
     b.ret_void()
 
     # ---- the caller: post shares 1.., run share 0, then claim or wait for each posted share ------
-    par = ir.Function(mod, ir.FunctionType(ir.VoidType(), [p64, I64, I64, p64]), name="aotune_parallel")
+    par = ir.Function(
+        mod, ir.FunctionType(ir.VoidType(), [p64, I64, I64, p64]), name="aotune_parallel"
+    )
     slots, n, fn_addr, args = par.args
     b = ir.IRBuilder(par.append_basic_block("entry"))
     with counted_loop(b, c64(1), n, 1, "post") as i:
-        s = b.gep(slots, [b.mul(b.sub(i, ir.Constant(I64, 1)), ir.Constant(I64, SLOT_WORDS))], inbounds=True)
+        s = b.gep(
+            slots,
+            [b.mul(b.sub(i, ir.Constant(I64, 1)), ir.Constant(I64, SLOT_WORDS))],
+            inbounds=True,
+        )
         b.store(fn_addr, word(b, s, 1))
         for a in range(ARGS):
-            b.store(b.load(word(b, args, b.add(b.mul(i, ir.Constant(I64, ARGS)), ir.Constant(I64, a)))),
-                    word(b, s, 2 + a))
+            b.store(
+                b.load(word(b, args, b.add(b.mul(i, ir.Constant(I64, ARGS)), ir.Constant(I64, a)))),
+                word(b, s, 2 + a),
+            )
         b.store_atomic(ir.Constant(I64, 1), word(b, s, 0), "release", 8)
     run_share(b, fn_addr, args)
     with counted_loop(b, c64(1), n, 1, "join") as i:
-        s = b.gep(slots, [b.mul(b.sub(i, ir.Constant(I64, 1)), ir.Constant(I64, SLOT_WORDS))], inbounds=True)
-        pair = b.cmpxchg(word(b, s, 0), ir.Constant(I64, 1), ir.Constant(I64, 2), "acq_rel", "acquire")
+        s = b.gep(
+            slots,
+            [b.mul(b.sub(i, ir.Constant(I64, 1)), ir.Constant(I64, SLOT_WORDS))],
+            inbounds=True,
+        )
+        pair = b.cmpxchg(
+            word(b, s, 0), ir.Constant(I64, 1), ir.Constant(I64, 2), "acq_rel", "acquire"
+        )
         with b.if_else(b.extract_value(pair, 1)) as (mine, theirs):
             with mine:  # nobody took it: run it here
                 run_share(b, fn_addr, word(b, s, 2))
@@ -136,16 +165,18 @@ def _module(triple: str) -> str:
                 rounds = b.phi(I64, name="rounds")
                 rounds.add_incoming(ir.Constant(I64, 0), before)
                 relax(b, rounds)
-                busy = b.icmp_unsigned("!=", b.load_atomic(word(b, s, 0), "acquire", 8), ir.Constant(I64, 0))
+                busy = b.icmp_unsigned(
+                    "!=", b.load_atomic(word(b, s, 0), "acquire", 8), ir.Constant(I64, 0)
+                )
                 rounds.add_incoming(b.add(rounds, ir.Constant(I64, 1)), b.block)
                 b.cbranch(busy, wait, done)
                 b.position_at_end(done)
     b.ret_void()
 
-    # ---- the hand-over probe: two shares pass a counter back and forth ------------------------------
+    # ---- the hand-over probe: two shares pass a counter back and forth ---------------------------
     # aotune_pingpong(flag, role, rounds, ...): role 0 waits for 2i and writes 2i + 1, role 1 waits
-    # for 2i + 1 and writes 2i + 2, so each step moves the flag's line to the other core once. A wait
-    # gives up after PROBE_SPIN_LIMIT polls (its partner never came), so a probe cannot hang.
+    # for 2i + 1 and writes 2i + 2, so each step moves the flag's line to the other core once. A
+    # wait gives up after PROBE_SPIN_LIMIT polls (its partner never came), so a probe cannot hang.
     probe = ir.Function(mod, _KERNEL_TY, name="aotune_pingpong")
     flag_addr, role, rounds = probe.args[:3]
     b = ir.IRBuilder(probe.append_basic_block("entry"))
@@ -191,13 +222,14 @@ class WorkerPool:
             parallel_addr = self._engine.get_function_address("aotune_parallel")
             self._pingpong_addr = self._engine.get_function_address("aotune_pingpong")
         self._worker = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(worker_addr)
-        self._parallel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                          ctypes.c_void_p)(parallel_addr)
+        self._parallel = ctypes.CFUNCTYPE(
+            None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p
+        )(parallel_addr)
         raw = np.zeros((MAX_WORKERS + 2) * SLOT_WORDS, dtype=np.int64)
         first = (-raw.ctypes.data % (SLOT_WORDS * 8)) // 8
-        self._slots = raw[first:first + MAX_WORKERS * SLOT_WORDS]
+        self._slots = raw[first : first + MAX_WORKERS * SLOT_WORDS]
         end = first + MAX_WORKERS * SLOT_WORDS
-        self._probe_flag = raw[end:end + 1]  # the hand-over probe's counter: a slot of its own
+        self._probe_flag = raw[end : end + 1]  # the hand-over probe's counter: a slot of its own
         self._slots_addr = self._slots.ctypes.data
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()  # one parallel call at a time owns the slots
@@ -205,16 +237,22 @@ class WorkerPool:
     def _grow(self, count: int) -> None:
         while len(self._threads) < count:
             addr = self._slots_addr + len(self._threads) * SLOT_WORDS * 8
-            t = threading.Thread(target=self._worker, args=(addr,), daemon=True,
-                                 name=f"aotune-worker-{len(self._threads)}")
+            t = threading.Thread(
+                target=self._worker,
+                args=(addr,),
+                daemon=True,
+                name=f"aotune-worker-{len(self._threads)}",
+            )
             t.start()
             self._threads.append(t)
 
     def run(self, fn_addr: int, shares: list[tuple[int, ...]]) -> None:
         """Call the kernel at ``fn_addr`` once per share (8 integer arguments each), in parallel."""
         if len(shares) - 1 > MAX_WORKERS:
-            raise FinalCheckError(f"{len(shares)} threads requested; the worker pool runs at most "
-                                  f"{MAX_WORKERS + 1}: use fewer threads")
+            raise FinalCheckError(
+                f"{len(shares)} threads requested; the worker pool runs at most "
+                f"{MAX_WORKERS + 1}: use fewer threads"
+            )
         flat = [x for share in shares for x in share]
         args = (ctypes.c_uint64 * len(flat))(*flat)
         with self._lock:
@@ -225,14 +263,14 @@ class WorkerPool:
         """Seconds for one cache line to move from one core to another (this thread's to a worker's,
         or back): the hand-over that a line two threads both write pays each time it changes hands.
 
-        Two shares pass a counter back and forth (``aotune_pingpong``); two runs of different lengths
-        are each timed ``repeats`` times, and the difference of their fastest times over the
+        Two shares pass a counter back and forth (``aotune_pingpong``); two runs of different
+        lengths are each timed ``repeats`` times, and the difference of their fastest times over the
         difference of steps cancels the call's fixed cost. A warm-up comes first: after a quiet
         spell the worker naps, the OS may hold both threads on one CPU until they spin, and BLAS
-        threads may still spin after numpy's last call (the first probe after compiling and
-        checking 64 kernels read 0-949 ns without it). On a VM this is the
-        host's placement of the virtual CPUs: measured on a 2-vCPU EPYC slice, ~40 ns while both
-        sit under one L3 and ~170 ns while the hypervisor has them on two, switching within seconds.
+        threads may still spin after numpy's last call (the first probe after compiling and checking
+        64 kernels read 0-949 ns without it). On a VM this is the host's placement of the virtual
+        CPUs: measured on a 2-vCPU EPYC slice, ~40 ns while both sit under one L3 and ~170 ns while
+        the hypervisor has them on two, switching within seconds.
         """
         start = time.perf_counter()
         while time.perf_counter() - start < PROBE_WARMUP_SECONDS:
@@ -242,15 +280,20 @@ class WorkerPool:
         return max(0.0, long - short) / (2 * (PROBE_LONG_STEPS - PROBE_SHORT_STEPS))
 
     def _pingpong(self, steps: int) -> float:
-        """Seconds for ``steps`` round trips of the probe's counter between this thread and a worker."""
+        """Seconds for ``steps`` round trips of the probe's counter between this thread and a
+        worker."""
         flag = self._probe_flag.ctypes.data
         self._probe_flag[0] = 0
         start = time.perf_counter()
-        self.run(self._pingpong_addr, [(flag, 0, steps, 0, 0, 0, 0, 0), (flag, 1, steps, 0, 0, 0, 0, 0)])
+        self.run(
+            self._pingpong_addr, [(flag, 0, steps, 0, 0, 0, 0, 0), (flag, 1, steps, 0, 0, 0, 0, 0)]
+        )
         seconds = time.perf_counter() - start
         if self._probe_flag[0] != 2 * steps:
-            raise FinalCheckError("the hand-over probe's worker thread did not answer; "
-                                  "is another program pinning this process to one CPU?")
+            raise FinalCheckError(
+                "the hand-over probe's worker thread did not answer; "
+                "is another program pinning this process to one CPU?"
+            )
         return seconds
 
     def stop(self) -> None:

@@ -16,6 +16,7 @@ column loop with A "shared" along it: the micro-kernel loads A as vectors throug
 (element-wise with B) instead of broadcasting it, so the vector lanes stay full.
 Roadmap: the same in-place window walk for the GEMM-shaped convolutions, to skip packing A.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,9 @@ class Roles:
     b: str
     c: str
     batch: tuple[str, ...] = ()
-    shared_n: bool = False  # the columns also index A: A is loaded as vectors along them, not broadcast
+    shared_n: bool = (
+        False  # the columns also index A: A is loaded as vectors along them, not broadcast
+    )
 
 
 def group_extent(w: Workload, group: tuple[str, ...]) -> int:
@@ -73,8 +76,11 @@ def group_stride(w: Workload, t: TensorAccessInfo, group: tuple[str, ...]) -> in
     return inner
 
 
-def _linear_run(w: Workload, out: TensorAccessInfo, loops: list[str], innermost: str | None) -> tuple[str, ...]:
-    """The longest chain of ``loops``, from ``innermost`` outwards, along which the output is one stride."""
+def _linear_run(
+    w: Workload, out: TensorAccessInfo, loops: list[str], innermost: str | None
+) -> tuple[str, ...]:
+    """The longest chain of ``loops``, from ``innermost`` outwards, along which the output is one
+    stride."""
     if innermost is None:
         candidates = sorted(loops, key=out.stride)
         if not candidates:
@@ -99,13 +105,20 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
     out = info.tensor(w.statement.output.tensor)
     live = [lp for lp in w.loops if lp.extent > 1]
     for lp in live:
-        if lp.kind == "reduction" and (lp.name in in0.invariant_loops or lp.name in in1.invariant_loops):
+        if lp.kind == "reduction" and (
+            lp.name in in0.invariant_loops or lp.name in in1.invariant_loops
+        ):
             raise UnsupportedWorkloadError(
-                f"{w.op}: reduction index {lp.name} appears in only one input; the CPU schedule handles "
-                f"contractions whose every reduction index is in both inputs (sum that input first)")
+                f"{w.op}: reduction index {lp.name} appears in only one input; "
+                "the CPU schedule handles contractions whose every reduction index is in both "
+                "inputs (sum that input first)"
+            )
     spatial = [lp.name for lp in live if lp.kind == "spatial"]
     batch = [n for n in spatial if n not in in0.invariant_loops and n not in in1.invariant_loops]
-    only = {t.tensor: [n for n in spatial if n not in batch and n not in t.invariant_loops] for t in (in0, in1)}
+    only = {
+        t.tensor: [n for n in spatial if n not in batch and n not in t.invariant_loops]
+        for t in (in0, in1)
+    }
     # B holds the loop along which the output is contiguous (the vector axis of the micro-kernel)
     last = w.statement.output.indices[-1].terms if w.statement.output.indices else ()
     contiguous = [n for n in spatial if n not in batch and out.stride(n) == 1 and (n, 1) in last]
@@ -120,9 +133,21 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
         b_t = in1 if a_t is in0 else in0
         if a_t.stride(shared[0]) == 1:
             m_group = _linear_run(w, out, only[a_t.tensor], None)
-            rest = [n for n in batch + only[a_t.tensor] + only[b_t.tensor] if n != shared[0] and n not in m_group]
-            return Roles(m_group, (shared[0],), k_group, a_t.tensor, b_t.tensor, out.tensor,
-                         tuple(sorted(rest, key=order.index)), shared_n=True)
+            rest = [
+                n
+                for n in batch + only[a_t.tensor] + only[b_t.tensor]
+                if n != shared[0] and n not in m_group
+            ]
+            return Roles(
+                m_group,
+                (shared[0],),
+                k_group,
+                a_t.tensor,
+                b_t.tensor,
+                out.tensor,
+                tuple(sorted(rest, key=order.index)),
+                shared_n=True,
+            )
     if contiguous:
         b_t = in0 if contiguous[0] in only[in0.tensor] else in1
     else:  # no column loop (N = 1): B is the input with no loops of its own, if there is one
@@ -130,13 +155,28 @@ def find_roles(w: Workload, info: AccessInfo) -> Roles:
     a_t = in1 if b_t is in0 else in0
     n_group = _linear_run(w, out, only[b_t.tensor], contiguous[0]) if contiguous else ()
     m_group = _linear_run(w, out, only[a_t.tensor], None)
-    batch += [n for n in only[a_t.tensor] + only[b_t.tensor] if n not in m_group and n not in n_group]
-    return Roles(m_group, n_group, k_group, a_t.tensor, b_t.tensor, out.tensor,
-                 tuple(sorted(batch, key=order.index)))
+    batch += [
+        n for n in only[a_t.tensor] + only[b_t.tensor] if n not in m_group and n not in n_group
+    ]
+    return Roles(
+        m_group,
+        n_group,
+        k_group,
+        a_t.tensor,
+        b_t.tensor,
+        out.tensor,
+        tuple(sorted(batch, key=order.index)),
+    )
 
 
-def must_pack_because(w: Workload, info: AccessInfo, tensor: str, rows: tuple[str, ...],
-                      k: tuple[str, ...], vector_axis: bool) -> str | None:
+def must_pack_because(
+    w: Workload,
+    info: AccessInfo,
+    tensor: str,
+    rows: tuple[str, ...],
+    k: tuple[str, ...],
+    vector_axis: bool,
+) -> str | None:
     """Why the micro-kernel cannot read ``tensor`` in place, or None when it can: that needs one
     stride per group, no reads outside its bounds and, for the vector operand, unit stride along
     its columns."""
@@ -168,7 +208,10 @@ def footprint_expr(info: AccessInfo, tensors: tuple[str, ...], tile_vars: dict[s
         t = info.tensor(name)
         factors: list[Expr] = [Const(t.itemsize)]
         for ext in t.extents:
-            parts: list[Expr] = [Prod((Const(c), tile_vars[loop])) if c != 1 else tile_vars[loop] for loop, c in ext.terms]
+            parts: list[Expr] = [
+                Prod((Const(c), tile_vars[loop])) if c != 1 else tile_vars[loop]
+                for loop, c in ext.terms
+            ]
             if ext.const:
                 parts.append(Const(ext.const))
             if len(parts) == 1 and parts[0] == Const(1):
@@ -179,7 +222,11 @@ def footprint_expr(info: AccessInfo, tensors: tuple[str, ...], tile_vars: dict[s
 
 
 def _group_label(group: tuple[str, ...]) -> str:
-    return "(" + ", ".join(group) + ")" if len(group) > 1 else (group[0] if group else "nothing: extent 1")
+    return (
+        "(" + ", ".join(group) + ")"
+        if len(group) > 1
+        else (group[0] if group else "nothing: extent 1")
+    )
 
 
 def _round_up(x: int, m: int) -> int:
@@ -194,13 +241,19 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     # Footprints are those of the GEMM the micro-kernel sees: packed panels, or the operand itself
     # where it is read in place (then its groups are single strides, so the view is exact).
     # An A shared along the columns is a vector per (row, k): its tile is mr x kc x nr.
-    view = analyze(einsum("mkn,kn->mn" if r.shared_n else "mk,kn->mn", {"m": M, "n": N, "k": K},
-                          names=(r.a, r.b, r.c)))
+    view = analyze(
+        einsum(
+            "mkn,kn->mn" if r.shared_n else "mk,kn->mn",
+            {"m": M, "n": N, "k": K},
+            names=(r.a, r.b, r.c),
+        )
+    )
     vw, regs = hw.vector_lanes_f32, hw.isa.vector_registers
     if regs < 3:
         raise UnsatisfiableError(
             f"target {hw.name} has {regs} vector register(s); a register tile needs at least 3 "
-            f"(1 accumulator, 1 B vector, 1 A broadcast): fix isa.vector_registers in its spec")
+            f"(1 accumulator, 1 B vector, 1 A broadcast): fix isa.vector_registers in its spec"
+        )
     mr_max = max(1, min(M, regs - 2))
     nr_vec_max = max(1, min(-(-N // vw), (regs - 1) // 2))
     kcs = sorted({kc for kc in KC_CANDIDATES if kc < K} | {min(K, KC_CANDIDATES[-1])})
@@ -209,21 +262,41 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     m_cap = min(M + mr_max - 1, MAX_BLOCK)
     n_cap = min(_round_up(N, vw) + (nr_vec_max - 1) * vw, MAX_BLOCK)
     variables = (
-        DecisionVar("mr", tuple(range(1, mr_max + 1)), f"register tile rows (along {_group_label(r.m)})"),
-        DecisionVar("nr", tuple(vw * i for i in range(1, nr_vec_max + 1)), f"register tile columns (along {_group_label(r.n)}), a multiple of {vw} lanes"),
+        DecisionVar(
+            "mr", tuple(range(1, mr_max + 1)), f"register tile rows (along {_group_label(r.m)})"
+        ),
+        DecisionVar(
+            "nr",
+            tuple(vw * i for i in range(1, nr_vec_max + 1)),
+            f"register tile columns (along {_group_label(r.n)}), a multiple of {vw} lanes",
+        ),
         DecisionVar("kc", tuple(kcs), f"L1 block of the reduction {_group_label(r.k)}"),
-        DecisionVar("mc", tuple(range(1, m_cap + 1)), f"L2 block of {_group_label(r.m)}, a multiple of mr"),
-        DecisionVar("nc", tuple(range(vw, n_cap + 1, vw)), f"L3 block of {_group_label(r.n)}, a multiple of nr"),
-        DecisionVar("order", tuple(range(len(ORDERS))), "cache-block loop order, outer to inner", ORDERS),
+        DecisionVar(
+            "mc", tuple(range(1, m_cap + 1)), f"L2 block of {_group_label(r.m)}, a multiple of mr"
+        ),
+        DecisionVar(
+            "nc",
+            tuple(range(vw, n_cap + 1, vw)),
+            f"L3 block of {_group_label(r.n)}, a multiple of nr",
+        ),
+        DecisionVar(
+            "order", tuple(range(len(ORDERS))), "cache-block loop order, outer to inner", ORDERS
+        ),
         DecisionVar("pack_a", (0, 1), f"copy {r.a} blocks into contiguous mr-row panels"),
         DecisionVar("pack_b", (0, 1), f"copy {r.b} blocks into contiguous nr-column panels"),
-        DecisionVar("unroll", UNROLLS, f"unroll factor of the micro-kernel's {_group_label(r.k)} loop"),
+        DecisionVar(
+            "unroll", UNROLLS, f"unroll factor of the micro-kernel's {_group_label(r.k)} loop"
+        ),
         DecisionVar("par", tuple(range(len(PAR_LOOPS))), "loop split over the cores", PAR_LOOPS),
         DecisionVar("threads", tuple(range(1, hw.core.cores + 1)), "threads (one per core)"),
     )
     mr, nr, kc, mc, nc = (Var(x) for x in ("mr", "nr", "kc", "mc", "nc"))
     nr_vec = CeilDiv(nr, Const(vw))
-    tile = {"L1": {"m": mr, "n": nr, "k": kc}, "L2": {"m": mc, "n": nr, "k": kc}, "L3": {"m": mc, "n": nc, "k": kc}}
+    tile = {
+        "L1": {"m": mr, "n": nr, "k": kc},
+        "L2": {"m": mc, "n": nr, "k": kc},
+        "L3": {"m": mc, "n": nc, "k": kc},
+    }
 
     def budget(level: int) -> int:
         return int(hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction)
@@ -231,58 +304,165 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     ab = (r.a, r.b)
     abc = (r.a, r.b, r.c)
     constraints = [
-        Constraint("registers", Sum((Prod((mr, nr_vec)), nr_vec, Const(1))), "<=", Const(regs),
-                   f"accumulators mr*nr/{vw} + operand regs (nr/{vw} + 1) <= {regs} vector registers",
-                   "reduce mr or nr"),
-        Constraint("vector alignment", nr, "divides", Const(vw), f"nr is a multiple of the vector width ({vw} lanes)",
-                   f"use nr in steps of {vw}"),
-        Constraint("mc multiple of mr", mc, "divides", mr, "mc is a multiple of mr", "round mc to a multiple of mr"),
-        Constraint("nc multiple of nr", nc, "divides", nr, "nc is a multiple of nr", "round nc to a multiple of nr"),
-        Constraint("cover m", mc, "<=", Prod((CeilDiv(Const(M), mr), mr)), f"mc <= {M} rounded up to mr",
-                   "reduce mc"),
-        Constraint("cover n", nc, "<=", Prod((CeilDiv(Const(N), nr), nr)), f"nc <= {N} rounded up to nr",
-                   "reduce nc"),
-        Constraint("L1 footprint", footprint_expr(view, ab, tile["L1"]), "<=", Const(budget(1)),
-                   f"L1 footprint(mr, nr, kc) = {footprint_expr(view, ab, tile['L1'])} B <= "
-                   f"{hw.cache(1).usable_fraction:g} * {hw.cache(1).size_kib // hw.cache(1).shared_by_cores} KiB",
-                   "reduce kc, mr or nr"),
-        Constraint("L2 footprint", footprint_expr(view, abc, tile["L2"]), "<=", Const(budget(2)),
-                   f"L2 footprint(mc, nr, kc) = {footprint_expr(view, abc, tile['L2'])} B <= "
-                   f"{hw.cache(2).usable_fraction:g} * {hw.cache_bytes_per_core(2) // 1024} KiB",
-                   "reduce mc or kc"),
+        Constraint(
+            "registers",
+            Sum((Prod((mr, nr_vec)), nr_vec, Const(1))),
+            "<=",
+            Const(regs),
+            f"accumulators mr*nr/{vw} + operand regs (nr/{vw} + 1) <= {regs} vector registers",
+            "reduce mr or nr",
+        ),
+        Constraint(
+            "vector alignment",
+            nr,
+            "divides",
+            Const(vw),
+            f"nr is a multiple of the vector width ({vw} lanes)",
+            f"use nr in steps of {vw}",
+        ),
+        Constraint(
+            "mc multiple of mr",
+            mc,
+            "divides",
+            mr,
+            "mc is a multiple of mr",
+            "round mc to a multiple of mr",
+        ),
+        Constraint(
+            "nc multiple of nr",
+            nc,
+            "divides",
+            nr,
+            "nc is a multiple of nr",
+            "round nc to a multiple of nr",
+        ),
+        Constraint(
+            "cover m",
+            mc,
+            "<=",
+            Prod((CeilDiv(Const(M), mr), mr)),
+            f"mc <= {M} rounded up to mr",
+            "reduce mc",
+        ),
+        Constraint(
+            "cover n",
+            nc,
+            "<=",
+            Prod((CeilDiv(Const(N), nr), nr)),
+            f"nc <= {N} rounded up to nr",
+            "reduce nc",
+        ),
+        Constraint(
+            "L1 footprint",
+            footprint_expr(view, ab, tile["L1"]),
+            "<=",
+            Const(budget(1)),
+            f"L1 footprint(mr, nr, kc) = {footprint_expr(view, ab, tile['L1'])} B <= "
+            f"{hw.cache(1).usable_fraction:g} * "
+            f"{hw.cache(1).size_kib // hw.cache(1).shared_by_cores} KiB",
+            "reduce kc, mr or nr",
+        ),
+        Constraint(
+            "L2 footprint",
+            footprint_expr(view, abc, tile["L2"]),
+            "<=",
+            Const(budget(2)),
+            f"L2 footprint(mc, nr, kc) = {footprint_expr(view, abc, tile['L2'])} B <= "
+            f"{hw.cache(2).usable_fraction:g} * {hw.cache_bytes_per_core(2) // 1024} KiB",
+            "reduce mc or kc",
+        ),
         Constraint("unroll within kc", Var("unroll"), "<=", kc, "unroll <= kc", "reduce unroll"),
-        Constraint("parallel chunks m", CeilDiv(Const(M), mr), ">=", Var("threads"),
-                   f"ceil({M}/mr) row panels >= threads", "use fewer threads or a smaller mr, or par=n",
-                   when=("par", 0)),
-        Constraint("parallel chunks n", CeilDiv(Const(N), nr), ">=", Var("threads"),
-                   f"ceil({N}/nr) column panels >= threads", "use fewer threads or a smaller nr, or par=m",
-                   when=("par", 1)),
+        Constraint(
+            "parallel chunks m",
+            CeilDiv(Const(M), mr),
+            ">=",
+            Var("threads"),
+            f"ceil({M}/mr) row panels >= threads",
+            "use fewer threads or a smaller mr, or par=n",
+            when=("par", 0),
+        ),
+        Constraint(
+            "parallel chunks n",
+            CeilDiv(Const(N), nr),
+            ">=",
+            Var("threads"),
+            f"ceil({N}/nr) column panels >= threads",
+            "use fewer threads or a smaller nr, or par=m",
+            when=("par", 1),
+        ),
     ]
     if len(hw.caches) >= 3:
         constraints.append(
-            Constraint("L3 footprint", footprint_expr(view, abc, tile["L3"]), "<=", Const(budget(3)),
-                       f"L3 footprint(mc, nc, kc) = {footprint_expr(view, abc, tile['L3'])} B <= "
-                       f"{hw.cache(3).usable_fraction:g} * {hw.cache_bytes_per_core(3) // 1024} KiB per core",
-                       "reduce nc, mc or kc"))
-    for flag, tensor, rows, vector_axis in (("pack_a", r.a, r.m, False), ("pack_b", r.b, r.n, True)):
+            Constraint(
+                "L3 footprint",
+                footprint_expr(view, abc, tile["L3"]),
+                "<=",
+                Const(budget(3)),
+                f"L3 footprint(mc, nc, kc) = {footprint_expr(view, abc, tile['L3'])} B <= "
+                f"{hw.cache(3).usable_fraction:g} * "
+                f"{hw.cache_bytes_per_core(3) // 1024} KiB per core",
+                "reduce nc, mc or kc",
+            )
+        )
+    for flag, tensor, rows, vector_axis in (
+        ("pack_a", r.a, r.m, False),
+        ("pack_b", r.b, r.n, True),
+    ):
         if flag == "pack_a" and r.shared_n:
-            constraints.append(Constraint(f"{tensor} is read in place", Var(flag), "==", Const(0),
-                                          f"pack_a = 0 ({tensor} shares the column loop {r.n[0]}: the micro-kernel "
-                                          f"loads it as vectors through row and k offset tables)", "set pack_a=0"))
+            constraints.append(
+                Constraint(
+                    f"{tensor} is read in place",
+                    Var(flag),
+                    "==",
+                    Const(0),
+                    f"pack_a = 0 ({tensor} shares the column loop {r.n[0]}: the micro-kernel "
+                    f"loads it as vectors through row and k offset tables)",
+                    "set pack_a=0",
+                )
+            )
             continue
         why = must_pack_because(w, info, tensor, rows, r.k, vector_axis)
         if why is not None:
-            constraints.append(Constraint(f"{tensor} must be packed", Var(flag), "==", Const(1),
-                                          f"{flag} = 1 ({tensor} {why}; packing gathers it into panels)",
-                                          f"set {flag}=1"))
+            constraints.append(
+                Constraint(
+                    f"{tensor} must be packed",
+                    Var(flag),
+                    "==",
+                    Const(1),
+                    f"{flag} = 1 ({tensor} {why}; packing gathers it into panels)",
+                    f"set {flag}=1",
+                )
+            )
     padded = [t.tensor for t in info.tensors if not t.is_output and t.reads_outside]
     if padded:
-        variables += (DecisionVar("pad_copy", (0, 1), f"0: bounds checks while packing {padded[0]}; "
-                                                      f"1: copy it into a zero-padded buffer first"),)
+        variables += (
+            DecisionVar(
+                "pad_copy",
+                (0, 1),
+                f"0: bounds checks while packing {padded[0]}; "
+                f"1: copy it into a zero-padded buffer first",
+            ),
+        )
         if r.shared_n and padded[0] == r.a:
-            constraints.append(Constraint(f"{r.a} is read padded", Var("pad_copy"), "==", Const(1),
-                                          f"pad_copy = 1 ({r.a} is read in place, which has no bounds checks, "
-                                          f"and reads outside its bounds)", "set pad_copy=1"))
-    space = CpuSpace(f"{w.op} {'x'.join(str(v) for _, v in w.shape)} on {hw.name}", variables, tuple(constraints),
-                     joint_moves=(("mr", "nr"),), workload=w, hw=hw, info=info, roles=r)
+            constraints.append(
+                Constraint(
+                    f"{r.a} is read padded",
+                    Var("pad_copy"),
+                    "==",
+                    Const(1),
+                    f"pad_copy = 1 ({r.a} is read in place, which has no bounds checks, "
+                    f"and reads outside its bounds)",
+                    "set pad_copy=1",
+                )
+            )
+    space = CpuSpace(
+        f"{w.op} {'x'.join(str(v) for _, v in w.shape)} on {hw.name}",
+        variables,
+        tuple(constraints),
+        joint_moves=(("mr", "nr"),),
+        workload=w,
+        hw=hw,
+        info=info,
+        roles=r,
+    )
     return space

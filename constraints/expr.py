@@ -4,11 +4,13 @@ One definition serves three uses: ``str()`` for ``aotune space``, ``evaluate()``
 ``Space.violations`` (the semantics), and ``to_cpsat()`` for the solver. The brute-force test checks
 that the last two agree on small problems.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -16,7 +18,12 @@ from ortools.sat.python import cp_model
 class LoweringContext:
     """Holds the CP-SAT model, the decision variables and their value bounds while lowering."""
 
-    def __init__(self, model: cp_model.CpModel, variables: Mapping[str, Any], bounds: Mapping[str, tuple[int, int]]):
+    def __init__(
+        self,
+        model: cp_model.CpModel,
+        variables: Mapping[str, Any],
+        bounds: Mapping[str, tuple[int, int]],
+    ):
         self.model, self.variables, self.bounds = model, variables, bounds
         self._cache: dict[str, Any] = {}
         self._count = 0
@@ -47,14 +54,14 @@ class Expr:
         raise NotImplementedError
 
     # small conveniences for building constraint tables
-    def __add__(self, other: "Expr | int") -> "Expr":
+    def __add__(self, other: Expr | int) -> Expr:
         return Sum((self, as_expr(other)))
 
-    def __mul__(self, other: "Expr | int") -> "Expr":
+    def __mul__(self, other: Expr | int) -> Expr:
         return Prod((self, as_expr(other)))
 
 
-def as_expr(x: "Expr | int") -> Expr:
+def as_expr(x: Expr | int) -> Expr:
     """Wrap an int as a Const."""
     return x if isinstance(x, Expr) else Const(int(x))
 

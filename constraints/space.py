@@ -1,20 +1,21 @@
 """The search space: decision variables, constraints, and the CP-SAT model built once from them.
 
-Roadmap: ``Space`` is target-agnostic; ``constraints/cpu.py`` fills it for CPU contractions and a GPU
-builder will fill it with thread/shared-memory/register constraints. The model is built once per
+Roadmap: ``Space`` is target-agnostic; ``constraints/cpu.py`` fills it for CPU contractions and a
+GPU builder will fill it with thread/shared-memory/register constraints. The model is built once per
 space; ``solve`` copies it and adds the caller's restrictions, so GA children never rebuild it.
 """
+
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Mapping
-
-from ortools.sat.python import cp_model
+from typing import Literal
 
 from aotune.constraints.expr import Expr, LoweringContext
 from aotune.errors import ConfigError, UnsatisfiableError
+from ortools.sat.python import cp_model
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,9 @@ class DecisionVar:
             return int(text)
         except ValueError:
             choices = ", ".join(self.labels) if self.labels else "an integer"
-            raise ConfigError(f"config value {self.name}={text!r} is not valid; use {choices}") from None
+            raise ConfigError(
+                f"config value {self.name}={text!r} is not valid; use {choices}"
+            ) from None
 
     def domain_text(self) -> str:
         """Compact description of the domain."""
@@ -79,7 +82,7 @@ class Config:
         """A plain dict copy."""
         return dict(self.items)
 
-    def replaced(self, values: Mapping[str, int]) -> "Config":
+    def replaced(self, values: Mapping[str, int]) -> Config:
         """A new config with the decisions in ``values`` changed (not checked for validity)."""
         return Config(tuple((k, values.get(k, v)) for k, v in self.items))
 
@@ -137,13 +140,25 @@ class Constraint:
         if not self.applies(cfg):
             return True
         lhs, rhs = self.lhs.evaluate(cfg), self.rhs.evaluate(cfg)
-        return {"<=": lhs <= rhs, ">=": lhs >= rhs, "==": lhs == rhs, "divides": rhs != 0 and lhs % rhs == 0}[self.relation]
+        return {
+            "<=": lhs <= rhs,
+            ">=": lhs >= rhs,
+            "==": lhs == rhs,
+            "divides": rhs != 0 and lhs % rhs == 0,
+        }[self.relation]
 
     def violation(self, cfg: Mapping[str, int]) -> Violation | None:
         """A Violation if ``cfg`` breaks this constraint."""
         if self.holds(cfg):
             return None
-        return Violation(self.name, self.text, self.lhs.evaluate(cfg), self.rhs.evaluate(cfg), self.hint, self.relation)
+        return Violation(
+            self.name,
+            self.text,
+            self.lhs.evaluate(cfg),
+            self.rhs.evaluate(cfg),
+            self.hint,
+            self.relation,
+        )
 
 
 @dataclass
@@ -167,7 +182,9 @@ class Space:
         self._scratch: cp_model.CpModel | None = None
         self._model = cp_model.CpModel()
         self._vars = {
-            v.name: self._model.new_int_var_from_domain(cp_model.Domain.from_values(list(v.domain)), v.name)
+            v.name: self._model.new_int_var_from_domain(
+                cp_model.Domain.from_values(list(v.domain)), v.name
+            )
             for v in self.variables
         }
         bounds = {v.name: (min(v.domain), max(v.domain)) for v in self.variables}
@@ -187,7 +204,9 @@ class Space:
                 self._model.add_modulo_equality(rem, lhs_var, rhs_var)
                 ct = self._model.add(rem == 0)
             else:
-                ct = self._model.add({"<=": lhs <= rhs, ">=": lhs >= rhs, "==": lhs == rhs}[c.relation])
+                ct = self._model.add(
+                    {"<=": lhs <= rhs, ">=": lhs >= rhs, "==": lhs == rhs}[c.relation]
+                )
             if c.when is not None:
                 ct.only_enforce_if(self._guard_literal(*c.when))
 
@@ -218,10 +237,15 @@ class Space:
         """A Config in this space's variable order; names must match exactly."""
         unknown = [k for k in values if k not in self.names]
         if unknown:
-            raise ConfigError(f"unknown decision(s) {', '.join(unknown)}; this space has {', '.join(self.names)}")
+            raise ConfigError(
+                f"unknown decision(s) {', '.join(unknown)}; this space has {', '.join(self.names)}"
+            )
         missing = [n for n in self.names if n not in values]
         if missing:
-            raise ConfigError(f"config is missing {', '.join(missing)}; give every decision: {', '.join(self.names)}")
+            raise ConfigError(
+                f"config is missing {', '.join(missing)}; "
+                f"give every decision: {', '.join(self.names)}"
+            )
         return Config(tuple((n, int(values[n])) for n in self.names))
 
     def parse_config(self, text: str) -> Config:
@@ -251,8 +275,16 @@ class Space:
         values = cfg.as_dict()
         for v in self.variables:
             if values[v.name] not in v.domain:
-                out.append(Violation(f"domain of {v.name}", f"{v.name} in {v.domain_text()}", values[v.name],
-                                     max(v.domain), f"choose {v.name} from {v.domain_text()}", "in"))
+                out.append(
+                    Violation(
+                        f"domain of {v.name}",
+                        f"{v.name} in {v.domain_text()}",
+                        values[v.name],
+                        max(v.domain),
+                        f"choose {v.name} from {v.domain_text()}",
+                        "in",
+                    )
+                )
         if out:
             return out  # constraint formulas assume in-domain values (e.g. no division by 0)
         return [viol for c in self.constraints if (viol := c.violation(values)) is not None]
@@ -262,9 +294,15 @@ class Space:
         return not self.violations(cfg)
 
     # ---- solving -------------------------------------------------------------------------------
-    def solve(self, allowed: Mapping[str, Iterable[int]] | None = None, hints: Mapping[str, int] | None = None,
-              seed: int = 0, time_limit: float = 2.0) -> Config:
-        """One valid config with each variable restricted to ``allowed`` values, guided by ``hints``.
+    def solve(
+        self,
+        allowed: Mapping[str, Iterable[int]] | None = None,
+        hints: Mapping[str, int] | None = None,
+        seed: int = 0,
+        time_limit: float = 2.0,
+    ) -> Config:
+        """One valid config with each variable restricted to ``allowed`` values, guided by
+        ``hints``.
 
         Raises UnsatisfiableError if no config satisfies the restrictions.
         """
@@ -272,7 +310,9 @@ class Space:
         if allowed or hints:
             model, cvars = self._restrictable_copy()
             for name, vals in (allowed or {}).items():
-                model.add_linear_expression_in_domain(cvars[name], cp_model.Domain.from_values(sorted(set(vals))))
+                model.add_linear_expression_in_domain(
+                    cvars[name], cp_model.Domain.from_values(sorted(set(vals)))
+                )
             for name, val in (hints or {}).items():
                 model.add_hint(cvars[name], val)
         solver = _one_worker_solver(time_limit)
@@ -282,14 +322,18 @@ class Space:
         solver.parameters.cp_model_presolve = not hints
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            why = "no config satisfies the restrictions" if status == cp_model.INFEASIBLE else "the solver timed out"
+            why = (
+                "no config satisfies the restrictions"
+                if status == cp_model.INFEASIBLE
+                else "the solver timed out"
+            )
             raise UnsatisfiableError(f"{self.title}: {why}")
         return self._solution(solver)
 
     def nearest(self, cfg: Config, fixed: Mapping[str, int], time_limit: float = 1.0) -> Config:
-        """The valid config with the ``fixed`` values that changes the fewest other decisions of ``cfg``
-        (a local-search move repaired: setting mr alone may break the register limit that a smaller
-        nr would meet). Raises UnsatisfiableError if no config has the ``fixed`` values."""
+        """The valid config with the ``fixed`` values that changes the fewest other decisions of
+        ``cfg`` (a local-search move repaired: setting mr alone may break the register limit that a
+        smaller nr would meet). Raises UnsatisfiableError if no config has the ``fixed`` values."""
         model, cvars = self._restrictable_copy()
         changed = []
         for name, value in cfg.items:
@@ -303,7 +347,9 @@ class Space:
         model.minimize(sum(changed))
         solver = _one_worker_solver(time_limit)
         if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            raise UnsatisfiableError(f"{self.title}: no config has {', '.join(f'{k}={v}' for k, v in fixed.items())}")
+            raise UnsatisfiableError(
+                f"{self.title}: no config has {', '.join(f'{k}={v}' for k, v in fixed.items())}"
+            )
         return self._solution(solver)
 
     def _solution(self, solver: cp_model.CpSolver) -> Config:
@@ -323,7 +369,9 @@ class Space:
         copy_from = getattr(proto, "copy_from", None) or proto.CopyFrom  # pybind proto / protobuf
         copy_from(self._model.proto)
         self._scratch.rebuild_constant_map()
-        return self._scratch, {n: self._scratch.get_int_var_from_proto_index(v.index) for n, v in self._vars.items()}
+        return self._scratch, {
+            n: self._scratch.get_int_var_from_proto_index(v.index) for n, v in self._vars.items()
+        }
 
     def sample(self, n: int, seed: int = 0) -> list[Config]:
         """Up to ``n`` distinct valid configs, reproducible for a given ``seed``.
@@ -384,12 +432,16 @@ class Space:
         """All valid configs (small spaces only; raises if there are more than ``limit``)."""
 
         class _Collector(cp_model.CpSolverSolutionCallback):
-            def __init__(self, space: "Space") -> None:
+            def __init__(self, space: Space) -> None:
                 super().__init__()
                 self.space, self.found = space, []
 
             def on_solution_callback(self) -> None:
-                self.found.append(Config(tuple((n, int(self.value(self.space._vars[n]))) for n in self.space.names)))
+                self.found.append(
+                    Config(
+                        tuple((n, int(self.value(self.space._vars[n]))) for n in self.space.names)
+                    )
+                )
                 if len(self.found) > limit:
                     self.stop_search()
 
@@ -398,6 +450,7 @@ class Space:
         collector = _Collector(self)
         solver.solve(self._model, collector)
         if len(collector.found) > limit:
-            raise UnsatisfiableError(f"{self.title}: more than {limit} configs; use sample() instead")
+            raise UnsatisfiableError(
+                f"{self.title}: more than {limit} configs; use sample() instead"
+            )
         return collector.found
-

@@ -4,6 +4,7 @@ Cores and cache sizes come from sysfs, the ISA from llvmlite's host CPU name and
 rates cannot be read from the OS, so they are taken from the built-in spec whose ``llvm_cpu``
 matches the host, or else the closest one by vector ISA.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,7 +38,8 @@ def _count_cpus(cpu_list: str) -> int:
 
 
 def sysfs_caches(cpu_dir: Path = SYSFS_CPU / "cpu0") -> dict[int, tuple[int, int, int, int]]:
-    """Data/unified caches of cpu0 from sysfs: level -> (size KiB, line bytes, ways, CPUs sharing it)."""
+    """Data/unified caches of cpu0 from sysfs: level -> (size KiB, line bytes, ways, CPUs sharing
+    it)."""
     found: dict[int, tuple[int, int, int, int]] = {}
     for index in sorted((cpu_dir / "cache").glob("index*")):
         try:
@@ -71,7 +73,8 @@ def _base_spec_name(cpu_name: str, features: dict[str, bool], arch: str) -> str:
     if features.get("avx2") and features.get("fma"):
         return "haswell"
     raise HwSpecError(
-        f"host CPU {cpu_name!r} has neither AVX2+FMA nor AVX-512; write a spec file for it and pass --target FILE.toml"
+        f"host CPU {cpu_name!r} has neither AVX2+FMA nor AVX-512; "
+        "write a spec file for it and pass --target FILE.toml"
     )
 
 
@@ -86,25 +89,42 @@ def detect_host() -> HwSpec:
     cpu_name = llvm.get_host_cpu_name()
     features = dict(llvm.get_host_cpu_features())
     base = load_target(_base_spec_name(cpu_name, features, arch))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     detected = sysfs_caches()
     caches = []
     for c in base.caches:
         if c.level in detected:
             size, line, ways, shared = detected[c.level]
-            c = dataclasses.replace(c, size_kib=size, line_bytes=line, associativity=ways,
-                                    shared_by_cores=max(1, min(shared, cores)))
+            c = dataclasses.replace(
+                c,
+                size_kib=size,
+                line_bytes=line,
+                associativity=ways,
+                shared_by_cores=max(1, min(shared, cores)),
+            )
         caches.append(c)
     feature_str = ",".join(("+" if on else "-") + name for name, on in sorted(features.items()))
     vector_bits = base.isa.vector_bits
     if arch == "x86_64":
         vector_bits = 512 if features.get("avx512f") else 256
-    isa = dataclasses.replace(base.isa, triple=triple, llvm_cpu=cpu_name, llvm_features=feature_str,
-                              vector_bits=vector_bits, vector_registers=32 if vector_bits == 512 else base.isa.vector_registers)
+    isa = dataclasses.replace(
+        base.isa,
+        triple=triple,
+        llvm_cpu=cpu_name,
+        llvm_features=feature_str,
+        vector_bits=vector_bits,
+        vector_registers=32 if vector_bits == 512 else base.isa.vector_registers,
+    )
     core = dataclasses.replace(base.core, cores=cores)
     return dataclasses.replace(
-        base, name="host", description=f"detected host: {cpu_name}, {cores} cores (core model from {base.name})",
-        isa=isa, core=core, caches=tuple(caches),
+        base,
+        name="host",
+        description=f"detected host: {cpu_name}, {cores} cores (core model from {base.name})",
+        isa=isa,
+        core=core,
+        caches=tuple(caches),
     )
 
 
@@ -114,7 +134,11 @@ def host_can_run(spec: HwSpec) -> tuple[bool, str]:
     if spec.isa.arch != host.isa.arch:
         return False, f"target {spec.name} is {spec.isa.arch}, this host is {host.isa.arch}"
     host_feats = {f[1:] for f in host.isa.llvm_features.split(",") if f.startswith("+")}
-    missing = [f[1:] for f in spec.isa.llvm_features.split(",") if f.startswith("+") and f[1:] not in host_feats]
+    missing = [
+        f[1:]
+        for f in spec.isa.llvm_features.split(",")
+        if f.startswith("+") and f[1:] not in host_feats
+    ]
     if missing:
         return False, f"target {spec.name} needs CPU features this host lacks: {', '.join(missing)}"
     return True, ""

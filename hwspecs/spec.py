@@ -7,6 +7,7 @@ The schema *is* the dataclasses below: the loader walks their fields, so a key t
 a field that is missing, or a value of the wrong type is an error naming the file, the key and the
 expected type.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,7 +51,9 @@ class CoreSpec:
     load_width_bits: int
     store_ports: int
     issue_width: int
-    reorder_window: int  # instructions in flight: lets independent FMA chains of consecutive tiles overlap
+    reorder_window: (
+        int  # instructions in flight: lets independent FMA chains of consecutive tiles overlap
+    )
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,9 @@ class MemorySpec:
     prefetch_stride_bytes: int  # largest stride between accesses that the stride prefetcher follows
     tlb_miss_cycles: int  # extra latency of an access whose page misses the first-level data TLB
     dtlb_entries: int  # pages the first-level data TLB holds
-    prefetch_ahead_cycles: int  # how far ahead software prefetches of strided operand rows are issued
+    prefetch_ahead_cycles: (
+        int  # how far ahead software prefetches of strided operand rows are issued
+    )
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,10 @@ class HwSpec:
         for c in self.caches:
             if c.level == level:
                 return c
-        raise HwSpecError(f"target {self.name!r} has no L{level} cache; add a [[caches]] entry with level = {level}")
+        raise HwSpecError(
+            f"target {self.name!r} has no L{level} cache; "
+            f"add a [[caches]] entry with level = {level}"
+        )
 
     def cache_bytes_per_core(self, level: int) -> int:
         """Capacity of a cache level available to one core."""
@@ -159,45 +167,69 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     for name in names:
         tp = hints[name]
         if name not in data:
-            expected = _TYPE_NAMES.get(tp, "table" if dataclasses.is_dataclass(tp) else "array of tables")
+            expected = _TYPE_NAMES.get(
+                tp, "table" if dataclasses.is_dataclass(tp) else "array of tables"
+            )
             raise HwSpecError(f"{where}: missing key {name!r} ({expected})")
-        kwargs[name] = _convert(data[name], tp, f"{where}.{name}" if where.count(":") else f"{where}:{name}")
+        kwargs[name] = _convert(
+            data[name], tp, f"{where}.{name}" if where.count(":") else f"{where}:{name}"
+        )
     return cls(**kwargs)
 
 
 def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     """Semantic checks the types cannot express; returns the spec unchanged."""
     positive = {
-        "isa.vector_bits": spec.isa.vector_bits, "isa.vector_registers": spec.isa.vector_registers,
+        "isa.vector_bits": spec.isa.vector_bits,
+        "isa.vector_registers": spec.isa.vector_registers,
         "isa.general_registers": spec.isa.general_registers,
-        "core.cores": spec.core.cores, "core.frequency_ghz": spec.core.frequency_ghz,
-        "core.fma_units": spec.core.fma_units, "core.fma_width_bits": spec.core.fma_width_bits,
-        "core.fma_latency_cycles": spec.core.fma_latency_cycles, "core.load_ports": spec.core.load_ports,
+        "core.cores": spec.core.cores,
+        "core.frequency_ghz": spec.core.frequency_ghz,
+        "core.fma_units": spec.core.fma_units,
+        "core.fma_width_bits": spec.core.fma_width_bits,
+        "core.fma_latency_cycles": spec.core.fma_latency_cycles,
+        "core.load_ports": spec.core.load_ports,
         "core.mixed_width_fma_cycles": spec.core.mixed_width_fma_cycles,
-        "core.load_width_bits": spec.core.load_width_bits, "core.store_ports": spec.core.store_ports,
-        "core.issue_width": spec.core.issue_width, "core.reorder_window": spec.core.reorder_window,
-        "memory.bandwidth_gbs": spec.memory.bandwidth_gbs, "memory.page_bytes": spec.memory.page_bytes,
+        "core.load_width_bits": spec.core.load_width_bits,
+        "core.store_ports": spec.core.store_ports,
+        "core.issue_width": spec.core.issue_width,
+        "core.reorder_window": spec.core.reorder_window,
+        "memory.bandwidth_gbs": spec.memory.bandwidth_gbs,
+        "memory.page_bytes": spec.memory.page_bytes,
         "memory.prefetch_stride_bytes": spec.memory.prefetch_stride_bytes,
-        "memory.tlb_miss_cycles": spec.memory.tlb_miss_cycles, "memory.dtlb_entries": spec.memory.dtlb_entries,
+        "memory.tlb_miss_cycles": spec.memory.tlb_miss_cycles,
+        "memory.dtlb_entries": spec.memory.dtlb_entries,
         "memory.prefetch_ahead_cycles": spec.memory.prefetch_ahead_cycles,
     }
     for key, value in positive.items():
         if value <= 0:
             raise HwSpecError(f"{where}: {key} must be > 0, got {value}")
     if spec.kind != "cpu":
-        raise HwSpecError(f"{where}: kind {spec.kind!r} is not supported yet; use kind = \"cpu\"")
+        raise HwSpecError(f'{where}: kind {spec.kind!r} is not supported yet; use kind = "cpu"')
     if spec.isa.arch not in ("x86_64", "aarch64"):
-        raise HwSpecError(f"{where}: isa.arch {spec.isa.arch!r} unknown; use \"x86_64\" or \"aarch64\"")
+        raise HwSpecError(f'{where}: isa.arch {spec.isa.arch!r} unknown; use "x86_64" or "aarch64"')
     if spec.isa.vector_bits % 32:
-        raise HwSpecError(f"{where}: isa.vector_bits must be a multiple of 32, got {spec.isa.vector_bits}")
+        raise HwSpecError(
+            f"{where}: isa.vector_bits must be a multiple of 32, got {spec.isa.vector_bits}"
+        )
     levels = sorted(c.level for c in spec.caches)
     if levels != list(range(1, len(levels) + 1)) or not levels:
         raise HwSpecError(f"{where}: caches must list levels 1..n once each, got {levels}")
     for c in spec.caches:
-        if c.size_kib <= 0 or c.line_bytes <= 0 or c.associativity <= 0 or c.latency_cycles <= 0 or c.shared_by_cores <= 0 or c.bandwidth_bytes_per_cycle <= 0:
+        if (
+            c.size_kib <= 0
+            or c.line_bytes <= 0
+            or c.associativity <= 0
+            or c.latency_cycles <= 0
+            or c.shared_by_cores <= 0
+            or c.bandwidth_bytes_per_cycle <= 0
+        ):
             raise HwSpecError(f"{where}: cache L{c.level} sizes and bandwidth must be > 0")
         if not 0.0 < c.usable_fraction <= 1.0:
-            raise HwSpecError(f"{where}: cache L{c.level} usable_fraction must be in (0, 1], got {c.usable_fraction}")
+            raise HwSpecError(
+                f"{where}: cache L{c.level} usable_fraction must be in (0, 1], "
+                f"got {c.usable_fraction}"
+            )
     return spec
 
 
@@ -238,6 +270,7 @@ def load_target(name: str) -> HwSpec:
     path = SPEC_DIR / f"{name}.toml"
     if not path.exists():
         raise HwSpecError(
-            f"unknown target {name!r}; known: host, {', '.join(builtin_names())} (or pass a path to a .toml spec)"
+            f"unknown target {name!r}; known: host, {', '.join(builtin_names())} "
+            "(or pass a path to a .toml spec)"
         )
     return load_spec_file(path)

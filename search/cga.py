@@ -18,11 +18,12 @@ and a population that has settled on one register tile seldom leaves it.
 
 Options (``SearchOptions`` fields used): ``seed``, ``budget``, ``population``, ``mutation``.
 """
+
 from __future__ import annotations
 
 import itertools
 import random as _random
-from typing import Callable
+from collections.abc import Callable
 
 from aotune.constraints.space import Config, Space
 from aotune.errors import UnsatisfiableError
@@ -36,7 +37,9 @@ WIDE_DOMAIN = 12  # a domain wider than this offers local search a thinned set o
 WIDE_DOMAIN_SPREAD = 8
 
 
-def make_child(space: Space, p1: Config, p2: Config, rng: _random.Random, mutation: float) -> Config:
+def make_child(
+    space: Space, p1: Config, p2: Config, rng: _random.Random, mutation: float
+) -> Config:
     """A valid child of ``p1`` and ``p2`` (crossover and mutation as CP-SAT restrictions)."""
     inherited = [v for v in space.variables if rng.random() >= mutation]
     mutated = [v for v in space.variables if v not in inherited]
@@ -54,9 +57,14 @@ def make_child(space: Space, p1: Config, p2: Config, rng: _random.Random, mutati
             inherited = inherited[: len(inherited) // 2]
 
 
-def tune(space: Space, score: Scorer, options: SearchOptions,
-         progress: Callable[[int, int], None] | None = None) -> list[tuple[float, Config]]:
-    """Evolve ``options.budget`` scored configs; returns every distinct config scored, best first."""
+def tune(
+    space: Space,
+    score: Scorer,
+    options: SearchOptions,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[tuple[float, Config]]:
+    """Evolve ``options.budget`` scored configs; returns every distinct config scored, best
+    first."""
     rng = _random.Random(options.seed)
     scores: dict[Config, float] = {}
 
@@ -88,19 +96,21 @@ def tune(space: Space, score: Scorer, options: SearchOptions,
             children.append(child)
             if len(scores) >= ga_budget:
                 break
-        population = one_per_score(elite + sorted(children, key=evaluate), evaluate)[: options.population]
+        population = one_per_score(elite + sorted(children, key=evaluate), evaluate)[
+            : options.population
+        ]
     for start in one_per_score(sorted(scores, key=evaluate), evaluate)[:POLISH_STARTS]:
         polish(space, start, evaluate, lambda: len(scores) >= options.budget)
     return sorted(((s, c) for c, s in scores.items()), key=lambda sc: sc[0])
 
 
 def polish(space: Space, start: Config, evaluate: Scorer, spent: Callable[[], bool]) -> None:
-    """Steepest descent from ``start`` over ``local_moves``, until no move is better or the budget is
-    ``spent``. Crossover rarely moves a single decision that the rest of a good config depends on
+    """Steepest descent from ``start`` over ``local_moves``, until no move is better or the budget
+    is ``spent``. Crossover rarely moves a single decision that the rest of a good config depends on
     (par, order, kc) on its own; this tries each such move. A move that breaks a constraint is
     repaired by CP-SAT to the valid config that changes the fewest other decisions, so a step may
-    cross from one register tile to another (a 16x16 tile to 4x64 shrinks kc with it). The configs it
-    visits are known to the caller through ``evaluate``, which records every score."""
+    cross from one register tile to another (a 16x16 tile to 4x64 shrinks kc with it). The configs
+    it visits are known to the caller through ``evaluate``, which records every score."""
     current = start
     while not spent():
         best = current
@@ -132,8 +142,12 @@ def local_moves(space: Space, cfg: Config) -> list[dict[str, int]]:
         if len(domain) > WIDE_DOMAIN:
             i = domain.index(now)
             values = set(domain[:: len(domain) // WIDE_DOMAIN_SPREAD])
-            for side in (domain[i + 1:], domain[:i][::-1]):
-                values.update(itertools.islice((x for x in side if space.is_valid(cfg.replaced({v.name: x}))), 2))
+            for side in (domain[i + 1 :], domain[:i][::-1]):
+                values.update(
+                    itertools.islice(
+                        (x for x in side if space.is_valid(cfg.replaced({v.name: x}))), 2
+                    )
+                )
             domain = sorted(values)
         moves += [{v.name: x} for x in domain if x != now]
     for names in space.joint_moves:
@@ -144,7 +158,8 @@ def local_moves(space: Space, cfg: Config) -> list[dict[str, int]]:
 
 
 def one_per_score(configs: list[Config], score: Scorer) -> list[Config]:
-    """``configs`` in order, keeping only the first of those with the same score (to 1e-9 relative)."""
+    """``configs`` in order, keeping only the first of those with the same score (to 1e-9
+    relative)."""
     kept: list[Config] = []
     seen: set[float] = set()
     for cfg in configs:

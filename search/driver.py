@@ -1,16 +1,20 @@
 """Two-tier tuning without measurement, then (only when asked) the final check of the top-k.
 
-    space  = build_cpu_space(workload, hw)              # CP-SAT, built once
-    tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
-    tier 2 = compile the best ``compile_top`` distinct estimates + capstone features + model.predict_batch
-    top-k  = best tier-2 predictions, one per register tile while others remain   # measurements: 0
-    verify = final check of the top-k vs numpy on the host, timed side by side   # optional, never for a foreign target
+space  = build_cpu_space(workload, hw)              # CP-SAT, built once
+tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
+tier 2 = compile the best ``compile_top`` distinct estimates + capstone features
+         + model.predict_batch
+top-k  = best tier-2 predictions, one per register tile while others remain   # measurements: 0
+verify = final check of the top-k vs numpy on the host, timed side by side
+         # optional, never for a foreign target
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel, Prediction
@@ -75,8 +79,13 @@ class Verified:
         return self.candidate.schedule.flops / self.measurement.seconds / 1e9
 
 
-def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(),
-         progress: Progress | None = None, space: CpuSpace | None = None) -> TuneResult:
+def tune(
+    workload: Workload,
+    hw: HwSpec,
+    options: SearchOptions = SearchOptions(),
+    progress: Progress | None = None,
+    space: CpuSpace | None = None,
+) -> TuneResult:
     """Search ``workload`` on ``hw`` and return the top-k candidates, measuring nothing."""
     start = time.perf_counter()
     space = space or build_cpu_space(workload, hw)
@@ -90,7 +99,9 @@ def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(
     # configs with one estimate differ only in decisions the estimate ignores, and almost always
     # compile to the same predicted time: one of each, so the compile slots see different kernels
     estimates = {cfg: seconds for seconds, cfg in scored}
-    shortlist = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)[: options.compile_top]
+    shortlist = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)[
+        : options.compile_top
+    ]
     schedules = [schedule_from_config(space, cfg) for cfg in shortlist]
     kernels, loops = [], []
     for i, sched in enumerate(schedules):
@@ -98,11 +109,25 @@ def tune(workload: Workload, hw: HwSpec, options: SearchOptions = SearchOptions(
         loops.append(kernel_features(kernels[-1], hw.isa.arch).loop)
         if progress:
             progress("compile", i + 1, len(shortlist))
-    compiled = sorted(zip(model.predict_batch(schedules, loops), model.estimate_batch(schedules), shortlist,
-                          schedules, kernels), key=lambda c: c[0].seconds)
-    top = tuple(Candidate(i + 1, cfg, sched, est, pred, kernel)
-                for i, (pred, est, cfg, sched, kernel) in enumerate(spread_top_k(compiled, options.top_k, lambda c: (c[3].mr, c[3].nr))))
-    return TuneResult(workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist))
+    compiled = sorted(
+        zip(
+            model.predict_batch(schedules, loops),
+            model.estimate_batch(schedules),
+            shortlist,
+            schedules,
+            kernels,
+        ),
+        key=lambda c: c[0].seconds,
+    )
+    top = tuple(
+        Candidate(i + 1, cfg, sched, est, pred, kernel)
+        for i, (pred, est, cfg, sched, kernel) in enumerate(
+            spread_top_k(compiled, options.top_k, lambda c: (c[3].mr, c[3].nr))
+        )
+    )
+    return TuneResult(
+        workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist)
+    )
 
 
 def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, int]]) -> list[T]:
@@ -125,16 +150,18 @@ def can_verify(hw: HwSpec) -> tuple[bool, str]:
     return host_can_run(hw)
 
 
-def verify(result: TuneResult, seed: int = 0, min_runs: int = 5,
-           progress: Progress | None = None) -> tuple[list[Verified], float]:
+def verify(
+    result: TuneResult, seed: int = 0, min_runs: int = 5, progress: Progress | None = None
+) -> tuple[list[Verified], float]:
     """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s)."""
     s = result.best.schedule
     a, b, bias = random_operands(s, seed)
     if progress:
         progress("verify", 0, len(result.candidates))
     # every candidate and numpy timed in interleaved rounds, so they see the same machine load
-    measured, numpy_seconds = final_check_side_by_side([c.kernel for c in result.candidates], result.hw,
-                                                       a, b, bias, min_runs=min_runs)
+    measured, numpy_seconds = final_check_side_by_side(
+        [c.kernel for c in result.candidates], result.hw, a, b, bias, min_runs=min_runs
+    )
     assert numpy_seconds is not None
     if progress:
         progress("verify", len(result.candidates), len(result.candidates))
@@ -146,4 +173,3 @@ def chosen(verified: list[Verified]) -> Verified | None:
     """The fastest correct kernel among the verified top-k."""
     correct = [v for v in verified if v.measurement.correct]
     return min(correct, key=lambda v: v.measurement.seconds) if correct else None
-

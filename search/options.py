@@ -1,4 +1,5 @@
 """Typed, validated search options shared by all strategies."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,7 +15,8 @@ class SearchOptions:
     |---|---|---|
     | strategy | ``cga`` (constraint-preserving GA) or ``random`` | cga |
     | seed | makes the whole search reproducible | 0 |
-    | budget | configs scored by the cheap estimate (GA generations, then one-variable descent) | 960 |
+    | budget | configs scored by the cheap estimate (GA generations, then one-variable
+      descent) | 960 |
     | population | GA population size | 32 |
     | mutation | per-variable probability that a child's value is freed and re-drawn | 0.2 |
     | compile_top | distinct candidates compiled and scored from their assembly | 16 |
@@ -31,11 +33,15 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
-            raise ConfigError(f"unknown strategy {self.strategy!r}; use one of {', '.join(STRATEGIES)}")
+            raise ConfigError(
+                f"unknown strategy {self.strategy!r}; use one of {', '.join(STRATEGIES)}"
+            )
         for name in ("budget", "population", "compile_top", "top_k"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"search option {name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.mutation <= 1.0:
             raise ConfigError(f"search option mutation must be in [0, 1], got {self.mutation}")
         if self.top_k > self.compile_top:
-            raise ConfigError(f"top_k ({self.top_k}) cannot exceed compile_top ({self.compile_top})")
+            raise ConfigError(
+                f"top_k ({self.top_k}) cannot exceed compile_top ({self.compile_top})"
+            )

@@ -2,9 +2,10 @@
 
 Options (``SearchOptions`` fields used): ``seed``, ``budget`` (configs sampled).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from aotune.constraints.space import Config, Space
 from aotune.search.options import SearchOptions
@@ -12,8 +13,12 @@ from aotune.search.options import SearchOptions
 Scorer = Callable[[Config], float]
 
 
-def tune(space: Space, score: Scorer, options: SearchOptions,
-         progress: Callable[[int, int], None] | None = None) -> list[tuple[float, Config]]:
+def tune(
+    space: Space,
+    score: Scorer,
+    options: SearchOptions,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[tuple[float, Config]]:
     """Sample ``options.budget`` valid configs and return them scored, best (lowest) first."""
     configs = space.sample(options.budget, seed=options.seed)
     scored = []

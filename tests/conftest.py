@@ -1,10 +1,10 @@
 """Shared fixtures: small specs and workloads that keep the suite fast on a 2-core machine."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-
 from aotune.hwspecs.spec import HwSpec, load_target
 
 

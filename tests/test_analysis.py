@@ -3,11 +3,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from aotune.analysis.polyhedral import analyze
 from aotune.analysis.workload import build_workload, einsum, matmul
 from aotune.errors import WorkloadError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def brute_force_footprint(w, tensor: str, origin: dict[str, int], tiles: dict[str, int]) -> int:
@@ -23,8 +23,12 @@ def brute_force_footprint(w, tensor: str, origin: dict[str, int], tiles: dict[st
 
 
 @settings(max_examples=40, deadline=None)
-@given(spec=st.sampled_from(["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "ik,kj->ij"]),
-       tm=st.integers(1, 6), tn=st.integers(1, 6), tk=st.integers(1, 6))
+@given(
+    spec=st.sampled_from(["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "ik,kj->ij"]),
+    tm=st.integers(1, 6),
+    tn=st.integers(1, 6),
+    tk=st.integers(1, 6),
+)
 def test_isl_footprints_equal_brute_force_counts(spec, tm, tn, tk):
     letters = sorted(set(spec) - set(",->"))
     dims = {ch: 7 for ch in letters}
@@ -35,7 +39,9 @@ def test_isl_footprints_equal_brute_force_counts(spec, tm, tn, tk):
     tiles = {out_letters[0]: tm, out_letters[1]: tn, red: tk}
     origin = {ch: 0 for ch in letters}
     for t in info.tensors:
-        assert info.footprint_elements(t.tensor, tiles) == brute_force_footprint(w, t.tensor, origin, tiles)
+        assert info.footprint_elements(t.tensor, tiles) == brute_force_footprint(
+            w, t.tensor, origin, tiles
+        )
 
 
 def test_reuse_strides_and_dependences_of_matmul():
@@ -49,12 +55,15 @@ def test_reuse_strides_and_dependences_of_matmul():
     assert "S[m, n, k] -> A[m, k]" in a.access_map
 
 
-@pytest.mark.parametrize("shape, message", [
-    ("0x5x5", "dimension M must be a positive integer, got 0"),
-    ("-3x4x4", "dimension M must be a positive integer, got -3"),
-    ("abc", "has 1 sizes, expected 3"),
-    ("4xfoox4", "N='foo' is not an integer"),
-])
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ("0x5x5", "dimension M must be a positive integer, got 0"),
+        ("-3x4x4", "dimension M must be a positive integer, got -3"),
+        ("abc", "has 1 sizes, expected 3"),
+        ("4xfoox4", "N='foo' is not an integer"),
+    ],
+)
 def test_bad_shapes_get_clear_errors(shape, message):
     with pytest.raises(WorkloadError, match=message.replace("(", r"\(").replace(")", r"\)")):
         build_workload("matmul", shape)
@@ -73,8 +82,12 @@ def brute_force_box(w, tensor: str, tiles: dict[str, int]) -> int:
     """Elements of the bounding box of what the tile at the origin touches, point by point."""
     acc = next(a for a in (w.statement.output, *w.statement.inputs) if a.tensor == tensor)
     names = [lp.name for lp in w.loops]
-    points = [tuple(sum(c * dict(zip(names, p))[v] for v, c in idx.terms) + idx.const for idx in acc.indices)
-              for p in itertools.product(*(range(tiles[n]) for n in names))]
+    points = [
+        tuple(
+            sum(c * dict(zip(names, p))[v] for v, c in idx.terms) + idx.const for idx in acc.indices
+        )
+        for p in itertools.product(*(range(tiles[n]) for n in names))
+    ]
     size = 1
     for d in range(len(acc.indices)):
         size *= max(p[d] for p in points) - min(p[d] for p in points) + 1
@@ -82,18 +95,46 @@ def brute_force_box(w, tensor: str, tiles: dict[str, int]) -> int:
 
 
 @settings(max_examples=40, deadline=None)
-@given(layout=st.sampled_from(["NCHW", "NHWC"]), stride=st.integers(1, 3), dilation=st.integers(1, 3),
-       pad=st.integers(0, 2), groups=st.sampled_from([1, 2]), toh=st.integers(1, 4), tow=st.integers(1, 4),
-       tr=st.integers(1, 3), ts=st.integers(1, 3), tc=st.integers(1, 2), tko=st.integers(1, 2), tg=st.integers(1, 2))
-def test_isl_conv_footprints_equal_brute_force_counts(layout, stride, dilation, pad, groups, toh, tow, tr, ts, tc,
-                                                      tko, tg):
-    """Overlapping windows: isl's box extents equal the touched box, isl's exact count the touched set,
-    and the box is exact whenever nothing leaves gaps (unit stride and dilation, one channel group:
-    several groups with part of a group's channels skip the rest)."""
-    w = build_workload("conv2d", "1,4,12,12,4,3,3", stride=stride, pad=pad, dilation=dilation, groups=groups,
-                       layout=layout)
+@given(
+    layout=st.sampled_from(["NCHW", "NHWC"]),
+    stride=st.integers(1, 3),
+    dilation=st.integers(1, 3),
+    pad=st.integers(0, 2),
+    groups=st.sampled_from([1, 2]),
+    toh=st.integers(1, 4),
+    tow=st.integers(1, 4),
+    tr=st.integers(1, 3),
+    ts=st.integers(1, 3),
+    tc=st.integers(1, 2),
+    tko=st.integers(1, 2),
+    tg=st.integers(1, 2),
+)
+def test_isl_conv_footprints_equal_brute_force_counts(
+    layout, stride, dilation, pad, groups, toh, tow, tr, ts, tc, tko, tg
+):
+    """Overlapping windows: isl's box extents equal the touched box, isl's exact count the touched
+    set, and the box is exact whenever nothing leaves gaps (unit stride and dilation, one channel
+    group: several groups with part of a group's channels skip the rest)."""
+    w = build_workload(
+        "conv2d",
+        "1,4,12,12,4,3,3",
+        stride=stride,
+        pad=pad,
+        dilation=dilation,
+        groups=groups,
+        layout=layout,
+    )
     info = analyze(w)
-    tiles = {"n": 1, "g": min(tg, groups), "oh": toh, "ow": tow, "ko": tko, "r": tr, "s": ts, "c": tc}
+    tiles = {
+        "n": 1,
+        "g": min(tg, groups),
+        "oh": toh,
+        "ow": tow,
+        "ko": tko,
+        "r": tr,
+        "s": ts,
+        "c": tc,
+    }
     tiles = {lp.name: min(tiles[lp.name], lp.extent) for lp in w.loops}  # no g loop without groups
     origin = {n: 0 for n in tiles}
     for t in info.tensors:

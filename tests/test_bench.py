@@ -1,4 +1,5 @@
 """The benchmark's accuracy statistics and its measurement of sampled configs."""
+
 from __future__ import annotations
 
 import itertools
@@ -6,13 +7,12 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from aotune.analysis.workload import matmul
 from aotune.benchmarks.suite import _timed, kendall, model_accuracy, spearman, topk_score
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import load_target
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 HOST = load_target("host")
 values = st.lists(st.integers(0, 6), min_size=3, max_size=12)
@@ -59,7 +59,9 @@ def test_topk_score_is_the_best_time_over_the_best_of_the_models_k_picks() -> No
 
 @pytest.mark.skipif(not host_can_run(HOST)[0], reason="the host spec cannot run here")
 def test_model_accuracy_measures_every_sampled_config_and_records_the_core_handoff() -> None:
-    acc = model_accuracy(matmul(24, 33, 17), HOST, samples=6, sweep_seconds=0.0, finalist_seconds=0.0)
+    acc = model_accuracy(
+        matmul(24, 33, 17), HOST, samples=6, sweep_seconds=0.0, finalist_seconds=0.0
+    )
     assert acc["n"] == 6 and acc["incorrect"] == 0
     assert acc["rounds"] == {"sweep": 3, "finalists": 6}  # the minimums, with no time to go on
     assert -1.0 <= acc["spearman"] <= 1.0 and 0.0 < acc["top1"] <= acc["top5"] <= 1.0
@@ -79,8 +81,12 @@ def test_timed_runs_the_minimum_rounds_then_goes_on_for_the_time_given_up_to_the
     assert rounds == 2 and min(calls) >= 2 * 6  # a warm-up call and >= 5 runs a round, each
     assert len(seconds) == 2 and all(0.0 <= s < 1.0 for s in seconds)
     before = calls[0]
-    _, rounds = _timed([lambda: run(0), lambda: run(1)], min_rounds=2, until_seconds=3600.0, max_rounds=5)
+    _, rounds = _timed(
+        [lambda: run(0), lambda: run(1)], min_rounds=2, until_seconds=3600.0, max_rounds=5
+    )
     assert rounds == 5 and calls[0] - before >= 5 * 6  # an hour to go on: the cap stops it
     # a round warms each function up for 0.03 s, so half a second ends it well before the cap
-    _, rounds = _timed([lambda: run(0), lambda: run(1)], min_rounds=2, until_seconds=0.5, max_rounds=16)
+    _, rounds = _timed(
+        [lambda: run(0), lambda: run(1)], min_rounds=2, until_seconds=0.5, max_rounds=16
+    )
     assert 2 <= rounds <= 10

@@ -6,14 +6,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from aotune.cli import main
 from aotune.hwspecs.spec import SPEC_DIR
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     """The real entry point in a fresh interpreter, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "aotune", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "aotune", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -35,61 +36,125 @@ def broken_spec(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def one_register_spec(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("specs") / "onereg.toml"
-    path.write_text((SPEC_DIR / "haswell.toml").read_text().replace("vector_registers = 16", "vector_registers = 1"))
+    path.write_text(
+        (SPEC_DIR / "haswell.toml")
+        .read_text()
+        .replace("vector_registers = 16", "vector_registers = 1")
+    )
     return path
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["tune", "matmul", "--shape", "0x5x5"], ["dimension M", "got 0"]),
-    (["tune", "matmul", "--shape", "-3x4x4"], ["got -3"]),
-    (["tune", "matmul", "--shape", "abc"], ["expected 3"]),
-    (["tune", "conv9d", "--shape", "4x4x4"], ["unknown operator 'conv9d'"]),
-    (["tune", "matmul", "--shape", "8x8x8", "--target", "pentium"], ["unknown target 'pentium'"]),
-    (["space", "matmul", "--shape", "8x8x8", "--target", "nonexistent/file.toml"], ["cannot read hwspec"]),
-    (["tune", "--top-k", "0"], ["top_k must be >= 1"]),
-    (["frobnicate"], ["invalid choice"]),
-    (["bench", "--quick", "--samples", "2"], ["--samples 2", "at least 5"]),
-    (["tune", "einsum", "bij,bjk->bik", "--dims", "b=2,i=4,j=4"], ["index 'k' has no size", "add k=N"]),
-    (["tune", "einsum", "ij,jk->iz", "--dims", "i=4,j=4,k=4,z=2"], ["output index 'z' appears in no input"]),
-    (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=4,k=4,q=3"], ["does not use", "q"]),
-    (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=four,k=4"], ["'four' is not an integer"]),
-    (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=0,k=4"], ["dimension j", "got 0"]),
-    (["tune", "einsum", "ij+jk", "--dims", "i=4,j=4,k=4"], ["not of the form"]),
-    (["tune", "einsum", "--dims", "i=4"], ["einsum needs a spec and sizes"]),
-    (["tune", "batch_matmul", "--shape", "8x8x8"], ["expected 4", "BxMxNxK"]),
-    (["tune", "matmul", "--shape", "8x8x8", "--bias"], ["apply to dense"]),
-    (["tune", "dense", "--shape", "8x8x8", "--activation", "swish"], ["activation 'swish'", "relu"]),
-    # convolutions: each parameter that breaks its rule is named, with the rule
-    (["tune", "conv2d", "--shape", "1,3,4,4,8,7,7"], ["kernel R=7", "larger than the padded input", "H+2*pad=4"]),
-    (["tune", "conv2d", "--shape", "1,3,4,4,8,3,3", "--dilation", "3"], ["dilated span 7", "padded input"]),
-    (["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--stride", "0"], ["stride must be an integer >= 1"]),
-    (["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--dilation", "0"], ["dilation must be an integer >= 1"]),
-    (["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--pad", "-1"], ["pad must be an integer >= 0"]),
-    (["tune", "conv2d", "--shape", "1,6,8,8,8,3,3", "--groups", "4"], ["groups=4 does not divide C=6"]),
-    (["tune", "conv2d", "--shape", "1,8,8,8,6,3,3", "--groups", "4"], ["groups=4 does not divide K=6"]),
-    (["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--layout", "NWHC"], ["layout 'NWHC'", "NCHW, NHWC"]),
-    (["tune", "conv2d", "--shape", "1,3,8,8,8,3"], ["expected 7", "N,C,H,W,K,R,S"]),
-    (["tune", "conv2d", "--shape", "1,3,0,8,8,3,3"], ["dimension H", "got 0"]),
-    (["tune", "matmul", "--shape", "8x8x8", "--layout", "NHWC"], ["--layout apply to conv2d"]),
-    (["tune", "depthwise_conv2d", "--shape", "1,8,8,8,3,3", "--groups", "2"], ["one group per channel"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["tune", "matmul", "--shape", "0x5x5"], ["dimension M", "got 0"]),
+        (["tune", "matmul", "--shape", "-3x4x4"], ["got -3"]),
+        (["tune", "matmul", "--shape", "abc"], ["expected 3"]),
+        (["tune", "conv9d", "--shape", "4x4x4"], ["unknown operator 'conv9d'"]),
+        (
+            ["tune", "matmul", "--shape", "8x8x8", "--target", "pentium"],
+            ["unknown target 'pentium'"],
+        ),
+        (
+            ["space", "matmul", "--shape", "8x8x8", "--target", "nonexistent/file.toml"],
+            ["cannot read hwspec"],
+        ),
+        (["tune", "--top-k", "0"], ["top_k must be >= 1"]),
+        (["frobnicate"], ["invalid choice"]),
+        (["bench", "--quick", "--samples", "2"], ["--samples 2", "at least 5"]),
+        (
+            ["tune", "einsum", "bij,bjk->bik", "--dims", "b=2,i=4,j=4"],
+            ["index 'k' has no size", "add k=N"],
+        ),
+        (
+            ["tune", "einsum", "ij,jk->iz", "--dims", "i=4,j=4,k=4,z=2"],
+            ["output index 'z' appears in no input"],
+        ),
+        (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=4,k=4,q=3"], ["does not use", "q"]),
+        (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=four,k=4"], ["'four' is not an integer"]),
+        (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=0,k=4"], ["dimension j", "got 0"]),
+        (["tune", "einsum", "ij+jk", "--dims", "i=4,j=4,k=4"], ["not of the form"]),
+        (["tune", "einsum", "--dims", "i=4"], ["einsum needs a spec and sizes"]),
+        (["tune", "batch_matmul", "--shape", "8x8x8"], ["expected 4", "BxMxNxK"]),
+        (["tune", "matmul", "--shape", "8x8x8", "--bias"], ["apply to dense"]),
+        (
+            ["tune", "dense", "--shape", "8x8x8", "--activation", "swish"],
+            ["activation 'swish'", "relu"],
+        ),
+        # convolutions: each parameter that breaks its rule is named, with the rule
+        (
+            ["tune", "conv2d", "--shape", "1,3,4,4,8,7,7"],
+            ["kernel R=7", "larger than the padded input", "H+2*pad=4"],
+        ),
+        (
+            ["tune", "conv2d", "--shape", "1,3,4,4,8,3,3", "--dilation", "3"],
+            ["dilated span 7", "padded input"],
+        ),
+        (
+            ["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--stride", "0"],
+            ["stride must be an integer >= 1"],
+        ),
+        (
+            ["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--dilation", "0"],
+            ["dilation must be an integer >= 1"],
+        ),
+        (
+            ["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--pad", "-1"],
+            ["pad must be an integer >= 0"],
+        ),
+        (
+            ["tune", "conv2d", "--shape", "1,6,8,8,8,3,3", "--groups", "4"],
+            ["groups=4 does not divide C=6"],
+        ),
+        (
+            ["tune", "conv2d", "--shape", "1,8,8,8,6,3,3", "--groups", "4"],
+            ["groups=4 does not divide K=6"],
+        ),
+        (
+            ["tune", "conv2d", "--shape", "1,3,8,8,8,3,3", "--layout", "NWHC"],
+            ["layout 'NWHC'", "NCHW, NHWC"],
+        ),
+        (["tune", "conv2d", "--shape", "1,3,8,8,8,3"], ["expected 7", "N,C,H,W,K,R,S"]),
+        (["tune", "conv2d", "--shape", "1,3,0,8,8,3,3"], ["dimension H", "got 0"]),
+        (["tune", "matmul", "--shape", "8x8x8", "--layout", "NHWC"], ["--layout apply to conv2d"]),
+        (
+            ["tune", "depthwise_conv2d", "--shape", "1,8,8,8,3,3", "--groups", "2"],
+            ["one group per channel"],
+        ),
+    ],
+)
 def test_bad_input_gets_one_line_error(args, needles):
     assert_one_line_error(run_cli(*args), *needles)
 
 
 def test_misspelled_hwspec_key(broken_spec):
-    assert_one_line_error(run_cli("space", "matmul", "--shape", "8x8x8", "--target", str(broken_spec)),
-                          "unknown key 'fma_unit'", str(broken_spec))
+    assert_one_line_error(
+        run_cli("space", "matmul", "--shape", "8x8x8", "--target", str(broken_spec)),
+        "unknown key 'fma_unit'",
+        str(broken_spec),
+    )
 
 
 def test_unsatisfiable_request(one_register_spec):
-    assert_one_line_error(run_cli("tune", "matmul", "--shape", "8x8x8", "--target", str(one_register_spec)),
-                          "1 vector register")
+    assert_one_line_error(
+        run_cli("tune", "matmul", "--shape", "8x8x8", "--target", str(one_register_spec)),
+        "1 vector register",
+    )
 
 
 def test_validate_lists_every_violation_and_exits_1(capsys):
-    code = main(["validate", "matmul", "--shape", "1024x1024x1024", "--target", "skylake-avx512", "--config",
-                 "mr=16,nr=64,kc=512,mc=100,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"])
+    code = main(
+        [
+            "validate",
+            "matmul",
+            "--shape",
+            "1024x1024x1024",
+            "--target",
+            "skylake-avx512",
+            "--config",
+            "mr=16,nr=64,kc=512,mc=100,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1
     assert "registers" in out and "required 69, available 32" in out and "reduce mr or nr" in out
@@ -97,13 +162,37 @@ def test_validate_lists_every_violation_and_exits_1(capsys):
 
 
 def test_validate_accepts_a_valid_config(capsys):
-    code = main(["validate", "matmul", "--shape", "1024x1024x1024", "--target", "skylake-avx512", "--config",
-                 "mr=8,nr=32,kc=128,mc=96,nc=1024,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"])
+    code = main(
+        [
+            "validate",
+            "matmul",
+            "--shape",
+            "1024x1024x1024",
+            "--target",
+            "skylake-avx512",
+            "--config",
+            "mr=8,nr=32,kc=128,mc=96,nc=1024,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2",
+        ]
+    )
     assert code == 0 and "valid" in capsys.readouterr().out
 
 
 def test_space_prints_variables_constraints_and_count(capsys):
-    assert main(["space", "matmul", "--shape", "64x64x64", "--target", "skylake-avx512", "--count-seconds", "1"]) == 0
+    assert (
+        main(
+            [
+                "space",
+                "matmul",
+                "--shape",
+                "64x64x64",
+                "--target",
+                "skylake-avx512",
+                "--count-seconds",
+                "1",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "accumulators mr*nr/16 + operand regs (nr/16 + 1) <= 32 vector registers" in out
     assert "L1 footprint(mr, nr, kc) = (4*mr*kc + 4*kc*nr) B <= 0.8 * 32 KiB" in out
@@ -111,8 +200,26 @@ def test_space_prints_variables_constraints_and_count(capsys):
 
 
 def test_space_of_a_convolution_shows_isl_window_footprints_and_the_padding_decision(capsys):
-    assert main(["space", "conv2d", "--shape", "1,8,9,9,16,3,3", "--stride", "2", "--pad", "1", "--layout", "NHWC",
-                 "--count-seconds", "0.5", "--json"]) == 0
+    assert (
+        main(
+            [
+                "space",
+                "conv2d",
+                "--shape",
+                "1,8,9,9,16,3,3",
+                "--stride",
+                "2",
+                "--pad",
+                "1",
+                "--layout",
+                "NHWC",
+                "--count-seconds",
+                "0.5",
+                "--json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     x = next(a for a in doc["accesses"] if a["tensor"] == "X")
     assert x["tile_footprint"] == "T_n x (2*T_oh + T_r - 2) x (2*T_ow + T_s - 2) x T_c"
@@ -122,8 +229,21 @@ def test_space_of_a_convolution_shows_isl_window_footprints_and_the_padding_deci
 
 
 def test_predict_names_the_bottleneck(capsys):
-    assert main(["predict", "matmul", "--shape", "256x256x256", "--target", "skylake-avx512", "--config",
-                 "mr=6,nr=32,kc=128,mc=48,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "matmul",
+                "--shape",
+                "256x256x256",
+                "--target",
+                "skylake-avx512",
+                "--config",
+                "mr=6,nr=32,kc=128,mc=48,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "bottleneck:" in out
     for part in ("compute", "L1", "L2", "L3", "memory", "overhead"):
@@ -131,16 +251,40 @@ def test_predict_names_the_bottleneck(capsys):
 
 
 def test_tune_json_contract(capsys):
-    assert main(["tune", "matmul", "--shape", "96x80x40", "--target", "host", "--json", "--budget", "64"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "matmul",
+                "--shape",
+                "96x80x40",
+                "--target",
+                "host",
+                "--json",
+                "--budget",
+                "64",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
-    assert doc["workload"] == {"op": "matmul", "shape": {"M": 96, "N": 80, "K": 40}, "dtype": "float32",
-                               "flops": 2 * 96 * 80 * 40}
+    assert doc["workload"] == {
+        "op": "matmul",
+        "shape": {"M": 96, "N": 80, "K": 40},
+        "dtype": "float32",
+        "flops": 2 * 96 * 80 * 40,
+    }
     assert doc["target"]["kind"] == "cpu" and isinstance(doc["target"]["isa"], str)
     assert doc["search"]["measurements"] == 0 and doc["search"]["candidates_scored"] > 0
     assert doc["best"]["predicted_seconds"] > 0 and doc["best"]["config"]
     assert len(doc["verify"]) == 3
     for v in doc["verify"]:
-        assert v["correct"] is True and v["gflops"] > 0 and v["measured_seconds"] > 0 and v["max_abs_error"] >= 0
+        assert (
+            v["correct"] is True
+            and v["gflops"] > 0
+            and v["measured_seconds"] > 0
+            and v["max_abs_error"] >= 0
+        )
     assert doc["numpy_gflops"] > 0
     chosen = doc["chosen"]
     assert chosen["gflops"] == max(v["gflops"] for v in doc["verify"])
@@ -149,15 +293,45 @@ def test_tune_json_contract(capsys):
 
 def test_cross_target_emits_aarch64_asm_and_skips_the_final_check(tmp_path, capsys):
     out_s = tmp_path / "out.s"
-    assert main(["tune", "matmul", "--shape", "64x64x64", "--target", "neoverse-n1", "--budget", "48",
-                 "--emit-asm", str(out_s)]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                "matmul",
+                "--shape",
+                "64x64x64",
+                "--target",
+                "neoverse-n1",
+                "--budget",
+                "48",
+                "--emit-asm",
+                str(out_s),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "final check skipped" in text and "aarch64" in text
     assert "fmla" in out_s.read_text()
     # an existing file is never overwritten without --force
     out_s.write_text("mine")
-    assert main(["tune", "matmul", "--shape", "64x64x64", "--target", "neoverse-n1", "--budget", "48",
-                 "--emit-asm", str(out_s)]) == 2
+    assert (
+        main(
+            [
+                "tune",
+                "matmul",
+                "--shape",
+                "64x64x64",
+                "--target",
+                "neoverse-n1",
+                "--budget",
+                "48",
+                "--emit-asm",
+                str(out_s),
+            ]
+        )
+        == 2
+    )
     assert out_s.read_text() == "mine"
 
 
@@ -170,10 +344,14 @@ def test_hw_list_and_show(capsys):
 
 
 def test_output_cut_short_by_the_reader_is_not_a_traceback():
-    """``aotune hw show NAME | head -1`` where the reader has gone before the first write: the closed
-    pipe ends the command quietly."""
-    proc = subprocess.Popen([sys.executable, "-m", "aotune", "hw", "show", "znver4"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    """``aotune hw show NAME | head -1`` where the reader has gone before the first write: the
+    closed pipe ends the command quietly."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aotune", "hw", "show", "znver4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     proc.stdout.close()
     stderr = proc.stderr.read()
     assert proc.wait(timeout=120) == 0

@@ -5,8 +5,6 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from aotune.analysis.features import elf_functions, kernel_features
 from aotune.analysis.workload import matmul
 from aotune.codegen.compile import compile_kernel
@@ -16,20 +14,30 @@ from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import FinalCheckError
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import load_target
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 # AOTUNE_TEST_EXAMPLES raises the number of drawn cases for a long local run (CI keeps the default).
 EXAMPLES = int(os.environ.get("AOTUNE_TEST_EXAMPLES", "30"))
-awkward = st.one_of(st.sampled_from([1, 2, 3, 5, 7, 13, 16, 17, 31, 33, 61, 64, 97]), st.integers(1, 130))
+awkward = st.one_of(
+    st.sampled_from([1, 2, 3, 5, 7, 13, 16, 17, 31, 33, 61, 64, 97]), st.integers(1, 130)
+)
 x86_targets = [t for t in ("host", "skylake-avx512", "haswell") if host_can_run(load_target(t))[0]]
 
 
 @pytest.mark.skipif(not x86_targets, reason="no target this host can run")
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(M=awkward, N=awkward, K=awkward, seed=st.integers(0, 1 << 20), target=st.sampled_from(x86_targets or ["host"]))
+@given(
+    M=awkward,
+    N=awkward,
+    K=awkward,
+    seed=st.integers(0, 1 << 20),
+    target=st.sampled_from(x86_targets or ["host"]),
+)
 def test_every_generated_kernel_matches_numpy(M, N, K, seed, target):
     hw = load_target(target)
     space = build_cpu_space(matmul(M, N, K), hw)
-    cfg, = space.sample(1, seed=seed)
+    (cfg,) = space.sample(1, seed=seed)
     kernel = compile_kernel(schedule_from_config(space, cfg), hw)
     a, b, _ = random_operands(kernel.schedule, seed)
     hk = HostKernel(kernel, hw)
@@ -73,7 +81,9 @@ def test_measured_inputs_and_outputs_start_on_a_cache_line():
 def test_cross_compiles_for_aarch64_without_running():
     hw = load_target("neoverse-n1")
     space = build_cpu_space(matmul(64, 64, 64), hw)
-    cfg = space.parse_config("mr=4,nr=16,kc=64,mc=16,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=2,par=m,threads=4")
+    cfg = space.parse_config(
+        "mr=4,nr=16,kc=64,mc=16,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=2,par=m,threads=4"
+    )
     kernel = compile_kernel(schedule_from_config(space, cfg), hw)
     assert kernel.triple.startswith("aarch64")
     assert "fmla" in kernel.asm
@@ -88,7 +98,9 @@ def test_cross_compiles_for_aarch64_without_running():
 def test_x86_features_count_the_micro_kernel_fmas():
     hw = load_target("skylake-avx512")
     space = build_cpu_space(matmul(128, 128, 128), hw)
-    cfg = space.parse_config("mr=6,nr=32,kc=128,mc=48,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2")
+    cfg = space.parse_config(
+        "mr=6,nr=32,kc=128,mc=48,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"
+    )
     kernel = compile_kernel(schedule_from_config(space, cfg), hw)
     loop = kernel_features(kernel, "x86_64").loop
     assert loop.function == "ukernel_6x32"
@@ -98,8 +110,8 @@ def test_x86_features_count_the_micro_kernel_fmas():
 
 
 def test_column_tails_use_the_narrowest_vector_that_holds_them():
-    from aotune.codegen.schedule import column_vector_widths
     from aotune.analysis.workload import dense
+    from aotune.codegen.schedule import column_vector_widths
 
     assert column_vector_widths(49, 16) == (16, 16, 16, 1)
     assert column_vector_widths(20, 16) == (16, 4)
@@ -108,18 +120,32 @@ def test_column_tails_use_the_narrowest_vector_that_holds_them():
     assert column_vector_widths(3, 4) == (4,)
     hw = load_target("skylake-avx512")
     space = build_cpu_space(matmul(8, 17, 8), hw)
-    cfg = space.parse_config("mr=2,nr=16,kc=8,mc=8,nc=32,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=1")
+    cfg = space.parse_config(
+        "mr=2,nr=16,kc=8,mc=8,nc=32,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=1"
+    )
     funcs = elf_functions(compile_kernel(schedule_from_config(space, cfg), hw).object_code)
     import capstone
+
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     tail = [f"{i.mnemonic} {i.op_str}" for i in md.disasm(funcs["ukernel_2x1"], 0)]
-    assert any(t.startswith("vfmadd") and t.split()[0].endswith("ss") for t in tail), tail  # one lane: scalar FMA
+    assert any(t.startswith("vfmadd") and t.split()[0].endswith("ss") for t in tail), (
+        tail
+    )  # one lane: scalar FMA
     assert not any("zmm" in t for t in tail)
     if not host_can_run(hw)[0]:
         return
     # every tail width, masked and not, with each epilogue on the narrow vectors, against numpy
-    for n, act in ((1, "relu"), (2, "gelu"), (3, "sigmoid"), (4, "none"), (7, "gelu"), (8, "relu"), (13, "sigmoid"),
-                   (20, "gelu"), (49, "relu")):
+    for n, act in (
+        (1, "relu"),
+        (2, "gelu"),
+        (3, "sigmoid"),
+        (4, "none"),
+        (7, "gelu"),
+        (8, "relu"),
+        (13, "sigmoid"),
+        (20, "gelu"),
+        (49, "relu"),
+    ):
         sp = build_cpu_space(dense(5, n, 11, bias=True, activation=act), hw)
         for c in sp.sample(2, seed=n):
             hk = HostKernel(compile_kernel(schedule_from_config(sp, c), hw), hw)
@@ -141,8 +167,9 @@ def test_side_by_side_timing_keeps_each_functions_fastest_round():
         calls.append(1)
         time.sleep(0.02 if len(calls) <= 4 else 0.002)  # round 1: warm-up + 3 runs
 
-    (seconds, runs, spread), = time_side_by_side([slow_then_fast], min_runs=3, min_seconds=0.0, rounds=2,
-                                                 warmup_seconds=0.0)
+    ((seconds, runs, spread),) = time_side_by_side(
+        [slow_then_fast], min_runs=3, min_seconds=0.0, rounds=2, warmup_seconds=0.0
+    )
     assert runs == 6
     assert 0.002 <= seconds < 0.01
     assert spread > 1.0  # the slow round still shows in the spread
@@ -157,14 +184,22 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
     packed = schedule_from_config(space, space.parse_config(base + ",pack_b=1"))
     # 300 cycles ahead at 5 x 3 FMAs per k step
     steps = 5 * 3 / hw.core.fma_units
-    assert unpacked.b_prefetch_rows == -(-hw.memory.prefetch_ahead_cycles // steps) and packed.b_prefetch_rows == 0
+    assert (
+        unpacked.b_prefetch_rows == -(-hw.memory.prefetch_ahead_cycles // steps)
+        and packed.b_prefetch_rows == 0
+    )
     kernel = compile_kernel(unpacked, hw)
     assert kernel.asm.count("prefetcht0") >= 3  # one per 64-byte line of a 48-float row
     assert "prefetch" not in compile_kernel(packed, hw).asm
     with_pf = kernel_features(kernel, "x86_64").loop
-    without = kernel_features(compile_kernel(dataclasses.replace(unpacked, b_prefetch_rows=0), hw), "x86_64").loop
+    without = kernel_features(
+        compile_kernel(dataclasses.replace(unpacked, b_prefetch_rows=0), hw), "x86_64"
+    ).loop
     ksteps = with_pf.fma // 15  # LLVM may unroll the loop further
-    assert with_pf.scalar_loads - without.scalar_loads == 3 * ksteps and with_pf.stores == without.stores
+    assert (
+        with_pf.scalar_loads - without.scalar_loads == 3 * ksteps
+        and with_pf.stores == without.stores
+    )
     a, b, _ = random_operands(unpacked, 1)
     assert check_against_numpy(HostKernel(kernel, hw), a, b)[0]
     # rows a whole L1 way apart (N=1024: 4 KiB) share one set group: prefetched into L2 instead
@@ -182,8 +217,13 @@ def test_b_panels_copied_as_vectors_are_zero_past_n(N):
     if not host_can_run(hw)[0]:
         pytest.skip("host cannot run its own kernels")
     space = build_cpu_space(matmul(9, N, 21), hw)
-    sched = schedule_from_config(space, space.parse_config(
-        f"mr=3,nr=16,kc=8,mc=9,nc={min(64, -(-N // 16) * 16)},order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=1"))
+    sched = schedule_from_config(
+        space,
+        space.parse_config(
+            f"mr=3,nr=16,kc=8,mc=9,nc={min(64, -(-N // 16) * 16)},"
+            "order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=1"
+        ),
+    )
     assert sched.b_pack_copies_vectors
     hk = HostKernel(compile_kernel(sched, hw), hw)
     a, b, _ = random_operands(sched, 5)

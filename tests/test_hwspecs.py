@@ -4,7 +4,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from aotune.errors import HwSpecError
 from aotune.hwspecs.spec import SPEC_DIR, builtin_names, load_spec_file, load_target
 
@@ -23,14 +22,26 @@ def _spec_text() -> str:
     return (SPEC_DIR / "haswell.toml").read_text()
 
 
-@pytest.mark.parametrize("mutate, expected", [
-    (lambda t: t.replace("vector_registers = 16\n", ""), "missing key 'vector_registers' (integer)"),
-    (lambda t: t.replace("vector_registers", "vector_regsiters"), "unknown key 'vector_regsiters'"),
-    (lambda t: t.replace("vector_bits = 256", 'vector_bits = "wide"'), "expected integer"),
-    (lambda t: re.sub(r"\[memory\][^\[]*", "", t), "missing key 'memory' (table)"),
-    (lambda t: t.replace("usable_fraction = 0.8", "usable_fraction = 1.5"), "usable_fraction must be in (0, 1]"),
-    (lambda t: t + "\n[[[", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (
+            lambda t: t.replace("vector_registers = 16\n", ""),
+            "missing key 'vector_registers' (integer)",
+        ),
+        (
+            lambda t: t.replace("vector_registers", "vector_regsiters"),
+            "unknown key 'vector_regsiters'",
+        ),
+        (lambda t: t.replace("vector_bits = 256", 'vector_bits = "wide"'), "expected integer"),
+        (lambda t: re.sub(r"\[memory\][^\[]*", "", t), "missing key 'memory' (table)"),
+        (
+            lambda t: t.replace("usable_fraction = 0.8", "usable_fraction = 1.5"),
+            "usable_fraction must be in (0, 1]",
+        ),
+        (lambda t: t + "\n[[[", "not valid TOML"),
+    ],
+)
 def test_broken_spec_names_file_key_and_type(tmp_path: Path, mutate, expected):
     path = tmp_path / "broken.toml"
     path.write_text(mutate(_spec_text()))

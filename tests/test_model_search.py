@@ -3,7 +3,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import matmul
@@ -24,10 +23,14 @@ def space():
 
 def test_prediction_has_breakdown_and_bottleneck(space):
     model = AnalyticalCpuModel(space.hw)
-    cfg = space.parse_config("mr=6,nr=32,kc=128,mc=48,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2")
+    cfg = space.parse_config(
+        "mr=6,nr=32,kc=128,mc=48,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"
+    )
     sched = schedule_from_config(space, cfg)
-    est, = model.estimate_batch([sched])
-    pred, = model.predict_batch([sched], [kernel_features(compile_kernel(sched, space.hw), "x86_64").loop])
+    (est,) = model.estimate_batch([sched])
+    (pred,) = model.predict_batch(
+        [sched], [kernel_features(compile_kernel(sched, space.hw), "x86_64").loop]
+    )
     for p in (est, pred):
         parts = dict(p.breakdown)
         assert {"compute", "L1", "L2", "L3", "memory", "packing", "overhead"} <= set(parts)
@@ -57,12 +60,14 @@ def test_model_charges_only_what_the_caches_cannot_hold():
 
     def parts(w, cfg):
         space = build_cpu_space(w, hw)
-        p, = model.estimate_batch([schedule_from_config(space, space.parse_config(cfg))])
+        (p,) = model.estimate_batch([schedule_from_config(space, space.parse_config(cfg))])
         return dict(p.breakdown)
 
     # C (512 KB) stays cached across the 504 k blocks: DRAM sees each tensor about once
     w = matmul(128, 1000, 4032)
-    mem = parts(w, "mr=11,nr=16,kc=8,mc=11,nc=464,order=nkm,pack_a=0,pack_b=1,unroll=2,par=m,threads=2")["memory"]
+    mem = parts(
+        w, "mr=11,nr=16,kc=8,mc=11,nc=464,order=nkm,pack_a=0,pack_b=1,unroll=2,par=m,threads=2"
+    )["memory"]
     once = (128 * 4032 + 4032 * 1000 + 2 * 128 * 1000) * 4 / (hw.memory.bandwidth_gbs * 1e9)
     assert mem == pytest.approx(once)
     # B repacked for every 12-row block from L3, as vectors: 16- and 64-wide panels cost the same
@@ -104,7 +109,12 @@ def test_ga_starts_from_the_best_of_a_wider_random_draw(space):
 
 
 def test_random_strategy_and_option_validation(space):
-    r = tune(space.workload, space.hw, SearchOptions(strategy="random", budget=20, compile_top=2, top_k=1), space=space)
+    r = tune(
+        space.workload,
+        space.hw,
+        SearchOptions(strategy="random", budget=20, compile_top=2, top_k=1),
+        space=space,
+    )
     assert len(r.candidates) == 1 and space.is_valid(r.best.config)
     with pytest.raises(ConfigError, match="unknown strategy"):
         SearchOptions(strategy="anneal")
@@ -135,8 +145,13 @@ def test_set_conflicts_count_the_sets_wide_rows_cover():
         per_set = Counter(x % sets for x in lines)
         return sum(max(0.0, c - capacity) for c in per_set.values()) / len(lines)
 
-    for args in [(1024, 8, 448, 64, 64, 12.8), (4096, 24, 64, 64, 64, 12.8), (4000, 40, 64, 64, 64, 2.0),
-                 (2048, 30, 200, 64, 64, 1.6), (64, 5, 300, 64, 64, 1.0)]:
+    for args in [
+        (1024, 8, 448, 64, 64, 12.8),
+        (4096, 24, 64, 64, 64, 12.8),
+        (4000, 40, 64, 64, 64, 2.0),
+        (2048, 30, 200, 64, 64, 1.6),
+        (64, 5, 300, 64, 64, 1.0),
+    ]:
         assert _set_overflow_share(*args) == pytest.approx(brute(*args))
     # 112 floats at a 1 KiB stride: 8 rows take 28 sets, two lines each, so the panel fits
     assert _set_overflow_share(1024, 8, 448, 64, 64, 12.8) == 0.0
@@ -152,14 +167,20 @@ def test_unpacked_panel_met_once_overlaps_its_misses():
     model = AnalyticalCpuModel(hw)
     space = build_cpu_space(matmul(512, 512, 512), hw)
     rest = "order=nmk,pack_a=0,pack_b=0,unroll=8,par=m,threads=2,nc=400"
-    once, reused = (schedule_from_config(space, space.parse_config(f"mr=9,nr=16,mc={mc},kc=24,{rest}"))
-                    for mc in (9, 90))
+    once, reused = (
+        schedule_from_config(space, space.parse_config(f"mr=9,nr=16,mc={mc},kc=24,{rest}"))
+        for mc in (9, 90)
+    )
     t_once, t_reused = (p.seconds for p in model.estimate_batch([once, reused]))
     assert 1.15 < t_reused / t_once < 1.6
     # at a 4 KiB stride 64 one-line rows share one set: most are evicted, and the k steps slow down
     space4k = build_cpu_space(matmul(512, 1024, 512), hw)
-    short, long = (schedule_from_config(space4k, space4k.parse_config(f"mr=1,nr=16,mc=1,kc={kc},{rest.replace('400', '384')}"))
-                   for kc in (8, 64))
+    short, long = (
+        schedule_from_config(
+            space4k, space4k.parse_config(f"mr=1,nr=16,mc=1,kc={kc},{rest.replace('400', '384')}")
+        )
+        for kc in (8, 64)
+    )
     t_short, t_long = (p.seconds for p in model.estimate_batch([short, long]))
     assert t_long > 2 * t_short
 
@@ -174,15 +195,21 @@ def test_threads_writing_one_line_pair_and_warm_last_level():
     model = AnalyticalCpuModel(hw)
     space = build_cpu_space(depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout="NHWC"), hw)
     rest = "mr=12,nr=16,kc=9,mc=660,nc=32,order=nkm,pack_a=0,pack_b=0,unroll=2,threads=2,pad_copy=1"
-    by_channel, by_pixel = (schedule_from_config(space, space.parse_config(f"{rest},par={par}")) for par in "nm")
+    by_channel, by_pixel = (
+        schedule_from_config(space, space.parse_config(f"{rest},par={par}")) for par in "nm"
+    )
     assert _c_line_pair_sharing(by_channel, hw, by_channel.thread_ranges()) == 1.0
     assert _c_line_pair_sharing(by_pixel, hw, by_pixel.thread_ranges()) == 0.0
     t_channel, t_pixel = (p.seconds for p in model.estimate_batch([by_channel, by_pixel]))
     assert t_channel > 1.3 * t_pixel
     assert dict(model.estimate_batch([by_pixel])[0].breakdown)["memory"] == 0.0
     mm = build_cpu_space(matmul(256, 256, 256), hw)
-    aligned = schedule_from_config(mm, mm.parse_config(
-        "mr=4,nr=32,kc=64,mc=64,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"))
+    aligned = schedule_from_config(
+        mm,
+        mm.parse_config(
+            "mr=4,nr=32,kc=64,mc=64,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"
+        ),
+    )
     assert aligned.thread_ranges() == [(0, 128), (128, 256)]
     assert _c_line_pair_sharing(aligned, hw, aligned.thread_ranges()) == 0.0
 
@@ -195,22 +222,30 @@ def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():
 
     hw = load_target("znver4")
     space = build_cpu_space(conv2d(1, 64, 7, 7, 64, 3, 3, pad=1, layout="NCHW"), hw)
-    s = schedule_from_config(space, space.parse_config(
-        "mr=1,nr=64,kc=96,mc=32,nc=64,order=nmk,pack_a=0,pack_b=1,unroll=1,par=m,threads=2,pad_copy=0"))
+    s = schedule_from_config(
+        space,
+        space.parse_config(
+            "mr=1,nr=64,kc=96,mc=32,nc=64,order=nmk,pack_a=0,pack_b=1,unroll=1,par=m,threads=2,pad_copy=0"
+        ),
+    )
     loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
     assert loop.function == "ukernel_1x49"
     assert mix_from_features(s, loop, hw).fma == 4
 
 
 def test_prefetched_b_rows_do_not_wait_for_their_first_touch_or_translation():
-    """Unpacked B at N=1000 (each row on its own page) with 192-row panels met once per call: without
-    prefetching the rows wait for L2 TLB lookups; prefetched ahead (measured on Zen 4: 188-208
-    GFLOP/s side by side with 105-155 for the same tiles unprefetched) they do not."""
+    """Unpacked B at N=1000 (each row on its own page) with 192-row panels met once per call:
+    without prefetching the rows wait for L2 TLB lookups; prefetched ahead (measured on Zen 4:
+    188-208 GFLOP/s side by side with 105-155 for the same tiles unprefetched) they do not."""
     hw = load_target("znver4")
     model = AnalyticalCpuModel(hw)
     space = build_cpu_space(matmul(128, 1000, 4032), hw)
-    s = schedule_from_config(space, space.parse_config(
-        "mr=14,nr=16,kc=192,mc=14,nc=736,order=nmk,pack_a=0,pack_b=0,unroll=1,par=n,threads=2"))
+    s = schedule_from_config(
+        space,
+        space.parse_config(
+            "mr=14,nr=16,kc=192,mc=14,nc=736,order=nmk,pack_a=0,pack_b=0,unroll=1,par=n,threads=2"
+        ),
+    )
     assert s.b_prefetch_rows > 0
     plain = dataclasses.replace(s, b_prefetch_rows=0)
     t_pf, t_plain = (p.seconds for p in model.estimate_batch([s, plain]))
@@ -227,8 +262,9 @@ def _sched_2048(hw, cfg: str):
 
 def test_a_b_panel_swept_again_in_one_l1_set_misses_every_row():
     """Unpacked B rows 8 KiB apart all fall in one L1 set. A panel of 24 such rows met by one call
-    only waits for its first touch; met again by 10 calls in the same order, LRU keeps none of it and
-    every row waits for L2 (measured on Zen 4, 7 x 16 tiles: 105-137 GFLOP/s met once, 62-90 swept)."""
+    only waits for its first touch; met again by 10 calls in the same order, LRU keeps none of it
+    and every row waits for L2 (measured on Zen 4, 7 x 16 tiles: 105-137 GFLOP/s met once, 62-90
+    swept)."""
     hw = load_target("znver4")
     model = AnalyticalCpuModel(hw)
     base = "mr=7,nr=16,kc=24,nc=672,order=nkm,pack_a=1,pack_b=0,unroll=1,par=n,threads=2"
@@ -251,10 +287,16 @@ def test_c_tiles_fetched_from_l3_down_a_strided_column_wait_each_call():
     down = _sched_2048(hw, f"mc=1743,{base}")
     along = _sched_2048(hw, f"mc=7,{base}")
     kt = -(-down.K // down.kc)
-    assert _c_tile_fetch_cycles(down, hw, 2048, 1024) == pytest.approx(hw.cache(3).latency_cycles * (kt - 1) / kt)
+    assert _c_tile_fetch_cycles(down, hw, 2048, 1024) == pytest.approx(
+        hw.cache(3).latency_cycles * (kt - 1) / kt
+    )
     assert _c_tile_fetch_cycles(along, hw, 2048, 1024) == 0.0
-    small = schedule_from_config(build_cpu_space(matmul(256, 256, 256), hw), build_cpu_space(
-        matmul(256, 256, 256), hw).parse_config("mr=8,nr=32,kc=32,mc=256,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"))
+    small = schedule_from_config(
+        build_cpu_space(matmul(256, 256, 256), hw),
+        build_cpu_space(matmul(256, 256, 256), hw).parse_config(
+            "mr=8,nr=32,kc=32,mc=256,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"
+        ),
+    )
     assert _c_tile_fetch_cycles(small, hw, 256, 128) == 0.0  # 256 KiB of C stays in L2
 
 
@@ -288,7 +330,9 @@ def test_search_ends_where_no_local_move_predicts_faster(space):
 
 
 def test_local_moves_offer_the_nearest_valid_values_of_a_wide_domain(space):
-    cfg = space.parse_config("mr=10,nr=16,kc=64,mc=30,nc=256,order=mkn,pack_a=1,pack_b=1,unroll=1,par=m,threads=2")
+    cfg = space.parse_config(
+        "mr=10,nr=16,kc=64,mc=30,nc=256,order=mkn,pack_a=1,pack_b=1,unroll=1,par=m,threads=2"
+    )
     mc_values = sorted(m["mc"] for m in cga.local_moves(space, cfg) if set(m) == {"mc"})
     assert len(space.var("mc").domain) > cga.WIDE_DOMAIN
     assert {10, 20, 40, 50} <= set(mc_values)  # mc must be a multiple of mr: 29 and 31 are no move
@@ -312,19 +356,32 @@ def test_estimate_counts_the_row_addresses_a_shared_tile_reloads():
     space = build_cpu_space(depthwise_conv2d(1, 32, 28, 28, 3, 3, pad=1, layout="NHWC"), hw)
 
     def mixes(mr: int):
-        s = schedule_from_config(space, space.parse_config(
-            f"mr={mr},nr=16,kc=9,mc={mr},nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2,pad_copy=1"))
+        s = schedule_from_config(
+            space,
+            space.parse_config(
+                f"mr={mr},nr=16,kc=9,mc={mr},nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2,pad_copy=1"
+            ),
+        )
         assert s.a_shared
-        return mix_from_schedule(s, hw), mix_from_features(s, kernel_features(compile_kernel(s, hw), hw.isa.arch).loop, hw)
+        return mix_from_schedule(s, hw), mix_from_features(
+            s, kernel_features(compile_kernel(s, hw), hw.isa.arch).loop, hw
+        )
 
     short_est, short_asm = mixes(6)
     tall_est, tall_asm = mixes(24)
     assert short_est.spills == 0 and short_asm.spills == 0
     assert tall_asm.spills >= 10 and abs(tall_est.spills - tall_asm.spills) <= 0.5 * tall_asm.spills
-    tall = schedule_from_config(space, space.parse_config(
-        "mr=24,nr=16,kc=9,mc=24,nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2,pad_copy=1"))
+    tall = schedule_from_config(
+        space,
+        space.parse_config(
+            "mr=24,nr=16,kc=9,mc=24,nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2,pad_copy=1"
+        ),
+    )
     roomy = dataclasses.replace(hw, isa=dataclasses.replace(hw.isa, general_registers=64))
-    compute = lambda spec: dict(AnalyticalCpuModel(spec).estimate_batch([tall])[0].breakdown)["compute"]  # noqa: E731
+
+    def compute(spec):
+        return dict(AnalyticalCpuModel(spec).estimate_batch([tall])[0].breakdown)["compute"]
+
     assert compute(hw) > 1.5 * compute(roomy)
 
 
@@ -337,9 +394,22 @@ def test_top_k_takes_each_register_tile_once_while_others_remain():
         return (i, SimpleNamespace(mr=mr, nr=nr))
 
     tile = lambda it: (it[1].mr, it[1].nr)  # noqa: E731
-    ranked = [item(0, 9, 16), item(1, 9, 16), item(2, 9, 32), item(3, 9, 16), item(4, 12, 32), item(5, 12, 32)]
+    ranked = [
+        item(0, 9, 16),
+        item(1, 9, 16),
+        item(2, 9, 32),
+        item(3, 9, 16),
+        item(4, 12, 32),
+        item(5, 12, 32),
+    ]
     assert [it[0] for it in spread_top_k(ranked, 3, tile)] == [0, 2, 4]
-    assert [it[0] for it in spread_top_k(ranked, 5, tile)] == [0, 1, 2, 3, 4]  # three tiles, then the best others
+    assert [it[0] for it in spread_top_k(ranked, 5, tile)] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]  # three tiles, then the best others
     assert [it[0] for it in spread_top_k(ranked[:2], 3, tile)] == [0, 1]
 
 
@@ -354,15 +424,27 @@ def test_rows_sharing_l1_sets_are_counted_line_by_line():
     hw = load_target("znver4")
     space = build_cpu_space(matmul(1024, 1024, 1024), hw)
     sched = lambda cfg: schedule_from_config(space, space.parse_config(cfg))  # noqa: E731
-    wide = sched("mr=1,nr=96,kc=8,mc=238,nc=96,order=nkm,pack_a=0,pack_b=0,unroll=4,par=m,threads=2")
-    narrow = sched("mr=12,nr=16,kc=16,mc=12,nc=1024,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2")
+    wide = sched(
+        "mr=1,nr=96,kc=8,mc=238,nc=96,order=nkm,pack_a=0,pack_b=0,unroll=4,par=m,threads=2"
+    )
+    narrow = sched(
+        "mr=12,nr=16,kc=16,mc=12,nc=1024,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2"
+    )
     assert _shared_set_miss_fraction(wide, hw) == 0.0
     # 16 + 12 lines in one set: over half overflow when A and B meet, a quarter of the k steps
     assert 0.1 < _shared_set_miss_fraction(narrow, hw) < 0.2
-    packed_b = {mr: sched(f"mr={mr},nr=16,kc=16,mc={mr},nc=1024,order=nkm,pack_a=0,pack_b=1,unroll=1,par=m,threads=2")
-                for mr in (9, 12, 16)}
+    packed_b = {
+        mr: sched(
+            f"mr={mr},nr=16,kc=16,mc={mr},nc=1024,order=nkm,pack_a=0,pack_b=1,unroll=1,par=m,threads=2"
+        )
+        for mr in (9, 12, 16)
+    }
     assert _shared_set_miss_fraction(packed_b[9], hw) == 0.0
-    assert 0.0 < _shared_set_miss_fraction(packed_b[12], hw) < _shared_set_miss_fraction(packed_b[16], hw)
+    assert (
+        0.0
+        < _shared_set_miss_fraction(packed_b[12], hw)
+        < _shared_set_miss_fraction(packed_b[16], hw)
+    )
 
 
 def test_a_narrow_tail_vector_costs_fewer_slots_only_on_narrow_pipes():
@@ -373,8 +455,12 @@ def test_a_narrow_tail_vector_costs_fewer_slots_only_on_narrow_pipes():
     for target, cheaper in (("znver4", True), ("skylake-avx512", False)):
         hw = load_target(target)
         space = build_cpu_space(matmul(64, 49, 64), hw)
-        s = schedule_from_config(space, space.parse_config(
-            "mr=4,nr=32,kc=64,mc=64,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=1,par=m,threads=1"))
+        s = schedule_from_config(
+            space,
+            space.parse_config(
+                "mr=4,nr=32,kc=64,mc=64,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=1,par=m,threads=1"
+            ),
+        )
         mix = mix_from_schedule(s, hw)
         one, full = _tail_mix(mix, s, 4, 17, hw), _tail_mix(mix, s, 4, 32, hw)
         assert full == mix
@@ -391,25 +477,41 @@ def test_rows_mixing_full_and_narrow_vectors_are_bound_by_their_fma_instructions
 
     hw = load_target("znver4")
     space = build_cpu_space(matmul(64, 49, 64), hw)
-    s = schedule_from_config(space, space.parse_config(
-        "mr=6,nr=32,kc=64,mc=60,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=1,par=m,threads=1"))
+    s = schedule_from_config(
+        space,
+        space.parse_config(
+            "mr=6,nr=32,kc=64,mc=60,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=1,par=m,threads=1"
+        ),
+    )
     mix = mix_from_schedule(s, hw)
     tail = _tail_mix(mix, s, 6, 24, hw)
     assert tail.mixed_fma == 12 and _tail_mix(mix, s, 6, 32, hw).mixed_fma == 0
-    assert _tail_mix(mix, s, 6, 8, hw).mixed_fma == 0  # a lone narrow vector: latency and slots bound it
+    assert (
+        _tail_mix(mix, s, 6, 8, hw).mixed_fma == 0
+    )  # a lone narrow vector: latency and slots bound it
     cycles, _ = _cycles_per_kstep(tail, hw, s.kc)
     assert cycles == pytest.approx(12 * hw.core.mixed_width_fma_cycles)
     assert cycles > tail.fma  # more than the 9 slot-cycles
     sky = load_target("skylake-avx512")
     sky_tail = _tail_mix(mix_from_schedule(s, sky), s, 6, 24, sky)
-    assert _cycles_per_kstep(sky_tail, sky, s.kc)[0] == pytest.approx(sky_tail.fma / sky.core.fma_units) == 6.0
+    assert (
+        _cycles_per_kstep(sky_tail, sky, s.kc)[0]
+        == pytest.approx(sky_tail.fma / sky.core.fma_units)
+        == 6.0
+    )
 
     model = AnalyticalCpuModel(hw)
     w = matmul(384, 49, 512)
     space = build_cpu_space(w, hw)
-    one, two = (schedule_from_config(space, space.parse_config(
-        f"mr=6,nr={nr},kc=64,mc=384,nc={nr},order=mkn,pack_a=0,pack_b=1,unroll=2,par=m,threads=1"))
-        for nr in (64, 32))
+    one, two = (
+        schedule_from_config(
+            space,
+            space.parse_config(
+                f"mr=6,nr={nr},kc=64,mc=384,nc={nr},order=mkn,pack_a=0,pack_b=1,unroll=2,par=m,threads=1"
+            ),
+        )
+        for nr in (64, 32)
+    )
     p_one, p_two = model.estimate_batch([one, two])
     assert p_one.seconds < 0.97 * p_two.seconds  # measured 95 vs 88 GFLOP/s
 
@@ -426,8 +528,12 @@ def test_c_tile_waits_overlap_across_short_calls(monkeypatch: pytest.MonkeyPatch
     freq = hw.core.frequency_ghz * 1e9
     charged = []
     for kc in (8, 192):
-        s = schedule_from_config(space, space.parse_config(
-            f"mr=1,nr=32,kc={kc},mc=96,nc=32,order=nkm,pack_a=0,pack_b=1,unroll=4,par=n,threads=2"))
+        s = schedule_from_config(
+            space,
+            space.parse_config(
+                f"mr=1,nr=32,kc={kc},mc=96,nc=32,order=nkm,pack_a=0,pack_b=1,unroll=4,par=n,threads=2"
+            ),
+        )
         wait = model_module._c_tile_fetch_cycles(s, hw, 1024, 512)
         assert wait > 0
         with_wait = dict(model.estimate_batch([s])[0].breakdown)["compute"]
@@ -445,7 +551,10 @@ def test_a_packing_copy_waits_once_per_line_not_per_short_segment():
     from aotune.analysis.model import _strided_pack_cycles_per_elem
 
     hw = load_target("znver4")
-    per = {seg: _strided_pack_cycles_per_elem(hw, 0.25, seg, 4 << 20, 2, 4 << 20, 1) for seg in (1, 8, 16, 64)}
+    per = {
+        seg: _strided_pack_cycles_per_elem(hw, 0.25, seg, 4 << 20, 2, 4 << 20, 1)
+        for seg in (1, 8, 16, 64)
+    }
     assert per[1] == per[8] == per[16] == pytest.approx(4 * per[64])
     assert per[16] == pytest.approx(hw.cache(3).latency_cycles / 16)
 
@@ -475,15 +584,23 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
     space = build_cpu_space(matmul(1024, 1024, 1024), hw)
 
     def sched(nr: int, kc: int) -> object:
-        return schedule_from_config(space, space.parse_config(
-            f"mr=6,nr={nr},kc={kc},mc=12,nc=512,order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=1"))
+        return schedule_from_config(
+            space,
+            space.parse_config(
+                f"mr=6,nr={nr},kc={kc},mc=12,nc=512,order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=1"
+            ),
+        )
 
     s16, s64 = sched(16, 64), sched(64, 64)
     assert s16.b_pack_copies_vectors and s64.b_pack_copies_vectors
     from_l3 = _vector_pack_cycles_per_elem(s16, hw, 4 << 20, 1)
-    assert from_l3 == pytest.approx(4 / (VECTOR_PACK_BANDWIDTH_SHARE * hw.cache(3).bandwidth_bytes_per_cycle))
+    assert from_l3 == pytest.approx(
+        4 / (VECTOR_PACK_BANDWIDTH_SHARE * hw.cache(3).bandwidth_bytes_per_cycle)
+    )
     assert _vector_pack_cycles_per_elem(s64, hw, 4 << 20, 1) == pytest.approx(from_l3)
-    assert _vector_pack_cycles_per_elem(s16, hw, 256 << 10, 1) == pytest.approx(from_l3 / 2)  # from L2
+    assert _vector_pack_cycles_per_elem(s16, hw, 256 << 10, 1) == pytest.approx(
+        from_l3 / 2
+    )  # from L2
     # beyond the last level, the threads share DRAM: two packing at once each get half
     one, two = (_vector_pack_cycles_per_elem(s16, hw, 64 << 20, t) for t in (1, 2))
     assert two == pytest.approx(2 * one) and one > from_l3
@@ -497,7 +614,7 @@ def test_issue_and_miss_waits_overlap_imperfectly_when_close():
     Zen 4, not max(7, 7); a wait far below the issue time still hides under it."""
     from aotune.analysis.model import _overlapped
 
-    assert _overlapped(7.0, 7.0) == pytest.approx(7.0 * 2 ** 0.25)
+    assert _overlapped(7.0, 7.0) == pytest.approx(7.0 * 2**0.25)
     assert 7.0 * 1.15 < _overlapped(7.0, 7.0) < 10.0
     assert _overlapped(7.0, 2.0) == pytest.approx(7.0, rel=0.01)
     assert _overlapped(2.0, 7.0) == _overlapped(7.0, 2.0)

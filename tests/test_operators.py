@@ -1,21 +1,36 @@
-"""Every operator beyond plain matmul: random shapes (1, primes, below a vector or a tile) and random
-valid configs from the Space, each kernel checked against numpy."""
+"""Every operator beyond plain matmul: random shapes (1, primes, below a vector or a tile) and
+random valid configs from the Space, each kernel checked against numpy."""
+
 from __future__ import annotations
 
 import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-from aotune.analysis.workload import ACTIVATIONS, ConvParams, batch_matmul, conv2d, dense, depthwise_conv2d, einsum
+from aotune.analysis.workload import (
+    ACTIVATIONS,
+    ConvParams,
+    batch_matmul,
+    conv2d,
+    dense,
+    depthwise_conv2d,
+    einsum,
+)
 from aotune.codegen.compile import compile_kernel
-from aotune.codegen.runner import HostKernel, check_against_numpy, conv2d_reference, numpy_baseline, random_operands
+from aotune.codegen.runner import (
+    HostKernel,
+    check_against_numpy,
+    conv2d_reference,
+    numpy_baseline,
+    random_operands,
+)
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import UnsupportedWorkloadError
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import load_target
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 # AOTUNE_TEST_EXAMPLES raises the number of drawn cases for a long local run (CI keeps the default).
 EXAMPLES = int(os.environ.get("AOTUNE_TEST_EXAMPLES", "20"))
@@ -26,15 +41,19 @@ pytestmark = pytest.mark.skipif(not host_can_run(HOST)[0], reason="the host spec
 
 def check(workload, seed: int) -> None:
     space = build_cpu_space(workload, HOST)
-    cfg, = space.sample(1, seed=seed)
+    (cfg,) = space.sample(1, seed=seed)
     sched = schedule_from_config(space, cfg)
     hk = HostKernel(compile_kernel(sched, HOST), HOST)
     a, b, bias = random_operands(sched, seed)
     correct, err, tol = check_against_numpy(hk, a, b, bias)
-    assert correct, f"{workload.describe()} with {space.describe_config(cfg)}: max error {err} > {tol}"
+    assert correct, (
+        f"{workload.describe()} with {space.describe_config(cfg)}: max error {err} > {tol}"
+    )
 
 
-settings_ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings_ = settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @settings_
@@ -44,21 +63,44 @@ def test_batch_matmul_matches_numpy(B, M, N, K, seed):
 
 
 @settings_
-@given(M=small, N=small, K=small, bias=st.booleans(), activation=st.sampled_from(ACTIVATIONS),
-       seed=st.integers(0, 1 << 20))
+@given(
+    M=small,
+    N=small,
+    K=small,
+    bias=st.booleans(),
+    activation=st.sampled_from(ACTIVATIONS),
+    seed=st.integers(0, 1 << 20),
+)
 def test_dense_with_fused_epilogue_matches_numpy(M, N, K, bias, activation, seed):
     check(dense(M, N, K, bias, activation), seed)
 
 
 # contractions in other layouts: transposed inputs, batch index in the middle, output order swapped
 # and several loops per GEMM dimension: two row indices, two reductions, no reduction at all
-LAYOUTS = ["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "kn,mk->mn", "bmk,bkn->bmn", "mbk,bkn->bmn", "bkm,bnk->bmn",
-           "abmk,abkn->abmn", "abk,kn->abn", "mka,kan->mn", "mb,nb->mnb", "ma,na->mn",
-           "mkb,kb->mb", "bkm,bk->bm"]
+LAYOUTS = [
+    "mk,kn->mn",
+    "km,kn->mn",
+    "mk,nk->mn",
+    "kn,mk->mn",
+    "bmk,bkn->bmn",
+    "mbk,bkn->bmn",
+    "bkm,bnk->bmn",
+    "abmk,abkn->abmn",
+    "abk,kn->abn",
+    "mka,kan->mn",
+    "mb,nb->mnb",
+    "ma,na->mn",
+    "mkb,kb->mb",
+    "bkm,bk->bm",
+]
 
 
 @settings_
-@given(spec=st.sampled_from(LAYOUTS), sizes=st.lists(small, min_size=5, max_size=5), seed=st.integers(0, 1 << 20))
+@given(
+    spec=st.sampled_from(LAYOUTS),
+    sizes=st.lists(small, min_size=5, max_size=5),
+    seed=st.integers(0, 1 << 20),
+)
 def test_einsum_layouts_match_numpy(spec, sizes, seed):
     dims = dict(zip("mnkab", sizes))
     dims["a"], dims["b"] = min(dims["a"], 3), min(dims["b"], 3)
@@ -71,14 +113,25 @@ def test_numpy_baseline_computes_the_same_as_the_reference():
     space = build_cpu_space(w, HOST)
     sched = schedule_from_config(space, space.solve())
     a, b, bias = random_operands(sched, 3)
-    want = 0.5 * (a @ b + bias) * (1 + np.tanh(np.sqrt(2 / np.pi) * ((a @ b + bias) + 0.044715 * (a @ b + bias) ** 3)))
+    want = (
+        0.5
+        * (a @ b + bias)
+        * (1 + np.tanh(np.sqrt(2 / np.pi) * ((a @ b + bias) + 0.044715 * (a @ b + bias) ** 3)))
+    )
     np.testing.assert_allclose(numpy_baseline(sched, a, b, bias)(), want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("spec, dims, needle", [
-    ("ij,jk->k", {"i": 4, "j": 4, "k": 4}, "reduction index i appears in only one input"),
-    ("ijl,jk->ik", {"i": 4, "j": 4, "k": 4, "l": 2}, "reduction index l appears in only one input"),
-])
+@pytest.mark.parametrize(
+    "spec, dims, needle",
+    [
+        ("ij,jk->k", {"i": 4, "j": 4, "k": 4}, "reduction index i appears in only one input"),
+        (
+            "ijl,jk->ik",
+            {"i": 4, "j": 4, "k": 4, "l": 2},
+            "reduction index l appears in only one input",
+        ),
+    ],
+)
 def test_unsupported_contractions_say_what_is_supported(spec, dims, needle):
     with pytest.raises(UnsupportedWorkloadError, match=needle):
         build_cpu_space(einsum(spec, dims), HOST)
@@ -95,20 +148,56 @@ def conv_fits(H: int, W: int, R: int, S: int, pad: int, dilation: int) -> bool:
 
 
 @settings_
-@given(N=st.integers(1, 2), groups=st.integers(1, 3), cg=conv_small, kg=conv_small, H=conv_small, W=conv_small,
-       R=st.integers(1, 3), S=st.integers(1, 3), stride=st.integers(1, 3), pad=st.integers(0, 2),
-       dilation=st.integers(1, 2), layout=st.sampled_from(["NCHW", "NHWC"]), seed=st.integers(0, 1 << 20))
+@given(
+    N=st.integers(1, 2),
+    groups=st.integers(1, 3),
+    cg=conv_small,
+    kg=conv_small,
+    H=conv_small,
+    W=conv_small,
+    R=st.integers(1, 3),
+    S=st.integers(1, 3),
+    stride=st.integers(1, 3),
+    pad=st.integers(0, 2),
+    dilation=st.integers(1, 2),
+    layout=st.sampled_from(["NCHW", "NHWC"]),
+    seed=st.integers(0, 1 << 20),
+)
 def test_conv2d_matches_numpy(N, groups, cg, kg, H, W, R, S, stride, pad, dilation, layout, seed):
     if not conv_fits(H, W, R, S, pad, dilation):
         return
-    check(conv2d(N, groups * cg, H, W, groups * kg, R, S, stride=stride, pad=pad, dilation=dilation,
-                 groups=groups, layout=layout), seed)
+    check(
+        conv2d(
+            N,
+            groups * cg,
+            H,
+            W,
+            groups * kg,
+            R,
+            S,
+            stride=stride,
+            pad=pad,
+            dilation=dilation,
+            groups=groups,
+            layout=layout,
+        ),
+        seed,
+    )
 
 
 @settings_
-@given(N=st.integers(1, 2), C=conv_small, H=conv_small, W=conv_small, R=st.integers(1, 3), S=st.integers(1, 3),
-       stride=st.integers(1, 2), pad=st.integers(0, 1), layout=st.sampled_from(["NCHW", "NHWC"]),
-       seed=st.integers(0, 1 << 20))
+@given(
+    N=st.integers(1, 2),
+    C=conv_small,
+    H=conv_small,
+    W=conv_small,
+    R=st.integers(1, 3),
+    S=st.integers(1, 3),
+    stride=st.integers(1, 2),
+    pad=st.integers(0, 1),
+    layout=st.sampled_from(["NCHW", "NHWC"]),
+    seed=st.integers(0, 1 << 20),
+)
 def test_depthwise_conv2d_matches_numpy(N, C, H, W, R, S, stride, pad, layout, seed):
     if not conv_fits(H, W, R, S, pad, 1):
         return
@@ -116,9 +205,12 @@ def test_depthwise_conv2d_matches_numpy(N, C, H, W, R, S, stride, pad, layout, s
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("stride, pad, dilation, groups", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 2, 2, 1), (3, 1, 2, 4)])
+@pytest.mark.parametrize(
+    "stride, pad, dilation, groups", [(1, 0, 1, 1), (2, 1, 1, 2), (1, 2, 2, 1), (3, 1, 2, 4)]
+)
 def test_conv_reference_equals_the_definition(layout, stride, pad, dilation, groups):
-    """The numpy reference (windows + tensordot) against the convolution's definition, loop by loop."""
+    """The numpy reference (windows + tensordot) against the convolution's definition, loop by
+    loop."""
     rng = np.random.default_rng(0)
     N, C, H, W, K, R, S = 2, 8, 7, 6, 4, 3, 2
     p = ConvParams(stride, pad, dilation, groups, layout)
@@ -135,11 +227,16 @@ def test_conv_reference_equals_the_definition(layout, stride, pad, dilation, gro
                     for c in range(cg):
                         for r in range(R):
                             for s in range(S):
-                                h, w_ = oh * stride + r * dilation - pad, ow * stride + s * dilation - pad
+                                h, w_ = (
+                                    oh * stride + r * dilation - pad,
+                                    ow * stride + s * dilation - pad,
+                                )
                                 if 0 <= h < H and 0 <= w_ < W:
                                     want[n, k, oh, ow] += x[n, g * cg + c, h, w_] * wt[k, c, r, s]
     if layout == "NHWC":
-        got = conv2d_reference(x.transpose(0, 2, 3, 1), wt.transpose(2, 3, 1, 0), p).transpose(0, 3, 1, 2)
+        got = conv2d_reference(x.transpose(0, 2, 3, 1), wt.transpose(2, 3, 1, 0), p).transpose(
+            0, 3, 1, 2
+        )
     else:
         got = conv2d_reference(x, wt, p)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
@@ -150,7 +247,14 @@ def test_depthwise_nhwc_vectorises_over_channels():
     with X read in place as vectors (no packing, its padding from the padded copy)."""
     space = build_cpu_space(depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout="NHWC"), HOST)
     r = space.roles
-    assert (r.m, r.n, r.k, r.a, r.b, r.shared_n) == (("oh", "ow"), ("g",), ("r", "s"), "X", "Wt", True)
+    assert (r.m, r.n, r.k, r.a, r.b, r.shared_n) == (
+        ("oh", "ow"),
+        ("g",),
+        ("r", "s"),
+        "X",
+        "Wt",
+        True,
+    )
     for cfg in space.sample(8, seed=1):
         sched = schedule_from_config(space, cfg)
         assert sched.a_shared and not sched.pack_a and sched.pad_copy is not None
@@ -159,7 +263,8 @@ def test_depthwise_nhwc_vectorises_over_channels():
 
 
 def test_conv_is_a_gemm_with_the_window_packed():
-    """NHWC 3x3: rows are output pixels, columns output channels, the window is gathered by packing."""
+    """NHWC 3x3: rows are output pixels, columns output channels, the window is gathered by
+    packing."""
     space = build_cpu_space(conv2d(1, 64, 56, 56, 64, 3, 3, pad=1, layout="NHWC"), HOST)
     r = space.roles
     assert (r.m, r.n, r.k, r.a, r.b) == (("oh", "ow"), ("ko",), ("r", "s", "c"), "X", "Wt")
@@ -172,14 +277,18 @@ def test_conv_is_a_gemm_with_the_window_packed():
 
 
 @pytest.mark.parametrize("par, own_copies", [("m", True), ("n", False)])
-def test_threads_that_all_read_the_padded_input_each_pad_their_own(par: str, own_copies: bool) -> None:
+def test_threads_that_all_read_the_padded_input_each_pad_their_own(
+    par: str, own_copies: bool
+) -> None:
     """NCHW split over output channels: every thread reads every pixel, so each copies the whole
     padded input into a buffer of its own (no lines written by one core and read by the other);
     split over pixels, one buffer is split. Both compute the convolution exactly."""
     w = conv2d(1, 5, 7, 9, 6, 3, 3, pad=1)
     space = build_cpu_space(w, HOST)
-    cfg = space.parse_config(f"mr=2,nr=16,kc=16,mc=4,nc=32,order=mkn,pack_a=0,pack_b=1,unroll=1,par={par},"
-                             "threads=2,pad_copy=1")
+    cfg = space.parse_config(
+        f"mr=2,nr=16,kc=16,mc=4,nc=32,order=mkn,pack_a=0,pack_b=1,unroll=1,par={par},"
+        "threads=2,pad_copy=1"
+    )
     sched = schedule_from_config(space, cfg)
     assert sched.pad_copy_per_thread == own_copies and len(compile_kernel(sched, HOST).launch) == 2
     host = HostKernel(compile_kernel(sched, HOST), HOST)

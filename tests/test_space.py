@@ -3,13 +3,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from constraint import FunctionConstraint, Problem
-from hypothesis import given, settings, strategies as st
-
 from aotune.analysis.workload import matmul
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import ConfigError, UnsatisfiableError
 from aotune.hwspecs.spec import load_target
+from constraint import FunctionConstraint, Problem
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from .conftest import small_spec
 
@@ -42,7 +42,9 @@ def test_cpsat_solutions_equal_brute_force_enumeration(shape, spec):
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 10_000), M=st.integers(1, 300), N=st.integers(1, 300), K=st.integers(1, 300))
+@given(
+    seed=st.integers(0, 10_000), M=st.integers(1, 300), N=st.integers(1, 300), K=st.integers(1, 300)
+)
 def test_every_sampled_config_satisfies_every_constraint(seed, M, N, K):
     space = build_cpu_space(matmul(M, N, K), load_target("skylake-avx512"))
     configs = space.sample(4, seed=seed)
@@ -60,7 +62,9 @@ def test_sampling_is_reproducible():
 
 def test_violations_state_required_available_and_hint():
     space = build_cpu_space(matmul(1024, 1024, 1024), load_target("skylake-avx512"))
-    cfg = space.parse_config("mr=16,nr=64,kc=512,mc=100,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2")
+    cfg = space.parse_config(
+        "mr=16,nr=64,kc=512,mc=100,nc=64,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"
+    )
     bad = {v.constraint: v for v in space.violations(cfg)}
     assert {"registers", "mc multiple of mr", "L1 footprint"} <= set(bad)
     reg = bad["registers"]
@@ -92,7 +96,9 @@ def test_one_cache_block_may_cover_an_extent_no_register_tile_divides():
     space = build_cpu_space(matmul(49, 64, 64), load_target("skylake-avx512"))
     base = "mr=13,nr=32,kc=64,nc=64,order=nkm,pack_a=1,pack_b=0,unroll=1,par=n,threads=2"
     assert space.violations(space.parse_config(f"{base},mc=52")) == []
-    assert {v.constraint for v in space.violations(space.parse_config(f"{base},mc=65"))} == {"cover m"}
+    assert {v.constraint for v in space.violations(space.parse_config(f"{base},mc=65"))} == {
+        "cover m"
+    }
 
 
 def test_solver_follows_every_feasible_hint():
@@ -104,17 +110,24 @@ def test_solver_follows_every_feasible_hint():
     for v in space.variables:
         fixed = {u.name: {base[u.name]} for u in space.variables if u.name != v.name}
         for value in v.domain:
-            moved = dataclasses.replace(base, items=tuple((k, value if k == v.name else x) for k, x in base.items))
+            moved = dataclasses.replace(
+                base, items=tuple((k, value if k == v.name else x) for k, x in base.items)
+            )
             if value == base[v.name] or not space.is_valid(moved):
                 continue
-            assert space.solve(fixed, {v.name: value}, seed=tried) == moved, f"hint {v.name}={value} ignored"
+            assert space.solve(fixed, {v.name: value}, seed=tried) == moved, (
+                f"hint {v.name}={value} ignored"
+            )
             tried += 1
     assert tried >= 10
 
 
 @settings(max_examples=12, deadline=None)
-@given(pick=st.integers(0, 10_000), var=st.sampled_from(["mr", "nr", "kc", "order", "pack_a", "par"]),
-       value_pick=st.integers(0, 10_000))
+@given(
+    pick=st.integers(0, 10_000),
+    var=st.sampled_from(["mr", "nr", "kc", "order", "pack_a", "par"]),
+    value_pick=st.integers(0, 10_000),
+)
 def test_nearest_valid_config_changes_the_fewest_decisions_brute_force_finds(pick, var, value_pick):
     # local search repairs a move that breaks a constraint with ``nearest``; it must keep the moved
     # value and change no more other decisions than the closest valid config does

@@ -1,4 +1,6 @@
-"""The native worker pool: every share runs exactly once, whether a worker or the caller takes it."""
+"""The native worker pool: every share runs exactly once, whether a worker or the caller takes
+it."""
+
 from __future__ import annotations
 
 import os
@@ -6,7 +8,6 @@ import time
 
 import numpy as np
 import pytest
-
 from aotune.analysis.workload import matmul
 from aotune.codegen.compile import compile_kernel
 from aotune.codegen.runner import HostKernel
@@ -23,22 +24,40 @@ pytestmark = pytest.mark.skipif(not host_can_run(HOST)[0], reason="the host spec
 def test_every_share_runs_once_when_workers_spin_or_nap():
     M, N, K = 37, 48, 19
     space = build_cpu_space(matmul(M, N, K), HOST)
-    cfg = space.parse_config("mr=4,nr=16,kc=8,mc=8,nc=32,order=nkm,pack_a=1,pack_b=1,unroll=2,par=m,threads=1")
+    cfg = space.parse_config(
+        "mr=4,nr=16,kc=8,mc=8,nc=32,order=nkm,pack_a=1,pack_b=1,unroll=2,par=m,threads=1"
+    )
     sched = schedule_from_config(space, cfg)
     hk = HostKernel(compile_kernel(sched, HOST), HOST)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((M, K), dtype=np.float32)
     b = rng.standard_normal((K, N), dtype=np.float32)
-    ws = [np.zeros(1 << 16, np.float32) for _ in range(10)]  # packing workspaces: A and B, per share
+    ws = [
+        np.zeros(1 << 16, np.float32) for _ in range(10)
+    ]  # packing workspaces: A and B, per share
     mr = sched.mr  # shares split the rows at whole register tiles, as thread_ranges does
     cuts = [0, mr, 3 * mr, 3 * mr, 4 * mr, M]  # uneven, one empty, more shares than cores
     assert 4 * mr < M
-    for pause in (0.0, 0.0, 3 * NAP_MICROSECONDS * 1e-6):  # back to back, then after the workers nap
+    for pause in (
+        0.0,
+        0.0,
+        3 * NAP_MICROSECONDS * 1e-6,
+    ):  # back to back, then after the workers nap
         time.sleep(pause)
         c = np.full((M, N), np.nan, np.float32)
-        shares = [(a.ctypes.data, b.ctypes.data, c.ctypes.data, 0, lo, hi, ws[2 * i].ctypes.data,
-                   ws[2 * i + 1].ctypes.data)
-                  for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))]
+        shares = [
+            (
+                a.ctypes.data,
+                b.ctypes.data,
+                c.ctypes.data,
+                0,
+                lo,
+                hi,
+                ws[2 * i].ctypes.data,
+                ws[2 * i + 1].ctypes.data,
+            )
+            for i, (lo, hi) in enumerate(zip(cuts[:-1], cuts[1:]))
+        ]
         workers().run(hk._addr, shares)
         np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4 * K)
 

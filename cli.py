@@ -15,6 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from aotune.artifact.commands import (
+    add_build_parser,
+    add_db_flags,
+    add_db_parser,
+    cmd_build,
+    cmd_db,
+    open_db,
+)
 from aotune.errors import AotuneError, ConfigError
 from aotune.search.options import SearchOptions
 
@@ -109,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--emit-ir", metavar="FILE", help="write the best kernel's LLVM IR to FILE")
     t.add_argument("--force", action="store_true", help="overwrite existing --emit-* files")
     t.add_argument("--json", action="store_true", help="print one JSON object")
+    add_db_flags(t)
     s = sub.add_parser(
         "space", help="show decision variables, constraints and the number of valid configs"
     )
@@ -140,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="configs measured per workload for model accuracy (default 64; 32 with --quick)",
     )
+    add_build_parser(sub)
+    add_db_parser(sub)
     return parser
 
 
@@ -195,7 +206,7 @@ def _write_new(path: str, text: str, force: bool) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """``aotune tune``."""
-    from aotune.search import driver
+    from aotune.search import cached, driver
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
@@ -232,11 +243,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
-        result = driver.tune(w, hw, options, progress)
-        ok, why = driver.can_verify(hw)
-        verified, numpy_gflops = ([], None)
-        if ok and not args.no_verify:
-            verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
+        db = open_db(args)
+        try:
+            result, record, reused = cached.tune(w, hw, options, db, args.retune, progress)
+            ok, why = driver.can_verify(hw)
+            verified, numpy_gflops = ([], None)
+            if ok and not args.no_verify:
+                verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
+                if db is not None and record is not None:
+                    cached.store_check(db, record, verified, numpy_gflops)
+        finally:
+            if db is not None:
+                db.close()
     best = result.best
     if args.emit_asm:
         _write_new(args.emit_asm, best.kernel.asm, args.force)
@@ -245,7 +263,25 @@ def cmd_tune(args: argparse.Namespace) -> int:
     pick = driver.chosen(verified)
     skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
     doc = {
-        "workload": {"op": w.op, "shape": w.shape_dict, "dtype": w.dtype, "flops": w.flops},
+        "workload": {
+            "op": w.op,
+            "shape": w.shape_dict,
+            "dtype": w.dtype,
+            "flops": w.flops,
+            # the order a built library's function takes them: inputs, then the output
+            "tensors": [
+                {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+                for t in (
+                    *(w.tensor(a.tensor) for a in w.statement.inputs),
+                    w.tensor(w.statement.output.tensor),
+                )
+            ],
+        },
+        "database": {
+            "path": None if db is None else str(db.path),
+            "record": None if record is None else record.id,
+            "reused": reused,
+        },
         "target": {
             "name": hw.name,
             "kind": hw.kind,
@@ -299,11 +335,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     out = _console()
     out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({doc['target']['isa']})")
-    out.print(
-        f"search: {options.strategy}, {result.candidates_scored} configs estimated, "
-        f"{result.kernels_compiled} compiled and ranked from their assembly, "
-        f"{result.search_seconds:.1f} s, 0 measurements"
-    )
+    if reused:
+        out.print(
+            f"search: reused record {record.id} of {db.path} (searched earlier in "
+            f"{result.search_seconds:.1f} s, 0 measurements); --retune searches again"
+        )
+    else:
+        out.print(
+            f"search: {options.strategy}, {result.candidates_scored} configs estimated, "
+            f"{result.kernels_compiled} compiled and ranked from their assembly, "
+            f"{result.search_seconds:.1f} s, 0 measurements"
+        )
     table = Table(title="top candidates (predicted without running)")
     for col in ("rank", "config", "predicted", "bottleneck", "measured", "GFLOP/s", "correct"):
         table.add_column(col)
@@ -535,6 +577,8 @@ COMMANDS = {
     "predict": cmd_predict,
     "hw": cmd_hw,
     "bench": cmd_bench,
+    "build": cmd_build,
+    "db": cmd_db,
 }
 
 

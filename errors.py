@@ -46,3 +46,15 @@ class CodegenError(AotuneError):
 
 class FinalCheckError(AotuneError):
     """A kernel cannot be run on this machine (e.g. the target is not the host)."""
+
+
+class DatabaseError(AotuneError):
+    """The tuning database cannot be opened, read or written, or was made by a newer aotune."""
+
+
+class BuildError(AotuneError):
+    """A library cannot be built: bad kernel list or model, output directory, missing linker."""
+
+
+class LibraryError(AotuneError):
+    """A built library cannot be loaded or a kernel of it was called with bad arguments."""

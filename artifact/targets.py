@@ -1,0 +1,224 @@
+"""What a build makes for each kind of target: the library backends, keyed by ``HwSpec.kind``.
+
+The build pipeline (``build.py``) never branches on the kind; it calls the backend's three steps:
+
+    preflight(hw, cc, objects_only) -> state     before any search: the tools the library needs
+                                                  (a missing C compiler fails the build here, in
+                                                  a second, not after an hour of tuning)
+    emit(chosen, hw, out_dir, state) -> Emitted  write every file of the library; return the
+                                                  manifest entries (one per kernel), the library-
+                                                  wide manifest fields and notes for the report
+    check(out_dir, chosen) -> {name: Check}       where this machine runs the target: call each
+                                                  kernel of the written library against numpy
+
+A manifest entry always holds ``name``, ``kind``, ``params`` (name, role in0/in1/bias/out, tensor,
+shape, dtype, in the function's order) and ``launch`` (what a launcher needs). The CPU backend
+adds ``object``; a GPU backend adds, per kernel, ``ptx`` and ``cubin`` (file names under the
+output directory), ``entry`` (the kernel's symbol in them) and a ``launch`` of ``grid``, ``block``
+and ``shared_bytes`` (plus any workspace it needs), and registers itself with
+``BACKENDS["gpu"] = GpuBackend``. ``aotune.load`` reads the same manifest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from aotune.artifact.cpu import compile_library_kernel, compile_runtime
+from aotune.artifact.header import header_text
+from aotune.artifact.inputs import KernelRequest
+from aotune.artifact.link import Linker, find_linker, link
+from aotune.codegen.runner import apply_activation, conv2d_reference, tolerance
+from aotune.codegen.schedule import schedule_from_config
+from aotune.constraints.cpu import build_cpu_space
+from aotune.errors import BuildError
+from aotune.hwspecs.host import detect_host
+from aotune.hwspecs.spec import HwSpec
+from aotune.search.database import CandidateRecord, TuneRecord
+
+LIBRARY = "aotune_kernels"  # lib<LIBRARY>.so / .a, <LIBRARY>.h
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A kernel of the library: what it computes and the candidate it is built from."""
+
+    request: KernelRequest
+    record: TuneRecord
+    candidate: CandidateRecord
+
+    def entry_base(self, hw: HwSpec) -> dict[str, Any]:
+        """The manifest fields every backend writes for this kernel."""
+        w = self.request.workload
+        c = self.candidate
+        return {
+            "name": self.request.name,
+            "kind": hw.kind,
+            "workload": {
+                "op": w.op,
+                "shape": w.shape_dict,
+                "dtype": w.dtype,
+                "flops": w.flops,
+                "describe": w.describe(),
+            },
+            "source": self.request.source,
+            "nodes": list(self.request.nodes),
+            "target": {"name": hw.name, "triple": hw.isa.triple},
+            "config": c.config,
+            "record": self.record.id,
+            "predicted_seconds": c.predicted_seconds,
+            "measured_seconds": c.measured_seconds,
+        }
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """What a backend wrote: manifest entries, library-wide manifest fields, report notes."""
+
+    entries: list[dict[str, Any]]
+    files: list[Path]
+    fields: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A written kernel called on random inputs and compared with numpy (float64)."""
+
+    ok: bool
+    max_abs_error: float
+    tolerance: float
+
+
+class Backend(Protocol):
+    """The three steps of a target kind (see the module docstring)."""
+
+    def preflight(self, hw: HwSpec, cc: str | None, objects_only: bool) -> Any: ...
+
+    def emit(self, chosen: list[Chosen], hw: HwSpec, out_dir: Path, state: Any) -> Emitted: ...
+
+    def check(self, out_dir: Path, chosen: list[Chosen]) -> dict[str, Check]: ...
+
+
+def numpy_reference(w: Any, inputs: list[np.ndarray]) -> np.ndarray:
+    """What a workload computes, in float64, from its inputs in the library's order."""
+    x, y = (a.astype(np.float64) for a in inputs[:2])
+    ref = conv2d_reference(x, y, w.conv) if w.conv else np.einsum(w.einsum_spec(), x, y)
+    if w.epilogue.bias:
+        ref = ref + inputs[2].astype(np.float64)
+    return apply_activation(ref, w.epilogue.activation)
+
+
+class CpuBackend:
+    """Objects, a header, ``lib*.so`` and ``lib*.a`` for a CPU target."""
+
+    def preflight(self, hw: HwSpec, cc: str | None, objects_only: bool) -> Linker | None:
+        """The linker for ``hw``; a native build without a C compiler is an error (unless
+        ``objects_only``), a cross build without cross tools makes objects and the header."""
+        if objects_only:
+            return None
+        linker = find_linker(hw.isa.arch, detect_host().isa.arch, cc)
+        if linker.native and not linker.cc:
+            raise BuildError(
+                "no C compiler found (cc, gcc or clang) to link the shared object; install one "
+                "(apt-get install gcc), name one with --cc, or pass --objects-only"
+            )
+        return linker
+
+    def emit(
+        self, chosen: list[Chosen], hw: HwSpec, out_dir: Path, state: Linker | None
+    ) -> Emitted:
+        """Compile every kernel's object and the runtime, write the header, link."""
+        objects_dir = out_dir / "objects"
+        objects_dir.mkdir(parents=True, exist_ok=True)
+        entries, objects = [], []
+        spaces: dict[str, Any] = {}
+        for ch in chosen:
+            w = ch.request.workload
+            key = ch.record.workload_key
+            if key not in spaces:
+                spaces[key] = build_cpu_space(w, hw)
+            space = spaces[key]
+            sched = schedule_from_config(space, space.config(ch.candidate.config))
+            obj = compile_library_kernel(ch.request.name, w, sched, hw)
+            path = objects_dir / f"{ch.request.name}.o"
+            path.write_bytes(obj.object_code)
+            objects.append(path)
+            entry = ch.entry_base(hw)
+            values = ch.candidate.config
+            entry["config"] = {  # in the space's order (the database keeps them sorted)
+                n: (space.var(n).label(values[n]) if space.var(n).labels else values[n])
+                for n in space.names
+            }
+            entry.update(
+                symbol=ch.request.name,
+                object=str(path.relative_to(out_dir)),
+                params=[p.as_dict() for p in obj.params],
+                launch=obj.launch,
+            )
+            entries.append(entry)
+        rt = objects_dir / "aotune_runtime.o"
+        rt.write_bytes(compile_runtime(hw))
+        objects.append(rt)
+        target = {"name": hw.name, "triple": hw.isa.triple}
+        header = out_dir / f"{LIBRARY}.h"
+        header.write_text(header_text(entries, target))
+        files = [*objects, header]
+        notes: list[str] = []
+        linked: list[Path] = []
+        if state is None:
+            notes.append("--objects-only: wrote the objects and the header; no library linked")
+        else:
+            note = state.note(hw.isa.arch)
+            if note:
+                notes.append(note)
+            linked = link(state, objects, out_dir, LIBRARY)
+        files += linked
+        so = next((p.name for p in linked if p.suffix == ".so"), None)
+        ar = next((p.name for p in linked if p.suffix == ".a"), None)
+        fields = {
+            "header": header.name,
+            "shared_object": so,
+            "archive": ar,
+            "runtime_object": str(rt.relative_to(out_dir)),
+            "link_flags": "-lpthread",
+        }
+        return Emitted(entries, files, fields, notes)
+
+    def check(self, out_dir: Path, chosen: list[Chosen]) -> dict[str, Check]:
+        """Each kernel of the written shared object against numpy, on random inputs, with the
+        output's old contents poisoned (NaN) so a skipped element cannot pass."""
+        from aotune.artifact.load import load
+
+        lib = load(out_dir)
+        rng = np.random.default_rng(0)
+        out: dict[str, Check] = {}
+        for ch in chosen:
+            k = lib.kernels[ch.request.name]
+            w = ch.request.workload
+            inputs = [rng.uniform(-1, 1, tuple(p["shape"])).astype(np.float32) for p in k.inputs]
+            result = np.full(k._out_shape, np.nan, dtype=np.float32)
+            k(*inputs, out=result)
+            ref = numpy_reference(w, inputs)
+            red = math.prod(lp.extent for lp in w.loops if lp.kind == "reduction")
+            tol = tolerance(inputs[0], inputs[1], red, ref if w.epilogue.active else None)
+            err = float(np.abs(result - ref).max(initial=0.0))
+            out[ch.request.name] = Check(bool(np.isfinite(result).all() and err <= tol), err, tol)
+        return out
+
+
+BACKENDS: dict[str, type] = {"cpu": CpuBackend}
+
+
+def backend_for(hw: HwSpec) -> Backend:
+    """The library backend of ``hw``'s kind."""
+    cls = BACKENDS.get(hw.kind)
+    if cls is None:
+        raise BuildError(
+            f"target {hw.name} is a {hw.kind} target, and this aotune has no {hw.kind} library "
+            f"backend yet; build for a CPU target ({', '.join(BACKENDS)} kinds are supported)"
+        )
+    return cls()

@@ -282,7 +282,7 @@ def build(
     for p in old_files:  # an earlier build's files: replaced, and none of them left stale
         p.unlink()
     out.mkdir(parents=True, exist_ok=True)
-    emitted = backend.emit(chosen, hw, out, state)
+    emitted = backend.emit(chosen, hw, out, state, db)
     files = {str(p.relative_to(out)): _sha256(p) for p in emitted.files}
     manifest = {
         "aotune": {

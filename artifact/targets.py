@@ -2,14 +2,15 @@
 
 The build pipeline (``build.py``) never branches on the kind; it calls the backend's three steps:
 
-    preflight(hw, cc, objects_only) -> state     before any search: the tools the library needs
-                                                  (a missing C compiler fails the build here, in
-                                                  a second, not after an hour of tuning)
-    emit(chosen, hw, out_dir, state) -> Emitted  write every file of the library; return the
-                                                  manifest entries (one per kernel), the library-
-                                                  wide manifest fields and notes for the report
-    check(out_dir, chosen) -> {name: Check}       where this machine runs the target: call each
-                                                  kernel of the written library against numpy
+    preflight(hw, cc, objects_only) -> state
+        before any search: the tools the library needs (a missing C compiler fails the build
+        here, in a second, not after an hour of tuning)
+    emit(chosen, hw, out_dir, state, cache) -> Emitted
+        write every file of the library (``cache``: the database, which keeps compiled objects
+        so a build from stored records only links); return the manifest entries (one per
+        kernel), the library-wide manifest fields and notes for the report
+    check(out_dir, chosen) -> {name: Check}
+        where this machine runs the target: each kernel of the written library against numpy
 
 A manifest entry always holds ``name``, ``kind``, ``params`` (name, role in0/in1/bias/out, tensor,
 shape, dtype, in the function's order) and ``launch`` (what a launcher needs). The CPU backend
@@ -37,7 +38,14 @@ from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import BuildError
 from aotune.hwspecs.host import detect_host
 from aotune.hwspecs.spec import HwSpec
-from aotune.search.database import CandidateRecord, TuneRecord
+from aotune.search.database import (
+    CandidateRecord,
+    TuneRecord,
+    TuningDatabase,
+    model_version,
+    source_hash,
+    spec_hash,
+)
 
 LIBRARY = "aotune_kernels"  # lib<LIBRARY>.so / .a, <LIBRARY>.h
 
@@ -98,7 +106,14 @@ class Backend(Protocol):
 
     def preflight(self, hw: HwSpec, cc: str | None, objects_only: bool) -> Any: ...
 
-    def emit(self, chosen: list[Chosen], hw: HwSpec, out_dir: Path, state: Any) -> Emitted: ...
+    def emit(
+        self,
+        chosen: list[Chosen],
+        hw: HwSpec,
+        out_dir: Path,
+        state: Any,
+        cache: TuningDatabase | None = None,
+    ) -> Emitted: ...
 
     def check(self, out_dir: Path, chosen: list[Chosen]) -> dict[str, Check]: ...
 
@@ -110,6 +125,37 @@ def numpy_reference(w: Any, inputs: list[np.ndarray]) -> np.ndarray:
     if w.epilogue.bias:
         ref = ref + inputs[2].astype(np.float64)
     return apply_activation(ref, w.epilogue.activation)
+
+
+def _object_key(ch: Chosen, hw: HwSpec) -> str:
+    """Everything a kernel's object is made from: its name, workload, config, the target and
+    the code generators' sources."""
+    return "|".join(
+        (
+            "cpu-kernel",
+            ch.request.name,
+            ch.record.workload_key,
+            ",".join(f"{k}={v}" for k, v in sorted(ch.candidate.config.items())),
+            spec_hash(hw),
+            hw.isa.triple,
+            hw.isa.llvm_cpu,
+            hw.isa.llvm_features,
+            model_version(),
+            source_hash("artifact/cpu.py", "artifact/runtime.py"),
+        )
+    )
+
+
+def _runtime_key(hw: HwSpec) -> str:
+    return "|".join(
+        (
+            "cpu-runtime",
+            hw.isa.triple,
+            hw.isa.llvm_cpu,
+            hw.isa.llvm_features,
+            source_hash("artifact/runtime.py", "artifact/cpu.py", "codegen/compile.py"),
+        )
+    )
 
 
 class CpuBackend:
@@ -129,39 +175,63 @@ class CpuBackend:
         return linker
 
     def emit(
-        self, chosen: list[Chosen], hw: HwSpec, out_dir: Path, state: Linker | None
+        self,
+        chosen: list[Chosen],
+        hw: HwSpec,
+        out_dir: Path,
+        state: Linker | None,
+        cache: TuningDatabase | None = None,
     ) -> Emitted:
-        """Compile every kernel's object and the runtime, write the header, link."""
+        """Compile every kernel's object and the runtime (or take them from ``cache``, where an
+        earlier build compiled the same ones), write the header, link."""
         objects_dir = out_dir / "objects"
         objects_dir.mkdir(parents=True, exist_ok=True)
         entries, objects = [], []
         spaces: dict[str, Any] = {}
         for ch in chosen:
-            w = ch.request.workload
-            key = ch.record.workload_key
-            if key not in spaces:
-                spaces[key] = build_cpu_space(w, hw)
-            space = spaces[key]
-            sched = schedule_from_config(space, space.config(ch.candidate.config))
-            obj = compile_library_kernel(ch.request.name, w, sched, hw)
             path = objects_dir / f"{ch.request.name}.o"
-            path.write_bytes(obj.object_code)
+            key = _object_key(ch, hw)
+            cached = cache.get_object(key) if cache is not None else None
+            if cached is None:
+                w = ch.request.workload
+                if ch.record.workload_key not in spaces:
+                    spaces[ch.record.workload_key] = build_cpu_space(w, hw)
+                space = spaces[ch.record.workload_key]
+                sched = schedule_from_config(space, space.config(ch.candidate.config))
+                obj = compile_library_kernel(ch.request.name, w, sched, hw)
+                values = ch.candidate.config
+                meta = {
+                    # in the space's order (the database keeps configs sorted by name)
+                    "config": {
+                        n: (space.var(n).label(values[n]) if space.var(n).labels else values[n])
+                        for n in space.names
+                    },
+                    "params": [p.as_dict() for p in obj.params],
+                    "launch": obj.launch,
+                }
+                cached = (obj.object_code, meta)
+                if cache is not None:
+                    cache.put_object(key, *cached)
+            data, meta = cached
+            path.write_bytes(data)
             objects.append(path)
             entry = ch.entry_base(hw)
-            values = ch.candidate.config
-            entry["config"] = {  # in the space's order (the database keeps them sorted)
-                n: (space.var(n).label(values[n]) if space.var(n).labels else values[n])
-                for n in space.names
-            }
             entry.update(
+                config=meta["config"],
                 symbol=ch.request.name,
                 object=str(path.relative_to(out_dir)),
-                params=[p.as_dict() for p in obj.params],
-                launch=obj.launch,
+                params=meta["params"],
+                launch=meta["launch"],
             )
             entries.append(entry)
         rt = objects_dir / "aotune_runtime.o"
-        rt.write_bytes(compile_runtime(hw))
+        rt_key = _runtime_key(hw)
+        rt_cached = cache.get_object(rt_key) if cache is not None else None
+        if rt_cached is None:
+            rt_cached = (compile_runtime(hw), {})
+            if cache is not None:
+                cache.put_object(rt_key, *rt_cached)
+        rt.write_bytes(rt_cached[0])
         objects.append(rt)
         target = {"name": hw.name, "triple": hw.isa.triple}
         header = out_dir / f"{LIBRARY}.h"

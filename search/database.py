@@ -87,6 +87,12 @@ CREATE TABLE IF NOT EXISTS candidates(
     measured_at REAL,
     PRIMARY KEY(record_id, rank)
 );
+CREATE TABLE IF NOT EXISTS objects(
+    key TEXT PRIMARY KEY,
+    object BLOB NOT NULL,
+    meta TEXT NOT NULL,
+    created REAL NOT NULL
+);
 """
 
 
@@ -129,6 +135,16 @@ def model_version() -> str:
         h.update(rel.encode())
         h.update(path.read_bytes() if path.exists() else b"")
     return f"{aotune.__version__}+{h.hexdigest()[:12]}"
+
+
+def source_hash(*relative: str) -> str:
+    """A hash of some of aotune's source files (for keys of things generated from them)."""
+    root = Path(aotune.__file__).parent
+    h = hashlib.sha256()
+    for rel in relative:
+        h.update(rel.encode())
+        h.update((root / rel).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def options_json(options: SearchOptions) -> str:
@@ -372,6 +388,23 @@ class TuningDatabase:
                         )
                         for c in measured
                     ],
+                )
+        except sqlite3.DatabaseError as e:
+            raise DatabaseError(f"cannot write to {self.path}: {e}") from None
+
+    def get_object(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
+        """A compiled object stored under ``key`` (a content hash of everything it was made
+        from), with its metadata; None if there is none."""
+        rows = self._rows("SELECT object, meta FROM objects WHERE key = ?", (key,))
+        return (bytes(rows[0][0]), json.loads(rows[0][1])) if rows else None
+
+    def put_object(self, key: str, data: bytes, meta: dict[str, Any]) -> None:
+        """Keep a compiled object, so a build from stored records only links."""
+        try:
+            with self._conn:
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO objects(key, object, meta, created) VALUES (?,?,?,?)",
+                    (key, data, json.dumps(meta), time.time()),  # key order kept
                 )
         except sqlite3.DatabaseError as e:
             raise DatabaseError(f"cannot write to {self.path}: {e}") from None

@@ -17,3 +17,10 @@ def small_spec(base: str = "haswell", **core: int) -> HwSpec:
 @pytest.fixture(scope="session")
 def host():
     return load_target("host")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Commands that use the default tuning database write under a temporary cache directory,
+    never the user's (subprocesses inherit it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cache"))

@@ -187,6 +187,12 @@ def check_output_dir(out: Path, force: bool) -> list[Path]:
     return ours
 
 
+def _short(w: Any) -> str:
+    """``conv2d 1x3x8x8x8x3x3 + relu``: op, sizes and the fused epilogue."""
+    sizes = "x".join(str(v) for _, v in w.shape)
+    return f"{w.op} {sizes}" + (f" then {w.epilogue}" if w.epilogue.active else "")
+
+
 def _labeled(config: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
 
@@ -324,7 +330,7 @@ def build(
         reports.append(
             KernelReport(
                 name=ch.request.name,
-                describe=ch.request.workload.describe(),
+                describe=_short(ch.request.workload),
                 flops=ch.request.workload.flops,
                 config=_labeled(by_name[ch.request.name]["config"]),
                 predicted_seconds=ch.candidate.predicted_seconds,

@@ -264,7 +264,7 @@ def _print_report(report: Any, out: Any) -> None:
             check = f"[red]WRONG[/] (err {k.check.max_abs_error:.1e} > {k.check.tolerance:.1e})"
         table.add_row(
             escape(k.name),
-            escape(k.describe.split(":")[0]),
+            escape(k.describe),
             escape(k.config),
             f"{k.predicted_seconds * 1e3:.3f} ms",
             f"{d['predicted_gflops']:.1f}",

@@ -30,6 +30,25 @@ def _aligned_empty(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
     return raw[offset : offset + n].reshape(shape)
 
 
+def _dlopen_fresh(path: Path) -> ctypes.CDLL:
+    """``path`` loaded as a library of its own, even where this process loaded a library of that
+    name before (the dynamic loader would hand back the old one, and a rebuilt library would
+    keep the old kernels): a private copy is loaded and its name removed at once."""
+    import os
+    import shutil
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="aotune-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
+            shutil.copyfileobj(src, dst)
+        return ctypes.CDLL(tmp, mode=ctypes.RTLD_LOCAL)
+    except OSError as e:
+        raise LibraryError(f"cannot load {path}: {e}") from None
+    finally:
+        os.unlink(tmp)  # the mapping stays until the process ends
+
+
 class LibraryKernel:
     """One kernel of a loaded library, callable as ``kernel(in0, in1, [bias], out=None)``."""
 
@@ -128,10 +147,7 @@ class Library:
                 f"{self.directory} has no shared object (the build found no C compiler); "
                 "build again where gcc or clang is installed"
             )
-        try:
-            self._dll = ctypes.CDLL(str((self.directory / so).resolve()), mode=ctypes.RTLD_LOCAL)
-        except OSError as e:
-            raise LibraryError(f"cannot load {self.directory / so}: {e}") from None
+        self._dll = _dlopen_fresh(self.directory / so)
         self._dll.aotune_strerror.restype = ctypes.c_char_p
         self._dll.aotune_strerror.argtypes = [ctypes.c_int]
         self._dll.aotune_set_num_threads.argtypes = [ctypes.c_int]

@@ -306,7 +306,12 @@ class _Importer:
                 continue
             op = node.op_type
             if op not in ("MatMul", "Gemm", "Conv"):
-                self.skip(node, "not an op aotune generates")
+                self.skip(
+                    node,
+                    "fused only right after a MatMul, Gemm or Conv (and its fused bias)"
+                    if op in ("Relu", "Sigmoid", "Gelu", "Add")
+                    else "not an op aotune generates",
+                )
                 continue
             bias, fusable = False, True
             if op == "MatMul":

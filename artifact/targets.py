@@ -277,6 +277,7 @@ class CpuBackend:
             tol = tolerance(inputs[0], inputs[1], red, ref if w.epilogue.active else None)
             err = float(np.abs(result - ref).max(initial=0.0))
             out[ch.request.name] = Check(bool(np.isfinite(result).all() and err <= tol), err, tol)
+        lib.shutdown()  # its worker threads are not needed after the check
         return out
 
 

@@ -107,7 +107,7 @@ def _dask(tasks: Sequence[SearchTask], address: Any, started: Started, done: Don
             "--cluster needs Dask's distributed package: pip install distributed"
         ) from None
     try:
-        client = Client(address, timeout="20s", set_as_default=False)
+        client = Client(address, timeout="20s")
     except (OSError, TimeoutError, ValueError) as e:
         raise BuildError(
             f"cannot reach the Dask scheduler at {address} ({e}); start one with "

@@ -61,6 +61,9 @@ def _one_worker_solver(time_limit: float | None = None) -> cp_model.CpSolver:
     stopped after ``time_limit`` seconds if one is given."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
+    # CP-SAT's own SIGINT handler leaves Ctrl-C at the default action after a solve (the process
+    # dies at once, without Python's KeyboardInterrupt): keep Python's, so Ctrl-C stops cleanly
+    solver.parameters.catch_sigint_signal = False
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = time_limit
     return solver

@@ -149,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="configs measured per workload for model accuracy (default 64; 32 with --quick)",
     )
+    b.add_argument(
+        "--library",
+        action="store_true",
+        help="only the library rows: kernels built by 'aotune build' and called through "
+        "aotune.load, against the speed 'tune' measured",
+    )
     add_build_parser(sub)
     add_db_parser(sub)
     return parser
@@ -537,6 +543,16 @@ def cmd_hw(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     """``aotune bench``."""
     from aotune.benchmarks.suite import print_table, run_suite
+
+    if args.library:
+        from aotune.benchmarks.library import print_library_table, run_library_bench
+
+        doc = run_library_bench(args.quick, log=None if args.json else _console(stderr=True).print)
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        else:
+            print_library_table(doc, _console())
+        return 0
 
     if args.samples is not None and args.samples < 5:
         raise ConfigError(

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from aotune.errors import BuildError
 
+LINK_LIBS = ("-lpthread", "-lm")  # what a program linking the objects or the archive adds
+
 
 @dataclass(frozen=True)
 class Linker:
@@ -63,7 +65,8 @@ def link(linker: Linker, objects: list[Path], out_dir: Path, lib: str) -> list[P
     rel = [str(o.relative_to(out_dir)) for o in objects]
     if linker.cc:
         so = out_dir / f"lib{lib}.so"
-        _run_in(out_dir, [linker.cc, "-shared", "-o", so.name, *rel, "-lpthread"], so.name)
+        # the runtime needs pthreads; epilogues (gelu, sigmoid) call expf from libm
+        _run_in(out_dir, [linker.cc, "-shared", "-o", so.name, *rel, *LINK_LIBS], so.name)
         written.append(so)
     if linker.ar:
         a = out_dir / f"lib{lib}.a"

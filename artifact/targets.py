@@ -31,7 +31,7 @@ import numpy as np
 from aotune.artifact.cpu import compile_library_kernel, compile_runtime
 from aotune.artifact.header import header_text
 from aotune.artifact.inputs import KernelRequest
-from aotune.artifact.link import Linker, find_linker, link
+from aotune.artifact.link import LINK_LIBS, Linker, find_linker, link
 from aotune.codegen.runner import apply_activation, conv2d_reference, tolerance
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
@@ -254,7 +254,7 @@ class CpuBackend:
             "shared_object": so,
             "archive": ar,
             "runtime_object": str(rt.relative_to(out_dir)),
-            "link_flags": "-lpthread",
+            "link_flags": " ".join(LINK_LIBS),
         }
         return Emitted(entries, files, fields, notes)
 

@@ -174,13 +174,12 @@ def test_c_program_calls_every_kernel(built, tmp_path, link):
     manifest = json.loads((out / "manifest.json").read_text())
     inputs = _write_inputs(tmp_path, manifest)
     (tmp_path / "prog.c").write_text(_c_program(manifest))
-    if link == "shared":
+    if link == "shared":  # the shared object brings its own libraries (pthreads, libm)
         flags = [f"-L{out}", "-laotune_kernels", f"-Wl,-rpath,{out}"]
-    else:
-        flags = [str(out / "libaotune_kernels.a")]
+    else:  # the archive needs the flags the header and the manifest name
+        flags = [str(out / "libaotune_kernels.a"), *manifest["link_flags"].split()]
     subprocess.run(
-        [CC, "-std=c99", "-Wall", "-Werror", f"-I{out}", "prog.c", "-o", "prog", *flags]
-        + ["-lpthread", "-lm"],
+        [CC, "-std=c99", "-Wall", "-Werror", f"-I{out}", "prog.c", "-o", "prog", *flags],
         cwd=tmp_path,
         check=True,
     )

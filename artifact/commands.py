@@ -201,6 +201,8 @@ def cmd_build(args: argparse.Namespace) -> int:
                 state=shown[state],
                 completed=1 if state in ("done", "database", "failed") else 0,
             )
+            if state in ("searched", "database", "failed", "done"):
+                bar.stop_task(rows[names])  # its clock shows how long its search took
         elif not args.json and state in ("database", "searched", "failed"):
             err.print(f"{names}: {shown[state]}")
 

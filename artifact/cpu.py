@@ -96,7 +96,9 @@ def _round(elems: int) -> int:
     return -(-elems // ALIGN_FLOATS) * ALIGN_FLOATS
 
 
-def _wrapper_ir(name: str, share: str, s: CpuSchedule, params: tuple[Param, ...], triple: str):
+def _wrapper_ir(
+    name: str, share: str, s: CpuSchedule, params: tuple[Param, ...], triple: str
+) -> tuple[str, dict[str, Any]]:
     """(IR text of the wrapper module, launch facts for the manifest)."""
     mod = ir.Module(name=f"{name}.wrapper")
     mod.triple = triple

@@ -99,6 +99,30 @@ def _pool(tasks: Sequence[SearchTask], jobs: int, started: Started, done: Done) 
     return failed
 
 
+def _check_reachable(address: Any) -> None:
+    """Refuse a ``tcp://host:port`` nobody listens on at once (a Client would retry for its
+    whole timeout before saying so)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if not isinstance(address, str) or not address.startswith("tcp://"):
+        return
+    parts = urlsplit(address)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or not port:
+        raise BuildError(f"--cluster {address}: give the scheduler as tcp://HOST:PORT")
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+    except OSError as e:
+        raise BuildError(
+            f"cannot reach the Dask scheduler at {address} ({e.strerror or e}); start one with "
+            "'dask scheduler' and workers with 'dask worker ADDRESS', or drop --cluster"
+        ) from None
+
+
 def _dask(tasks: Sequence[SearchTask], address: Any, started: Started, done: Done) -> list:
     try:
         from distributed import Client, as_completed
@@ -106,6 +130,7 @@ def _dask(tasks: Sequence[SearchTask], address: Any, started: Started, done: Don
         raise BuildError(
             "--cluster needs Dask's distributed package: pip install distributed"
         ) from None
+    _check_reachable(address)
     try:
         client = Client(address, timeout="20s")
     except (OSError, TimeoutError, ValueError) as e:

@@ -63,10 +63,18 @@ def _library_of(name: str, w: Workload, kernel: Any, hw: HwSpec, where: Path) ->
     return load(where)
 
 
-def library_row(label: str, w: Workload, hw: HwSpec, log: Any = None) -> dict[str, Any]:
+def library_row(
+    label: str,
+    w: Workload,
+    hw: HwSpec,
+    log: Any = None,
+    options: SearchOptions = SearchOptions(),
+    rounds: int = ROUNDS,
+    seconds: float = SECONDS,
+) -> dict[str, Any]:
     """Tune ``w`` as ``aotune tune`` does, then time its chosen kernel through the runner and
-    through the built library, side by side."""
-    result = driver.tune(w, hw, SearchOptions())
+    through the built library, side by side (``rounds`` interleaved rounds, ``seconds`` each)."""
+    result = driver.tune(w, hw, options)
     verified, numpy_gflops = driver.verify(result)
     pick = driver.chosen(verified)
     if pick is None:
@@ -83,7 +91,7 @@ def library_row(label: str, w: Workload, hw: HwSpec, log: Any = None) -> dict[st
         out = aligned_copy(np.zeros(s.shapes[2], dtype=np.float32))
         host = HostKernel(kernel, hw).call_on(a, b, bias)
         timed = time_side_by_side(
-            [host, lambda: fn(*args, out=out)], min_runs=5, min_seconds=SECONDS, rounds=ROUNDS
+            [host, lambda: fn(*args, out=out)], min_runs=5, min_seconds=seconds, rounds=rounds
         )
         lib.shutdown()
     tune_s, lib_s = timed[0][0], timed[1][0]

@@ -23,6 +23,7 @@ error names the file, the kernel and the fix. ONNX models go through :mod:`.onnx
 
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from dataclasses import dataclass
@@ -85,6 +86,24 @@ class KernelList:
     skipped: tuple[SkippedOp, ...] = ()
 
 
+@functools.lru_cache(maxsize=1)
+def _c_libraries() -> tuple[Any, ...]:
+    import ctypes
+
+    found = []
+    for soname in ("libc.so.6", "libm.so.6"):
+        try:
+            found.append(ctypes.CDLL(soname))
+        except OSError:  # not glibc: nothing to compare against
+            continue
+    return tuple(found)
+
+
+def _c_library_function(name: str) -> bool:
+    """Whether the C library (libc, libm) defines ``name`` (malloc, expf, sysconf, ...)."""
+    return any(hasattr(lib, name) for lib in _c_libraries())
+
+
 def check_c_name(name: object, where: str) -> str:
     """``name`` if it can be a C function's name in the library, else a BuildError saying why."""
     if not isinstance(name, str) or not _IDENT.fullmatch(name):
@@ -94,6 +113,11 @@ def check_c_name(name: object, where: str) -> str:
         )
     if name in C_KEYWORDS:
         raise BuildError(f"{where}: name {name!r} is a C keyword; choose another name")
+    if _c_library_function(name):
+        raise BuildError(
+            f"{where}: name {name!r} is a function of the C library (libc or libm); a library "
+            "exporting it would replace it in every program it is linked into: choose another name"
+        )
     if name.lower().startswith("aotune_") or name.startswith("__"):
         raise BuildError(
             f"{where}: name {name!r} is reserved (aotune_* and __* are the library's own "

@@ -34,7 +34,13 @@ from aotune.analysis.workload import (
     einsum,
     matmul,
 )
-from aotune.artifact.inputs import C_KEYWORDS, KernelList, KernelRequest, SkippedOp
+from aotune.artifact.inputs import (
+    C_KEYWORDS,
+    KernelList,
+    KernelRequest,
+    SkippedOp,
+    _c_library_function,
+)
 from aotune.errors import BuildError, WorkloadError
 from aotune.search.database import workload_key
 
@@ -150,7 +156,12 @@ def _attrs(node: Any) -> dict[str, Any]:
 def c_name(text: str, taken: set[str]) -> str:
     """A C identifier made from an ONNX node name, unique among ``taken``."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_") or "kernel"
-    if name[0].isdigit() or name in C_KEYWORDS or name.lower().startswith("aotune_"):
+    if (
+        name[0].isdigit()
+        or name in C_KEYWORDS
+        or name.lower().startswith("aotune_")
+        or _c_library_function(name)
+    ):
         name = f"k_{name}"
     base, i = name, 2
     while name in taken:

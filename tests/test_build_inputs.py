@@ -114,6 +114,8 @@ layout = "nhwc"
         ('[[kernel]]\nname = "2fast"\nop = "matmul"', "'2fast' is not a C identifier"),
         ('[[kernel]]\nname = "int"\nop = "matmul"', "'int' is a C keyword"),
         ('[[kernel]]\nname = "aotune_x"\nop = "matmul"', "reserved"),
+        ('[[kernel]]\nname = "expf"\nop = "matmul"', "is a function of the C library"),
+        ('[[kernel]]\nname = "malloc"\nop = "matmul"', "is a function of the C library"),
         (
             '[[kernel]]\nname = "a"\nop = "matmul"\n[[kernel]]\nname = "a"\nop = "dense"',
             "'a' is used twice",

@@ -15,6 +15,8 @@ from aotune.artifact.targets import numpy_reference
 from aotune.codegen.runner import tolerance
 from aotune.errors import LibraryError
 
+from .c_programs import c_program, write_inputs
+
 CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler to link the library")
 
@@ -107,73 +109,13 @@ def test_second_build_reuses_the_database(built):
     assert second["seconds"] <= 0.10 * first["seconds"], (second["seconds"], first["seconds"])
 
 
-def _write_inputs(work: Path, manifest: dict, seed: int = 1) -> dict[str, list[np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    inputs = {}
-    for k in manifest["kernels"]:
-        arrays = [
-            rng.uniform(-1, 1, p["shape"]).astype(np.float32)
-            for p in k["params"]
-            if p["role"] != "out"
-        ]
-        for p, a in zip(k["params"], arrays):
-            a.tofile(work / f"{k['name']}.{p['role']}.bin")
-        inputs[k["name"]] = arrays
-    return inputs
-
-
-def _c_program(manifest: dict) -> str:
-    """A C program that reads each kernel's inputs from files, calls it, writes its output."""
-    lines = [
-        "#include <stdio.h>",
-        "#include <stdlib.h>",
-        '#include "aotune_kernels.h"',
-        "static float *load(const char *path, size_t n) {",
-        '  float *p = malloc(n * sizeof(float)); FILE *f = fopen(path, "rb");',
-        "  if (!f || fread(p, sizeof(float), n, f) != n) { perror(path); exit(3); }",
-        "  fclose(f); return p;",
-        "}",
-        "int main(void) {",
-        "  int rc;",
-    ]
-    for k in manifest["kernels"]:
-        args = []
-        for p in k["params"]:
-            n = int(np.prod(p["shape"]))
-            var = f"{k['name']}_{p['role']}"
-            if p["role"] == "out":
-                lines.append(f"  float *{var} = calloc({n}, sizeof(float));")
-            else:
-                lines.append(f'  float *{var} = load("{k["name"]}.{p["role"]}.bin", {n});')
-            args.append(var)
-        out = args[-1]
-        n_out = int(np.prod(k["params"][-1]["shape"]))
-        lines += [
-            f"  rc = {k['name']}({', '.join(args)});",
-            '  if (rc != AOTUNE_OK) { fprintf(stderr, "%s\\n", aotune_strerror(rc)); return 4; }',
-            f'  {{ FILE *f = fopen("{k["name"]}.out.bin", "wb");',
-            f"    fwrite({out}, sizeof(float), {n_out}, f); fclose(f); }}",
-        ]
-    first = manifest["kernels"][0]
-    nulls = ", ".join(["NULL"] * len(first["params"]))
-    lines += [
-        f"  rc = {first['name']}({nulls});",
-        '  printf("null: %d %s\\n", rc, aotune_strerror(rc));',
-        '  printf("threads: %d\\n", aotune_get_num_threads());',
-        "  aotune_shutdown();",
-        "  return 0;",
-        "}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 @pytest.mark.parametrize("link", ["shared", "static"])
 def test_c_program_calls_every_kernel(built, tmp_path, link):
     work, _, _ = built
     out = work / "out"
     manifest = json.loads((out / "manifest.json").read_text())
-    inputs = _write_inputs(tmp_path, manifest)
-    (tmp_path / "prog.c").write_text(_c_program(manifest))
+    inputs = write_inputs(tmp_path, manifest)
+    (tmp_path / "prog.c").write_text(c_program(manifest))
     if link == "shared":  # the shared object brings its own libraries (pthreads, libm)
         flags = [f"-L{out}", "-laotune_kernels", f"-Wl,-rpath,{out}"]
     else:  # the archive needs the flags the header and the manifest name

@@ -17,6 +17,8 @@ from aotune.artifact.onnx_import import read_onnx
 from aotune.cli import main
 from aotune.errors import BuildError
 
+from .c_programs import c_program, write_inputs
+
 CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler to link the library")
 FAST = ["--budget", "16", "--top-k", "1", "--no-verify"]
@@ -366,3 +368,44 @@ def test_read_input_refuses_what_it_cannot_read(tmp_path):
         from aotune.artifact.inputs import read_input
 
         read_input(tmp_path / "missing.toml")
+
+
+@pytest.mark.skipif(
+    not (shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64")),
+    reason="needs the aarch64-linux-gnu cross tools and qemu-aarch64",
+)
+def test_neoverse_n1_library_runs_under_qemu(tmp_path, capsys):
+    """Built from x86 for neoverse-n1, linked into a static AArch64 C program, run under qemu:
+    every kernel (the runtime's threads included) matches numpy."""
+    import subprocess
+
+    from aotune.artifact.targets import numpy_reference
+
+    (tmp_path / "k.toml").write_text(
+        '[[kernel]]\nname = "ffn"\nop = "dense"\nshape = "24x40x33"\nbias = true\n'
+        'activation = "gelu"\n[[kernel]]\nname = "conv"\nop = "conv2d"\n'
+        'shape = "1,8,9,9,16,3,3"\npad = 1\n'
+    )
+    rc, _, err = run_cli(
+        capsys, "build", str(tmp_path / "k.toml"), "--target", "neoverse-n1", "-o",
+        str(tmp_path / "arm"), "--db", str(tmp_path / "t.db"), "--budget", "16", "--top-k", "1",
+    )  # fmt: skip
+    assert rc == 0, err
+    out = tmp_path / "arm"
+    manifest = json.loads((out / "manifest.json").read_text())
+    inputs = write_inputs(tmp_path, manifest)
+    (tmp_path / "prog.c").write_text(c_program(manifest))
+    subprocess.run(
+        ["aarch64-linux-gnu-gcc", "-static", "-std=c99", f"-I{out}", "prog.c", "-o", "prog",
+         str(out / "libaotune_kernels.a"), *manifest["link_flags"].split()],
+        cwd=tmp_path, check=True,
+    )  # fmt: skip
+    run = subprocess.run(
+        ["qemu-aarch64", "./prog"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert "null: 1 a pointer argument is NULL" in run.stdout
+    for req in read_toml(tmp_path / "k.toml").kernels:
+        got = np.fromfile(tmp_path / f"{req.name}.out.bin", dtype=np.float32)
+        ref = numpy_reference(req.workload, inputs[req.name])
+        assert np.abs(got.reshape(ref.shape) - ref).max() < 1e-4, req.name

@@ -409,3 +409,58 @@ def test_neoverse_n1_library_runs_under_qemu(tmp_path, capsys):
         got = np.fromfile(tmp_path / f"{req.name}.out.bin", dtype=np.float32)
         ref = numpy_reference(req.workload, inputs[req.name])
         assert np.abs(got.reshape(ref.shape) - ref).max() < 1e-4, req.name
+
+
+def test_onnx_matmul_and_gemm_forms_mean_what_onnx_means(tmp_path):
+    """Each mapped node's workload, evaluated by numpy on the node's inputs, equals the ONNX
+    reference evaluator's output for the node and the epilogue fused into it."""
+    import onnx
+    from aotune.artifact.targets import numpy_reference
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(5)
+    cases = [  # (nodes, inputs {name: shape}, initializers {name: shape}, output shape)
+        (
+            [helper.make_node("Gemm", ["a", "b", "c"], ["g"], transA=1),
+             helper.make_node("Sigmoid", ["g"], ["y"])],
+            {"a": (7, 5)}, {"b": (7, 6), "c": (6,)}, (5, 6),
+        ),
+        (
+            [helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Add", ["m", "c"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])],
+            {"a": (2, 3, 5)}, {"b": (5, 4), "c": (4,)}, (2, 3, 4),
+        ),
+        (
+            [helper.make_node("MatMul", ["a", "b"], ["y"])],
+            {"a": (3, 4, 5), "b": (3, 5, 2)}, {}, (3, 4, 2),
+        ),
+        (
+            [helper.make_node("Conv", ["a", "b"], ["c1"], strides=[2, 2], dilations=[1, 1],
+                              auto_pad="SAME_UPPER"),
+             helper.make_node("Relu", ["c1"], ["y"])],
+            {"a": (1, 3, 9, 9)}, {"b": (4, 3, 3, 3)}, (1, 4, 5, 5),
+        ),
+    ]  # fmt: skip
+    for i, (nodes, ins, inits, out_shape) in enumerate(cases):
+        values = {n: rng.uniform(-1, 1, s).astype(np.float32) for n, s in {**ins, **inits}.items()}
+        graph = helper.make_graph(
+            nodes,
+            f"g{i}",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in ins.items()],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+            [numpy_helper.from_array(values[n], n) for n in inits],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        onnx.save(model, str(tmp_path / f"m{i}.onnx"))
+        (k,) = read_onnx(tmp_path / f"m{i}.onnx", {}).kernels
+        (ref,) = ReferenceEvaluator(model).run(None, {n: values[n] for n in ins})
+        args = [values[n] for n in nodes[0].input[:2]]
+        if k.workload.epilogue.bias:
+            args.append(values["c"])
+        w = k.workload
+        shapes = [w.tensor(acc.tensor).shape for acc in w.statement.inputs]
+        shapes += [(w.tensor(w.statement.output.tensor).shape[-1],)]  # the bias, if any
+        ours = numpy_reference(w, [x.reshape(shape) for x, shape in zip(args, shapes)])
+        np.testing.assert_allclose(ours.reshape(ref.shape), ref, atol=1e-5, err_msg=str(i))

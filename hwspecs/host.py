@@ -142,3 +142,27 @@ def host_can_run(spec: HwSpec) -> tuple[bool, str]:
     if missing:
         return False, f"target {spec.name} needs CPU features this host lacks: {', '.join(missing)}"
     return True, ""
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process may still allocate: the OS's MemAvailable, or less where a cgroup
+    limit is closer (containers, CI runners); None when neither can be read."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    cgroup = Path("/sys/fs/cgroup")
+    for limit_file, usage_file in (
+        ("memory.max", "memory.current"),  # cgroup v2
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),  # cgroup v1
+    ):
+        try:
+            limit_text = (cgroup / limit_file).read_text().strip()
+            if limit_text != "max" and int(limit_text) < 1 << 60:
+                found.append(int(limit_text) - int((cgroup / usage_file).read_text()))
+        except (OSError, ValueError):
+            continue
+    return max(0, min(found)) if found else None

@@ -20,7 +20,12 @@ from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel, Prediction
 from aotune.analysis.workload import Workload
 from aotune.codegen.compile import Kernel, compile_kernel
-from aotune.codegen.runner import Measurement, final_check_side_by_side, random_operands
+from aotune.codegen.runner import (
+    Measurement,
+    check_final_check_memory,
+    final_check_side_by_side,
+    random_operands,
+)
 from aotune.codegen.schedule import CpuSchedule, schedule_from_config
 from aotune.constraints.cpu import CpuSpace, build_cpu_space
 from aotune.constraints.space import Config
@@ -155,6 +160,7 @@ def verify(
 ) -> tuple[list[Verified], float]:
     """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s)."""
     s = result.best.schedule
+    check_final_check_memory(result.workload, len(result.candidates), result.hw.core.cores)
     a, b, bias = random_operands(s, seed)
     if progress:
         progress("verify", 0, len(result.candidates))

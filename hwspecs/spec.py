@@ -11,15 +11,30 @@ expected type.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
+import re
 import tomllib
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aotune.errors import HwSpecError
+from aotune.files import decode_utf8, read_user_file
 
 SPEC_DIR = Path(__file__).resolve().parent
+
+
+def _in(lo: float, hi: float) -> Any:
+    """A spec field whose value must lie in [lo, hi]: the loader checks it and names the range."""
+    return dataclasses.field(metadata={"range": (lo, hi)})
+
+
+def _pow2(lo: int, hi: int) -> Any:
+    """A spec field that is a power of two in [lo, hi] (sizes that address bits select)."""
+    return dataclasses.field(metadata={"range": (lo, hi), "power_of_two": True})
 
 
 @dataclass(frozen=True)
@@ -30,66 +45,70 @@ class IsaSpec:
     triple: str
     llvm_cpu: str
     llvm_features: str
-    vector_bits: int
-    vector_registers: int
-    general_registers: int  # integer registers the compiler can allocate (x86-64: 16, AArch64: 31)
+    vector_bits: int = _pow2(128, 512)
+    vector_registers: int = _in(3, 64)
+    # integer registers the compiler can allocate (x86-64: 16, AArch64: 31)
+    general_registers: int = _in(8, 64)
 
 
 @dataclass(frozen=True)
 class CoreSpec:
     """Per-core issue resources; the model's throughput coefficients."""
 
-    cores: int
-    frequency_ghz: float
-    fma_units: int
-    fma_width_bits: int
-    fma_latency_cycles: int
+    cores: int = _in(1, 1024)
+    frequency_ghz: float = _in(0.1, 10.0)
+    fma_units: int = _in(1, 8)
+    fma_width_bits: int = _pow2(64, 1024)
+    fma_latency_cycles: int = _in(1, 64)
     # cycles per FMA instruction in a tile row that mixes full vectors with a narrower tail vector
     # (1 / fma_units where a narrow FMA costs just its pipe slot; more where the pipes pair badly)
-    mixed_width_fma_cycles: float
-    load_ports: int
-    load_width_bits: int
-    store_ports: int
-    issue_width: int
-    reorder_window: (
-        int  # instructions in flight: lets independent FMA chains of consecutive tiles overlap
-    )
+    mixed_width_fma_cycles: float = _in(0.01, 16.0)
+    load_ports: int = _in(1, 8)
+    load_width_bits: int = _pow2(64, 1024)
+    store_ports: int = _in(1, 8)
+    issue_width: int = _in(1, 32)
+    # instructions in flight: lets independent FMA chains of consecutive tiles overlap
+    reorder_window: int = _in(1, 4096)
 
 
 @dataclass(frozen=True)
 class CacheSpec:
     """One data-cache level."""
 
-    level: int
-    size_kib: int
-    line_bytes: int
-    associativity: int
-    latency_cycles: int  # load-to-use latency of a hit in this level
-    shared_by_cores: int
-    bandwidth_bytes_per_cycle: float  # per core, from this level into the one above
-    usable_fraction: float  # share of the capacity a tile may claim (the rest is for others)
+    level: int = _in(1, 4)
+    size_kib: int = _in(1, 1 << 20)
+    line_bytes: int = _pow2(16, 1024)
+    associativity: int = _in(1, 1024)
+    latency_cycles: int = _in(1, 2000)  # load-to-use latency of a hit in this level
+    shared_by_cores: int = _in(1, 1024)
+    # per core, from this level into the one above
+    bandwidth_bytes_per_cycle: float = _in(0.01, 4096.0)
+    # share of the capacity a tile may claim (the rest is for others)
+    usable_fraction: float = _in(0.01, 1.0)
 
 
 @dataclass(frozen=True)
 class MemorySpec:
     """Main memory, shared by all cores."""
 
-    bandwidth_gbs: float
-    page_bytes: int  # prefetchers stop at page boundaries; each page also needs a TLB entry
-    prefetch_stride_bytes: int  # largest stride between accesses that the stride prefetcher follows
-    tlb_miss_cycles: int  # extra latency of an access whose page misses the first-level data TLB
-    dtlb_entries: int  # pages the first-level data TLB holds
-    prefetch_ahead_cycles: (
-        int  # how far ahead software prefetches of strided operand rows are issued
-    )
+    bandwidth_gbs: float = _in(0.01, 100_000.0)
+    # prefetchers stop at page boundaries; each page also needs a TLB entry
+    page_bytes: int = _pow2(1024, 1 << 30)
+    # largest stride between accesses that the stride prefetcher follows
+    prefetch_stride_bytes: int = _in(1, 1 << 20)
+    # extra latency of an access whose page misses the first-level data TLB
+    tlb_miss_cycles: int = _in(0, 10_000)
+    dtlb_entries: int = _in(1, 1 << 20)  # pages the first-level data TLB holds
+    # how far ahead software prefetches of strided operand rows are issued
+    prefetch_ahead_cycles: int = _in(1, 100_000)
 
 
 @dataclass(frozen=True)
 class OverheadSpec:
     """Fixed costs the model adds per kernel call."""
 
-    call_seconds: float
-    thread_seconds: float
+    call_seconds: float = _in(0.0, 1.0)
+    thread_seconds: float = _in(0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -137,9 +156,12 @@ class HwSpec:
 
 
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+SPEC_FILE_LIMIT_BYTES = 256 * 1024  # a spec is a few KiB; anything far larger is the wrong file
+ARCHES = ("x86_64", "aarch64")  # the ISAs analysis/features.py reads
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-def _convert(value: Any, tp: Any, where: str) -> Any:
+def _convert(value: Any, tp: Any, where: str, meta: Mapping[str, Any]) -> Any:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
@@ -149,86 +171,127 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         (item_tp, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list):
             raise HwSpecError(f"{where}: expected an array of tables, got {type(value).__name__}")
-        return tuple(_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_convert(v, item_tp, f"{where}[{i}]", {}) for i, v in enumerate(value))
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if tp in _TYPE_NAMES and (type(value) is not tp):
-        raise HwSpecError(f"{where}: expected {_TYPE_NAMES[tp]}, got {value!r}")
+        raise HwSpecError(f"{where}: expected {_TYPE_NAMES[tp]}, got {_short(value)}")
+    if tp is float and not math.isfinite(value):
+        raise HwSpecError(f"{where}: expected a finite number, got {value}")
+    if "range" in meta:
+        lo, hi = meta["range"]
+        if not lo <= value <= hi:
+            raise HwSpecError(f"{where} = {_short(value)} is out of range; allowed {lo:g}..{hi:g}")
+        if meta.get("power_of_two") and value & (value - 1):
+            raise HwSpecError(
+                f"{where} = {value} is not a power of two; allowed {lo}, {2 * lo}, ..., {hi}"
+            )
+    if tp is str and len(value) > 1000:
+        raise HwSpecError(f"{where}: a string of {len(value)} characters; at most 1000")
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in hints:
-            raise HwSpecError(f"{where}: unknown key {key!r}; expected one of {', '.join(names)}")
+            raise HwSpecError(
+                f"{where}: unknown key {_short(key)}; expected one of {', '.join(fields)}"
+            )
     kwargs = {}
-    for name in names:
+    for name, f in fields.items():
         tp = hints[name]
         if name not in data:
             expected = _TYPE_NAMES.get(
                 tp, "table" if dataclasses.is_dataclass(tp) else "array of tables"
             )
             raise HwSpecError(f"{where}: missing key {name!r} ({expected})")
-        kwargs[name] = _convert(
-            data[name], tp, f"{where}.{name}" if where.count(":") else f"{where}:{name}"
-        )
+        sub = f"{where}.{name}" if where.count(":") else f"{where}:{name}"
+        kwargs[name] = _convert(data[name], tp, sub, f.metadata)
     return cls(**kwargs)
 
 
 def validate_spec(spec: HwSpec, where: str) -> HwSpec:
-    """Semantic checks the types cannot express; returns the spec unchanged."""
-    positive = {
-        "isa.vector_bits": spec.isa.vector_bits,
-        "isa.vector_registers": spec.isa.vector_registers,
-        "isa.general_registers": spec.isa.general_registers,
-        "core.cores": spec.core.cores,
-        "core.frequency_ghz": spec.core.frequency_ghz,
-        "core.fma_units": spec.core.fma_units,
-        "core.fma_width_bits": spec.core.fma_width_bits,
-        "core.fma_latency_cycles": spec.core.fma_latency_cycles,
-        "core.load_ports": spec.core.load_ports,
-        "core.mixed_width_fma_cycles": spec.core.mixed_width_fma_cycles,
-        "core.load_width_bits": spec.core.load_width_bits,
-        "core.store_ports": spec.core.store_ports,
-        "core.issue_width": spec.core.issue_width,
-        "core.reorder_window": spec.core.reorder_window,
-        "memory.bandwidth_gbs": spec.memory.bandwidth_gbs,
-        "memory.page_bytes": spec.memory.page_bytes,
-        "memory.prefetch_stride_bytes": spec.memory.prefetch_stride_bytes,
-        "memory.tlb_miss_cycles": spec.memory.tlb_miss_cycles,
-        "memory.dtlb_entries": spec.memory.dtlb_entries,
-        "memory.prefetch_ahead_cycles": spec.memory.prefetch_ahead_cycles,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            raise HwSpecError(f"{where}: {key} must be > 0, got {value}")
-    if spec.kind != "cpu":
-        raise HwSpecError(f'{where}: kind {spec.kind!r} is not supported yet; use kind = "cpu"')
-    if spec.isa.arch not in ("x86_64", "aarch64"):
-        raise HwSpecError(f'{where}: isa.arch {spec.isa.arch!r} unknown; use "x86_64" or "aarch64"')
-    if spec.isa.vector_bits % 32:
+    """Semantic checks that span fields (each field's own type and range were checked while
+    loading); returns the spec unchanged."""
+    if not _NAME.fullmatch(spec.name):
         raise HwSpecError(
-            f"{where}: isa.vector_bits must be a multiple of 32, got {spec.isa.vector_bits}"
+            f"{where}: name {_short(spec.name)} must be 1-64 letters, digits, '.', '_' or '-'"
         )
+    if spec.kind != "cpu":
+        raise HwSpecError(f'{where}: kind {_short(spec.kind)} is not supported; use kind = "cpu"')
+    isa = spec.isa
+    if isa.arch not in ARCHES:
+        raise HwSpecError(
+            f"{where}: isa.arch {_short(isa.arch)} unknown; use one of {', '.join(ARCHES)}"
+        )
+    triple_arch = isa.triple.split("-")[0]
+    if {"arm64": "aarch64"}.get(triple_arch, triple_arch) != isa.arch:
+        raise HwSpecError(
+            f"{where}: isa.triple {_short(isa.triple)} is not an {isa.arch} triple; "
+            f"use e.g. {isa.arch}-unknown-linux-gnu"
+        )
+    _check_feature_syntax(isa.llvm_features, where)
     levels = sorted(c.level for c in spec.caches)
     if levels != list(range(1, len(levels) + 1)) or not levels:
         raise HwSpecError(f"{where}: caches must list levels 1..n once each, got {levels}")
     for c in spec.caches:
-        if (
-            c.size_kib <= 0
-            or c.line_bytes <= 0
-            or c.associativity <= 0
-            or c.latency_cycles <= 0
-            or c.shared_by_cores <= 0
-            or c.bandwidth_bytes_per_cycle <= 0
-        ):
-            raise HwSpecError(f"{where}: cache L{c.level} sizes and bandwidth must be > 0")
-        if not 0.0 < c.usable_fraction <= 1.0:
+        sets = c.size_kib * 1024 / (c.line_bytes * c.associativity)
+        if sets < 1 or sets != int(sets):
             raise HwSpecError(
-                f"{where}: cache L{c.level} usable_fraction must be in (0, 1], "
-                f"got {c.usable_fraction}"
+                f"{where}: cache L{c.level} of {c.size_kib} KiB cannot hold {c.associativity} "
+                f"ways of {c.line_bytes}-byte lines in whole sets; fix size_kib, line_bytes "
+                "or associativity"
+            )
+        if c.shared_by_cores > spec.core.cores and c.level == 1:
+            raise HwSpecError(
+                f"{where}: cache L1 is shared by {c.shared_by_cores} cores, more than the "
+                f"{spec.core.cores} the spec has"
+            )
+    if spec.memory.prefetch_stride_bytes > spec.memory.page_bytes:
+        raise HwSpecError(
+            f"{where}: memory.prefetch_stride_bytes = {spec.memory.prefetch_stride_bytes} is "
+            f"beyond a page ({spec.memory.page_bytes} bytes); prefetchers stop at page boundaries"
+        )
+    return spec
+
+
+def _check_feature_syntax(features: str, where: str) -> None:
+    """LLVM aborts the whole process on a feature item without a sign: check before it sees one."""
+    for item in filter(None, (f.strip() for f in features.split(","))):
+        if not re.fullmatch(r"[+-][A-Za-z0-9_.-]+", item):
+            raise HwSpecError(
+                f"{where}: isa.llvm_features item {_short(item)} is not +name or -name; "
+                'write e.g. "+avx2,+fma"'
+            )
+
+
+def check_llvm_names(spec: HwSpec, where: str) -> HwSpec:
+    """Check that LLVM knows the spec's CPU and every feature it names (an unknown CPU or feature
+    reaching LLVM is a fatal error or silently ignored there); returns the spec unchanged."""
+    from aotune.codegen.compile import llvm_target_names
+
+    cpus, features = llvm_target_names(spec.isa.triple)
+    if spec.isa.llvm_cpu not in cpus:
+        close = difflib.get_close_matches(spec.isa.llvm_cpu, sorted(cpus), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise HwSpecError(
+            f"{where}: isa.llvm_cpu {_short(spec.isa.llvm_cpu)} is not a CPU LLVM knows for "
+            f"{spec.isa.arch}{hint}"
+        )
+    for item in filter(None, (f.strip() for f in spec.isa.llvm_features.split(","))):
+        if item[1:] not in features:
+            close = difflib.get_close_matches(item[1:], sorted(features), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise HwSpecError(
+                f"{where}: isa.llvm_features names {_short(item[1:])}, which LLVM does not know "
+                f"for {spec.isa.arch}{hint}"
             )
     return spec
 
@@ -240,18 +303,21 @@ def spec_from_dict(data: dict[str, Any], where: str) -> HwSpec:
     return validate_spec(spec, where)
 
 
-def load_spec_file(path: str | Path) -> HwSpec:
-    """Load and validate one TOML spec file."""
+def load_spec_file(path: str | Path, check_llvm: bool = True) -> HwSpec:
+    """Load and validate one TOML spec file (``check_llvm``: also ask LLVM whether it knows the
+    CPU and features; the built-in specs are checked by the tests instead)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise HwSpecError(f"cannot read hwspec {p}: {e.strerror}") from None
+    text = decode_utf8(
+        read_user_file(p, "hwspec", HwSpecError, SPEC_FILE_LIMIT_BYTES), p, "hwspec", HwSpecError
+    )
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise HwSpecError(f"{p}: not valid TOML ({e})") from None
-    return spec_from_dict(data, str(p))
+    except RecursionError:
+        raise HwSpecError(f"{p}: not valid TOML (nested too deeply)") from None
+    spec = spec_from_dict(data, str(p))
+    return check_llvm_names(spec, str(p)) if check_llvm else spec
 
 
 def builtin_names() -> list[str]:
@@ -265,12 +331,13 @@ def load_target(name: str) -> HwSpec:
         from aotune.hwspecs.host import detect_host
 
         return detect_host()
+    if not name:
+        raise HwSpecError("an empty target name; pass host, a built-in name or a .toml path")
     if name.endswith(".toml") or "/" in name:
         return load_spec_file(name)
-    path = SPEC_DIR / f"{name}.toml"
-    if not path.exists():
-        raise HwSpecError(
-            f"unknown target {name!r}; known: host, {', '.join(builtin_names())} "
-            "(or pass a path to a .toml spec)"
-        )
-    return load_spec_file(path)
+    if name in builtin_names():
+        return load_spec_file(SPEC_DIR / f"{name}.toml", check_llvm=False)
+    raise HwSpecError(
+        f"unknown target {_short(name)}; known: host, {', '.join(builtin_names())} "
+        "(or pass a path to a .toml spec)"
+    )

@@ -10,12 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from aotune.errors import AotuneError, ConfigError
+from aotune.files import check_writable, write_new_file
 from aotune.search.options import SearchOptions
 
 EXIT_ERROR = 2
@@ -28,6 +31,24 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_ERROR)
+
+
+def _int_arg(text: str) -> int:
+    """An integer option in ASCII digits (argparse's int() also takes other scripts' digits)."""
+    if not re.fullmatch(r"\s*-?[0-9]{1,19}\s*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer in digits 0-9")
+    return int(text)
+
+
+def _seconds_arg(text: str) -> float:
+    """A positive, finite number of seconds, at most an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.0 < value <= 3600.0:
+        raise argparse.ArgumentTypeError(f"{text!r} seconds: give a number in (0, 3600]")
+    return value
 
 
 def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> None:
@@ -55,25 +76,25 @@ def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> 
     )
     p.add_argument(
         "--stride",
-        type=int,
+        type=_int_arg,
         default=None,
         help="convolutions: step between output pixels (default 1)",
     )
     p.add_argument(
         "--pad",
-        type=int,
+        type=_int_arg,
         default=None,
         help="convolutions: zeros on each side of H and W (default 0)",
     )
     p.add_argument(
         "--dilation",
-        type=int,
+        type=_int_arg,
         default=None,
         help="convolutions: step between kernel taps (default 1)",
     )
     p.add_argument(
         "--groups",
-        type=int,
+        type=_int_arg,
         default=None,
         help="conv2d: channel groups dividing C and K (default 1)",
     )
@@ -95,12 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     t = sub.add_parser("tune", help="search, rank statically, and verify the top-k on this host")
     _add_problem_args(t, op_optional=True)
-    t.add_argument("--top-k", type=int, default=3, help="candidates to verify (default 3)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--top-k", type=_int_arg, default=3, help="candidates to verify (default 3)")
+    t.add_argument("--seed", type=_int_arg, default=0)
     t.add_argument("--strategy", default="cga", help="cga (default) or random")
     t.add_argument(
         "--budget",
-        type=int,
+        type=_int_arg,
         default=SearchOptions.budget,
         help="configs scored by the cheap estimate",
     )
@@ -114,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_problem_args(s)
     s.add_argument(
-        "--count-seconds", type=float, default=10.0, help="time limit for exact counting"
+        "--count-seconds", type=_seconds_arg, default=10.0, help="time limit for exact counting"
     )
     s.add_argument("--json", action="store_true")
     v = sub.add_parser("validate", help="check a config against every constraint")
@@ -136,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument(
         "--samples",
-        type=int,
+        type=_int_arg,
         default=None,
         help="configs measured per workload for model accuracy (default 64; 32 with --quick)",
     )
@@ -184,13 +205,7 @@ def _labeled(space: Any, cfg: Any) -> dict[str, Any]:
 
 
 def _write_new(path: str, text: str, force: bool) -> None:
-    p = Path(path)
-    if p.exists() and not force:
-        raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another file")
-    try:
-        p.write_text(text)
-    except OSError as e:
-        raise ConfigError(f"cannot write {path}: {e.strerror}") from None
+    write_new_file(path, text, force, ConfigError)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -207,9 +222,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         compile_top=max(16, args.top_k),
     )
-    for path in (args.emit_asm, args.emit_ir):
-        if path and Path(path).exists() and not args.force:
-            raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another file")
+    emits = [p for p in (args.emit_asm, args.emit_ir) if p is not None]
+    if len(set(emits)) < len(emits):
+        raise ConfigError(f"--emit-asm and --emit-ir both name {emits[0]}; give two files")
+    for path in emits:
+        check_writable(path, args.force, ConfigError)
+    if not args.no_verify and driver.can_verify(hw)[0]:  # before the search, not after it
+        from aotune.codegen.runner import check_final_check_memory
+
+        check_final_check_memory(w, options.top_k, hw.core.cores)
     err = _console(stderr=True)
     with Progress(
         TextColumn("{task.description:<22}"),
@@ -238,9 +259,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if ok and not args.no_verify:
             verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
     best = result.best
-    if args.emit_asm:
+    if args.emit_asm is not None:
         _write_new(args.emit_asm, best.kernel.asm, args.force)
-    if args.emit_ir:
+    if args.emit_ir is not None:
         _write_new(args.emit_ir, best.kernel.llvm_ir, args.force)
     pick = driver.chosen(verified)
     skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
@@ -538,8 +559,41 @@ COMMANDS = {
 }
 
 
+EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug of aotune's, not the user's input
+_running_command = False
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Ctrl-C: inside a command, unwind (KeyboardInterrupt, so temporary files are removed);
+    before or after one (imports, interpreter exit), stop at once with the same one line."""
+    if _running_command:
+        raise KeyboardInterrupt
+    os.write(2, b"error: interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aotune`` script."""
+    global _running_command
+    # also when started with SIGINT ignored (a background job): Ctrl-C must stop aotune. Called
+    # in-process with arguments (tests, scripts), the caller's handler is put back afterwards.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, _on_sigint)
+    _running_command = True
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return EXIT_INTERRUPTED
+    finally:
+        _running_command = False
+        if previous is not None and argv is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = _join_values(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
@@ -550,16 +604,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except AotuneError as e:
-        sys.stderr.write(f"error: {e}\n")
+        sys.stderr.write(f"error: {_one_line(str(e))}\n")
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted\n")
-        return 130
     except BrokenPipeError:
         # the reader went away (``aotune predict ... | head``): stop quietly, as other CLI tools do;
         # pointing stdout at devnull keeps the interpreter's exit flush from failing again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except MemoryError:
+        sys.stderr.write(
+            "error: ran out of memory; use a smaller shape, or --no-verify to get the kernel "
+            "without running it here\n"
+        )
+        return EXIT_ERROR
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # noqa: BLE001 -- the last resort: one line, never a traceback
+        sys.stderr.write(
+            f"error: internal error ({type(e).__name__}: {_one_line(str(e))[:300]}); this is a "
+            "bug in aotune: please report it with the command that caused it\n"
+        )
+        return EXIT_INTERNAL
+
+
+def _one_line(text: str) -> str:
+    """A message on one line (LLVM and OS messages may carry newlines)."""
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -586,11 +586,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(argv)
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
+        if argv is None:  # the script: end here, so nothing at exit can turn 130 into a signal
+            _flush_and_exit(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     finally:
         _running_command = False
         if previous is not None and argv is not None:
             signal.signal(signal.SIGINT, previous)
+
+
+def _flush_and_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _run(argv: Sequence[str] | None) -> int:

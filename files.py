@@ -47,8 +47,11 @@ def read_user_file(
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise error(f"cannot read {what} {_shown(p)}: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(limit_bytes + 1)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit_bytes + 1)
+    except OSError as e:  # /proc files that claim to be regular, I/O errors
+        raise error(f"cannot read {what} {_shown(p)}: {e.strerror}") from None
     if len(data) > limit_bytes:  # it grew after the check
         raise error(f"{what} {_shown(p)} is larger than the {limit_bytes} bytes a {what} may have")
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 
 import numpy as np
@@ -68,7 +69,8 @@ def test_model_accuracy_measures_every_sampled_config_and_records_the_core_hando
     # a probe before the sweep, after it, and after the finalists' rounds (none on one core)
     probes = acc["core_to_core_ns"]
     assert len(probes) == (3 if HOST.core.cores >= 2 and len(os.sched_getaffinity(0)) >= 2 else 0)
-    assert all(0.0 < ns < 20_000.0 for ns in probes)
+    # a reading, not a speed: on a loaded machine the two threads may share a CPU
+    assert all(math.isfinite(ns) and ns >= 0.0 for ns in probes)
 
 
 def test_timed_runs_the_minimum_rounds_then_goes_on_for_the_time_given_up_to_the_cap() -> None:

@@ -15,7 +15,15 @@ import os
 import llvmlite.ir as ir
 import numpy as np
 import pytest
-from aotune.analysis.workload import ACTIVATIONS, conv2d, dense, depthwise_conv2d, matmul
+from aotune.analysis.workload import (
+    ACTIVATIONS,
+    batch_matmul,
+    conv2d,
+    dense,
+    depthwise_conv2d,
+    einsum,
+    matmul,
+)
 from aotune.cli import main
 from aotune.codegen.compile import _LLVM_LOCK, compile_kernel, optimize, target_machine
 from aotune.codegen.emulate import (
@@ -131,6 +139,28 @@ def test_every_cross_built_kernel_matches_numpy_under_emulation(workloads, seeds
     for (_, what), chk in zip(cases, checks):
         assert chk.correct, f"{what}: max error {chk.max_abs_error} > {chk.tolerance}"
         assert chk.emulated and chk.emulator.startswith("qemu-aarch64")
+
+
+@needs_qemu
+def test_other_layouts_and_batches_under_emulation():
+    """Transposed and batched contractions, vector outputs, no reduction: two sampled configs each,
+    all in one program."""
+    workloads = [
+        einsum("km,kn->mn", {"k": 9, "m": 17, "n": 31}),
+        einsum("abmk,abkn->abmn", {"a": 2, "b": 3, "m": 5, "k": 7, "n": 9}),
+        einsum("mkb,kb->mb", {"m": 7, "k": 5, "b": 3}),
+        einsum("bkm,bk->bm", {"b": 3, "k": 11, "m": 13}),
+        einsum("ma,na->mn", {"m": 3, "a": 2, "n": 5}),
+        batch_matmul(3, 17, 13, 11),
+    ]
+    runs = []
+    for w in workloads:
+        space = build_cpu_space(w, N1)
+        for seed, cfg in enumerate(space.sample(2, seed=7)):
+            sched = schedule_from_config(space, cfg)
+            runs.append(EmulatedRun(compile_kernel(sched, N1), random_operands(sched, seed)))
+    for run, chk in zip(runs, check_emulated(runs, calls=2)):
+        assert chk.correct, (run.kernel.schedule, chk)
 
 
 @needs_qemu

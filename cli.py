@@ -300,8 +300,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "spread": v.measurement.spread,
             }
             for v in verified
-        ],
+            if not v.emulated
+        ]
+        + [_emulated_entry(result.space, v) for v in verified if v.emulated],
         "verify_skipped": skipped,
+        "verify_note": _emulated_note(verified),
         "numpy_gflops": numpy_gflops,
         "chosen": (
             {
@@ -310,7 +313,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "ratio_vs_numpy": pick.gflops / numpy_gflops,
             }
             if pick and numpy_gflops
-            else None
+            else _emulated_chosen(pick)
         ),
     }
     if args.json:
@@ -336,13 +339,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
             escape(result.space.describe_config(c.config)),
             f"{c.prediction.seconds * 1e3:.3f} ms",
             c.prediction.bottleneck,
-            f"{v.measurement.seconds * 1e3:.3f} ms" if v else "-",
-            f"{v.gflops:.1f}" if v else "-",
+            f"{v.measurement.seconds * 1e3:.3f} ms"  # type: ignore[union-attr]
+            if v and not v.emulated
+            else ("emulated" if v else "-"),
+            f"{v.gflops:.1f}" if v and v.gflops is not None else "-",
             ("yes" if v.measurement.correct else "[red]NO[/]") if v else "-",
         )
     out.print(table)
     if skipped:
         out.print(f"final check skipped: {skipped}")
+    elif pick and pick.emulated:
+        from aotune.codegen.emulate import WHY_NO_TIME
+
+        out.print(
+            f"final check under {pick.measurement.emulator}: "
+            f"{sum(v.measurement.correct for v in verified)} of {len(verified)} correct vs numpy; "
+            f"chosen rank {pick.candidate.rank}, the best predicted correct one\n"
+            f"(no times: {WHY_NO_TIME})"
+        )
     elif pick and numpy_gflops:
         out.print(
             f"numpy (same run): {numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
@@ -354,6 +368,39 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.emit_asm:
         out.print(f"assembly of rank 1 written to {args.emit_asm}")
     return 0
+
+
+def _emulated_entry(space: Any, v: Any) -> dict[str, Any]:
+    """A ``verify`` entry of a kernel checked under emulation: correctness, no time."""
+    return {
+        "rank": v.candidate.rank,
+        "config": _labeled(space, v.candidate.config),
+        "predicted_seconds": v.candidate.prediction.seconds,
+        "correct": v.measurement.correct,
+        "max_abs_error": v.measurement.max_abs_error,
+        "tolerance": v.measurement.tolerance,
+        "emulated": True,
+        "emulator": v.measurement.emulator,
+    }
+
+
+def _emulated_note(verified: list[Any]) -> str | None:
+    """Why emulated checks carry no time (None when the check ran natively)."""
+    from aotune.codegen.emulate import WHY_NO_TIME
+
+    emulators = sorted({v.measurement.emulator for v in verified if v.emulated})
+    return f"checked under {', '.join(emulators)}: {WHY_NO_TIME}" if emulators else None
+
+
+def _emulated_chosen(pick: Any) -> dict[str, Any] | None:
+    """The chosen kernel of an emulated check: the best predicted correct one, not timed."""
+    if pick is None or not pick.emulated:
+        return None
+    return {
+        "rank": pick.candidate.rank,
+        "predicted_seconds": pick.candidate.prediction.seconds,
+        "by": "prediction (emulated check: correctness only)",
+    }
 
 
 def cmd_space(args: argparse.Namespace) -> int:

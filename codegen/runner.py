@@ -17,6 +17,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from aotune.analysis.workload import ConvParams, Workload
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
+from aotune.codegen.launch import launch_plan
 from aotune.codegen.schedule import CpuSchedule
 from aotune.codegen.workers import workers
 from aotune.errors import FinalCheckError
@@ -105,33 +106,17 @@ class HostKernel:
                 self._engine.get_function_address(f"{kernel.entry}_pad") if s.pad_copy else 0
             )
             self._callable = {addr: _SIG(addr) for addr in (self._addr, self._pad_addr) if addr}
-        ranges = kernel.launch
-        self._ranges = ranges
-        self._ws = [(_aligned(s.pack_a_elems), _aligned(s.pack_b_elems)) for _ in ranges]
+        plan = launch_plan(s)
+        self._ranges = list(plan.shares)
+        self._ws = [(_aligned(plan.ws_a_elems), _aligned(plan.ws_b_elems)) for _ in plan.shares]
         # addresses looked up once: each ``.ctypes.data`` costs about a microsecond
         self._ws_addr = [(wa.ctypes.data, wb.ctypes.data) for wa, wb in self._ws]
-        # The padded copy's border stays zero: the kernel writes only its interior. Its rows (all
-        # dims but the last) are split evenly over the threads, or each thread copies them all
-        # into a buffer of its own when every thread reads the whole of it.
-        rows = math.prod(s.pad_copy.shape[:-1]) if s.pad_copy else 0
-        copies = len(ranges) if s.pad_copy_per_thread else 1
-        self._padded = [_aligned(s.pad_copy.elems) for _ in range(copies)] if s.pad_copy else []
+        # zeroed once: the padded copy's border stays zero, the pad function writes its interior
+        self._padded = [_aligned(plan.pad_elems) for _ in range(plan.pad_buffers)]
         padded_addr = [p.ctypes.data for p in self._padded]
-        if s.pad_copy_per_thread:
-            self._pad_shares = [(addr, 0, rows) for addr in padded_addr]
-        else:
-            self._pad_shares = (
-                [
-                    (padded_addr[0], t * rows // len(ranges), (t + 1) * rows // len(ranges))
-                    for t in range(len(ranges))
-                ]
-                if s.pad_copy
-                else []
-            )
+        self._pad_shares = [(padded_addr[i], lo, hi) for i, lo, hi in plan.pad_shares]
         # the padded buffer each thread's kernel share reads
-        self._padded_of_share = (
-            [self._pad_shares[t][0] for t in range(len(ranges))] if s.pad_copy else []
-        )
+        self._padded_of_share = [padded_addr[i] for i in plan.padded_of_share]
 
     def __call__(
         self,

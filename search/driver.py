@@ -6,7 +6,8 @@ tier 2 = compile the best ``compile_top`` distinct estimates + capstone features
          + model.predict_batch
 top-k  = best tier-2 predictions, one per register tile while others remain   # measurements: 0
 verify = final check of the top-k vs numpy on the host, timed side by side
-         # optional, never for a foreign target
+         # optional; a foreign-ISA target's top-k runs under qemu-user instead
+         # (codegen/emulate.py): correct or not, never timed
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel, Prediction
 from aotune.analysis.workload import Workload
 from aotune.codegen.compile import Kernel, compile_kernel
+from aotune.codegen.emulate import EmulatedCheck, can_emulate, final_check_emulated
 from aotune.codegen.runner import (
     Measurement,
     check_final_check_memory,
@@ -76,11 +78,18 @@ class Verified:
     """A candidate's final check."""
 
     candidate: Candidate
-    measurement: Measurement
+    measurement: Measurement | EmulatedCheck  # an emulated check has no time
 
     @property
-    def gflops(self) -> float:
-        """Measured GFLOP/s."""
+    def emulated(self) -> bool:
+        """Whether the check ran under emulation (correctness only, no time)."""
+        return isinstance(self.measurement, EmulatedCheck)
+
+    @property
+    def gflops(self) -> float | None:
+        """Measured GFLOP/s (None under emulation)."""
+        if isinstance(self.measurement, EmulatedCheck):
+            return None
         return self.candidate.schedule.flops / self.measurement.seconds / 1e9
 
 
@@ -151,19 +160,41 @@ def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, int]
 
 
 def can_verify(hw: HwSpec) -> tuple[bool, str]:
-    """Whether the final check can run here (the target must be this host's kind)."""
-    return host_can_run(hw)
+    """Whether the final check can run here: natively (the target is this host's kind) or, for a
+    foreign ISA, under emulation."""
+    ok, why = host_can_run(hw)
+    if ok:
+        return ok, why
+    emulated, why_not = can_emulate(hw)
+    return (True, "") if emulated else (False, f"{why}; {why_not}")
 
 
 def verify(
     result: TuneResult, seed: int = 0, min_runs: int = 5, progress: Progress | None = None
-) -> tuple[list[Verified], float]:
-    """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s)."""
+) -> tuple[list[Verified], float | None]:
+    """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s).
+
+    A target this host cannot run is checked under emulation: correctness only, numpy not timed
+    (None)."""
     s = result.best.schedule
     check_final_check_memory(result.workload, len(result.candidates), result.hw.core.cores)
     a, b, bias = random_operands(s, seed)
     if progress:
         progress("verify", 0, len(result.candidates))
+    if not host_can_run(result.hw)[0]:
+        checks = final_check_emulated(
+            [c.kernel for c in result.candidates],
+            a,
+            b,
+            bias,
+            [
+                f"rank {c.rank} ({result.space.describe_config(c.config)})"
+                for c in result.candidates
+            ],
+        )
+        if progress:
+            progress("verify", len(result.candidates), len(result.candidates))
+        return [Verified(cand, chk) for cand, chk in zip(result.candidates, checks)], None
     # every candidate and numpy timed in interleaved rounds, so they see the same machine load
     measured, numpy_seconds = final_check_side_by_side(
         [c.kernel for c in result.candidates], result.hw, a, b, bias, min_runs=min_runs
@@ -176,6 +207,11 @@ def verify(
 
 
 def chosen(verified: list[Verified]) -> Verified | None:
-    """The fastest correct kernel among the verified top-k."""
+    """The fastest correct kernel among the verified top-k (the best predicted correct one when
+    they were checked under emulation, which times nothing)."""
     correct = [v for v in verified if v.measurement.correct]
-    return min(correct, key=lambda v: v.measurement.seconds) if correct else None
+    if not correct:
+        return None
+    if any(v.emulated for v in correct):
+        return min(correct, key=lambda v: v.candidate.prediction.seconds)
+    return min(correct, key=lambda v: v.measurement.seconds)  # type: ignore[union-attr]

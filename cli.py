@@ -464,27 +464,8 @@ def cmd_hw(args: argparse.Namespace) -> int:
         if getattr(args, "json", False):
             print(json.dumps(spec.to_dict(), indent=1))
             return 0
-        print(f"{spec.name}: {spec.description}")
-        print(
-            f"  isa      {spec.isa.arch} {spec.isa.llvm_cpu}, "
-            f"{spec.isa.vector_registers} x {spec.isa.vector_bits}-bit vector registers, "
-            f"{spec.isa.general_registers} general"
-        )
-        c = spec.core
-        print(
-            f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, "
-            f"{c.fma_units} FMA x {c.fma_width_bits}-bit (latency {c.fma_latency_cycles}), "
-            f"{c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}"
-        )
-        print(f"  peak     {spec.peak_flops_per_core / 1e9:.1f} GFLOP/s fp32 per core")
-        for cache in spec.caches:
-            print(
-                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, "
-                f"shared by {cache.shared_by_cores}, "
-                f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
-                f"tiles may use {cache.usable_fraction:g}"
-            )
-        print(f"  memory   {spec.memory.bandwidth_gbs:g} GB/s")
+        for line in spec.summary_lines():
+            print(line)
         return 0
     print("host  (detected: " + load_target("host").description + ")")
     for name in builtin_names():

@@ -7,6 +7,7 @@ einsum layout and a convolution's window read the same way), and the config's de
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -29,18 +30,24 @@ class OperandAccess:
     offsets: tuple[int, ...]
     guarded: tuple[int, ...]  # dims whose index can leave [0, shape[d]): zeros there
 
-    @property
+    @functools.cached_property
     def row_strides(self) -> tuple[int, ...]:
         """Elements between neighbours along each dim (row-major)."""
         return tuple(math.prod(self.shape[d + 1 :]) for d in range(len(self.shape)))
 
+    @functools.cached_property
+    def _flat_coefficients(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for cf, st in zip(self.coefficients, self.row_strides):
+            for loop, c in cf:
+                out[loop] = out.get(loop, 0) + c * st
+        return out
+
     def flat_coefficient(self, loop: str) -> int:
         """Elements the flat address moves per step of ``loop``."""
-        return sum(
-            dict(cf).get(loop, 0) * st for cf, st in zip(self.coefficients, self.row_strides)
-        )
+        return self._flat_coefficients.get(loop, 0)
 
-    @property
+    @functools.cached_property
     def flat_offset(self) -> int:
         """The flat address of the all-zero iteration."""
         return sum(o * st for o, st in zip(self.offsets, self.row_strides))

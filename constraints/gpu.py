@@ -163,6 +163,13 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
             Const(sh.reserved_per_block),
         )
     )
+    # limits that cannot bind on this target (threads/SM above threads/block, ...) are left out of
+    # the CP-SAT model: every GA child is a solve of it
+    binding = {
+        "threads/SM": hw.limits.max_threads_per_sm < max_t,
+        "warps/SM": hw.limits.max_warps_per_sm < -(-max_t // warp),
+        "grid y": -(-v.N // MAX_BLOCK_EDGE) > hw.limits.max_grid_yz or v.N > hw.limits.max_grid_yz,
+    }
     constraints = [
         Constraint(
             "whole warps",
@@ -242,6 +249,7 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
             "increase bn",
         ),
     ]
+    constraints = [c for c in constraints if binding.get(c.name, True)]
     # Roller's alignment: a tile edge along a contiguous global axis is whole 32-byte sectors
     for axis, tile, extent in (("m", bm, v.M), ("n", bn, v.N), ("k", bk, v.K)):
         contiguous = {v.a_major, v.b_major, v.c_major}

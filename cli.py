@@ -187,12 +187,12 @@ def _labeled(space: Any, cfg: Any) -> dict[str, Any]:
     return {n: (space.var(n).label(v) if space.var(n).labels else v) for n, v in cfg.items}
 
 
-def _write_new(path: str, text: str, force: bool) -> None:
+def _write_new(path: str, text: str | bytes, force: bool) -> None:
     p = Path(path)
     if p.exists() and not force:
         raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another file")
     try:
-        p.write_text(text)
+        p.write_bytes(text) if isinstance(text, bytes) else p.write_text(text)
     except OSError as e:
         raise ConfigError(f"cannot write {path}: {e.strerror}") from None
 

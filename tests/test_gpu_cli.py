@@ -18,8 +18,10 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_tune_json_contract_on_a_gpu_without_a_gpu(tmp_path: Path):
     ptx, cubin = tmp_path / "k.ptx", tmp_path / "k.cubin"
-    proc = run_cli("tune", "matmul", "--shape", "67x33x29", "--target", "t4", "--json",
-                   "--budget", "64", "--emit-ptx", str(ptx), "--emit-cubin", str(cubin))  # fmt: skip
+    proc = run_cli(
+        *("tune", "matmul", "--shape", "67x33x29", "--target", "t4", "--json", "--budget", "64"),
+        *("--emit-ptx", str(ptx), "--emit-cubin", str(cubin)),
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["target"]["kind"] == "gpu" and doc["target"]["sm"] == "sm_75"

@@ -128,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--no-verify", action="store_true", help="skip the final check")
     t.add_argument("--emit-asm", metavar="FILE", help="write the best kernel's assembly to FILE")
     t.add_argument("--emit-ir", metavar="FILE", help="write the best kernel's LLVM IR to FILE")
+    t.add_argument("--emit-ptx", metavar="FILE", help="GPU targets: write the best kernel's PTX")
+    t.add_argument(
+        "--emit-cubin", metavar="FILE", help="GPU targets: write the best kernel's cubin (ptxas)"
+    )
     t.add_argument("--force", action="store_true", help="overwrite existing --emit-* files")
     t.add_argument("--json", action="store_true", help="print one JSON object")
     s = sub.add_parser(
@@ -194,17 +198,17 @@ def _problem(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _space(args: argparse.Namespace) -> Any:
-    from aotune.constraints.cpu import build_cpu_space
+    from aotune.targets import target_for
 
     w, hw = _problem(args)
-    return build_cpu_space(w, hw)
+    return target_for(hw).build_space(w)
 
 
 def _labeled(space: Any, cfg: Any) -> dict[str, Any]:
     return {n: (space.var(n).label(v) if space.var(n).labels else v) for n, v in cfg.items}
 
 
-def _write_new(path: str, text: str, force: bool) -> None:
+def _write_new(path: str, text: str | bytes, force: bool) -> None:
     write_new_file(path, text, force, ConfigError)
 
 
@@ -222,15 +226,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         compile_top=max(16, args.top_k),
     )
-    emits = [p for p in (args.emit_asm, args.emit_ir) if p is not None]
-    if len(set(emits)) < len(emits):
-        raise ConfigError(f"--emit-asm and --emit-ir both name {emits[0]}; give two files")
-    for path in emits:
+    from aotune.targets import target_for
+
+    target = target_for(hw)
+    emits = {
+        name: path
+        for name in ("asm", "ir", "ptx", "cubin")
+        if (path := getattr(args, f"emit_{name}", None)) is not None
+    }
+    if len(set(emits.values())) < len(emits):
+        raise ConfigError("two --emit-* options name the same file; give each its own")
+    for name, path in emits.items():
+        if name not in target.emit():
+            others = ", ".join(f"--emit-{n}" for n in target.emit())
+            raise ConfigError(f"--emit-{name} does not apply to {hw.kind} targets; use {others}")
         check_writable(path, args.force, ConfigError)
     if not args.no_verify and driver.can_verify(hw)[0]:  # before the search, not after it
-        from aotune.codegen.runner import check_final_check_memory
-
-        check_final_check_memory(w, options.top_k, hw.core.cores)
+        target.check_final_check_memory(w, options.top_k)
     err = _console(stderr=True)
     with Progress(
         TextColumn("{task.description:<22}"),
@@ -259,20 +271,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if ok and not args.no_verify:
             verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
     best = result.best
-    if args.emit_asm is not None:
-        _write_new(args.emit_asm, best.kernel.asm, args.force)
-    if args.emit_ir is not None:
-        _write_new(args.emit_ir, best.kernel.llvm_ir, args.force)
+    for name, path in emits.items():
+        _write_new(path, target.emit()[name](best.kernel), args.force)
+    top = target.candidate_report(result.candidates, seed=args.seed)
     pick = driver.chosen(verified)
     skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
     doc = {
         "workload": {"op": w.op, "shape": w.shape_dict, "dtype": w.dtype, "flops": w.flops},
-        "target": {
-            "name": hw.name,
-            "kind": hw.kind,
-            "isa": f"{hw.isa.arch} {hw.isa.llvm_cpu} {hw.isa.vector_bits}-bit",
-            "triple": hw.isa.triple,
-        },
+        "target": target.describe(),
         "search": {
             "strategy": options.strategy,
             "seconds": round(result.search_seconds, 3),
@@ -316,13 +322,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
             else _emulated_chosen(pick)
         ),
     }
+    if top is not None:
+        doc["top"] = [{**t, "config": _labeled(result.space, c.config)}
+                      for t, c in zip(top, result.candidates)]  # fmt: skip
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0 if (pick or skipped) else EXIT_ERROR
     from rich.markup import escape
 
     out = _console()
-    out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({doc['target']['isa']})")
+    what = doc["target"].get("isa") or f"{doc['target'].get('sm')}, PTX ISA {hw.ptx_isa}"
+    out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({what})")
     out.print(
         f"search: {options.strategy}, {result.candidates_scored} configs estimated, "
         f"{result.kernels_compiled} compiled and ranked from their assembly, "
@@ -345,7 +355,33 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"{v.gflops:.1f}" if v and v.gflops is not None else "-",
             ("yes" if v.measurement.correct else "[red]NO[/]") if v else "-",
         )
+    if top is not None:
+        table = Table(title="top candidates (predicted without running; resources from ptxas)")
+        for col in ("rank", "config", "predicted", "TFLOP/s", "of peak", "bottleneck", "regs",
+                    "spill B", "smem B", "blocks/SM", "waves", "emulated"):  # fmt: skip
+            table.add_column(col)
+        for t, c in zip(top, result.candidates):
+            r = t["resources"]
+            e = t["emulated"]
+            table.add_row(
+                str(c.rank),
+                escape(result.space.describe_config(c.config)),
+                f"{c.prediction.seconds * 1e3:.3f} ms",
+                f"{t['predicted_tflops']:.1f}",
+                f"{t['peak_fraction']:.0%}",
+                c.prediction.bottleneck,
+                str(r["registers"]),
+                str(r["spill_bytes"]),
+                str(r["shared_bytes"]),
+                str(r["blocks_per_sm"]),
+                str(r["waves"]),
+                ("correct" if e["correct"] else "[red]WRONG[/]")
+                + f" ({e['blocks_checked']}/{e['blocks_total']} blocks)",
+            )
     out.print(table)
+    if top is not None and any(not t["emulated"]["correct"] for t in top):
+        out.print("[red]a top candidate failed the emulated numpy check[/]")
+        return EXIT_ERROR
     if skipped:
         out.print(f"final check skipped: {skipped}")
     elif pick and pick.emulated:
@@ -365,8 +401,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     else:
         out.print("[red]no candidate passed the numpy check[/]")
         return EXIT_ERROR
-    if args.emit_asm:
-        out.print(f"assembly of rank 1 written to {args.emit_asm}")
+    for name, path in emits.items():
+        out.print(f"{name} of rank 1 written to {path}")
     return 0
 
 
@@ -464,37 +500,48 @@ def cmd_space(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """``aotune validate``."""
+    from aotune.targets import target_for
+
     space = _space(args)
     cfg = space.parse_config(args.config)
     bad = space.violations(cfg)
+    # what the toolchain says beyond the constraints (a GPU kernel ptxas rejects or that spills)
+    more = [] if bad else target_for(space.hw).check_config(space, cfg)
     if args.json:
-        print(json.dumps({"valid": not bad, "violations": [vars(v) for v in bad]}, indent=1))
-    elif bad:
-        print(f"invalid config for {space.title}: {len(bad)} violated constraint(s)")
+        print(
+            json.dumps(
+                {"valid": not bad and not more, "violations": [vars(v) for v in bad],
+                 "toolchain": more},
+                indent=1,
+            )
+        )  # fmt: skip
+    elif bad or more:
+        print(f"invalid config for {space.title}: {len(bad) + len(more)} problem(s)")
         for v in bad:
             print(f"  - {v}")
+        for text in more:
+            print(f"  - {text}")
     else:
         print(
             f"valid: {space.describe_config(cfg)} satisfies all {len(space.constraints)} "
             f"constraints of {space.title}"
         )
-    return EXIT_INVALID if bad else 0
+    return EXIT_INVALID if bad or more else 0
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """``aotune predict``."""
-    from aotune.analysis.features import kernel_features
-    from aotune.analysis.model import AnalyticalCpuModel
-    from aotune.codegen.compile import compile_kernel
-    from aotune.codegen.schedule import schedule_from_config
+    from aotune.targets import target_for
 
     space = _space(args)
+    target = target_for(space.hw)
     cfg = space.parse_config(args.config)
-    sched = schedule_from_config(space, cfg)
-    kernel = compile_kernel(sched, space.hw)
-    loop = kernel_features(kernel, space.hw.isa.arch).loop
-    (pred,) = AnalyticalCpuModel(space.hw).predict_batch([sched], [loop])
+    sched = target.schedule(space, cfg)
+    kernel = target.compile(sched)
+    features = target.features(kernel)
+    (pred,) = target.predict([sched], [features])
     flops = space.workload.flops
+    feature_data, feature_line = target.feature_summary(features)
     if args.json:
         print(
             json.dumps(
@@ -502,7 +549,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                     **pred.as_dict(),
                     "gflops": flops / pred.seconds / 1e9,
                     "config": _labeled(space, cfg),
-                    "loop": vars(loop),
+                    target.feature_key: feature_data,
                 },
                 indent=1,
             )
@@ -515,11 +562,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     for name, sec in pred.breakdown:
         print(f"  {name:<9} {sec * 1e3:9.3f} ms")
-    print(
-        f"micro-kernel loop ({loop.function}): {loop.fma} FMA, {loop.vector_loads} vector loads, "
-        f"{loop.scalar_loads} scalar/broadcast loads, {loop.stores} stores, {loop.spills} spills, "
-        f"{loop.other} other"
-    )
+    print(feature_line)
     return 0
 
 
@@ -532,27 +575,8 @@ def cmd_hw(args: argparse.Namespace) -> int:
         if getattr(args, "json", False):
             print(json.dumps(spec.to_dict(), indent=1))
             return 0
-        print(f"{spec.name}: {spec.description}")
-        print(
-            f"  isa      {spec.isa.arch} {spec.isa.llvm_cpu}, "
-            f"{spec.isa.vector_registers} x {spec.isa.vector_bits}-bit vector registers, "
-            f"{spec.isa.general_registers} general"
-        )
-        c = spec.core
-        print(
-            f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, "
-            f"{c.fma_units} FMA x {c.fma_width_bits}-bit (latency {c.fma_latency_cycles}), "
-            f"{c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}"
-        )
-        print(f"  peak     {spec.peak_flops_per_core / 1e9:.1f} GFLOP/s fp32 per core")
-        for cache in spec.caches:
-            print(
-                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, "
-                f"shared by {cache.shared_by_cores}, "
-                f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
-                f"tiles may use {cache.usable_fraction:g}"
-            )
-        print(f"  memory   {spec.memory.bandwidth_gbs:g} GB/s")
+        for line in spec.summary_lines():
+            print(line)
         return 0
     print("host  (detected: " + load_target("host").description + ")")
     for name in builtin_names():

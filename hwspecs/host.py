@@ -60,7 +60,7 @@ def sysfs_caches(cpu_dir: Path = SYSFS_CPU / "cpu0") -> dict[int, tuple[int, int
 
 
 def _base_spec_name(cpu_name: str, features: dict[str, bool], arch: str) -> str:
-    names = builtin_names()
+    names = builtin_names("cpu")
     if cpu_name in names:
         return cpu_name
     for name in names:  # a spec whose llvm_cpu is the host's

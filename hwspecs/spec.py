@@ -1,7 +1,7 @@
 """Frozen hardware descriptions and their strict TOML loader.
 
-Roadmap: CPU targets only for now; a ``[gpu]`` table (SMs, warps, shared memory, registers per
-thread) will join ``HwSpec`` as an optional section when NVIDIA targets land.
+Roadmap: this module owns the CPU schema and the loading of every spec file; a file's ``kind``
+picks its schema from ``SPEC_KINDS`` (``cpu`` here, ``gpu`` in :mod:`aotune.hwspecs.gpu_spec`).
 
 The schema *is* the dataclasses below: the loader walks their fields, so a key that is not a field,
 a field that is missing, or a value of the wrong type is an error naming the file, the key and the
@@ -154,6 +154,29 @@ class HwSpec:
         """Plain-data form (for JSON and ``aotune hw show``)."""
         return dataclasses.asdict(self)
 
+    def summary_lines(self) -> list[str]:
+        """What ``aotune hw show`` prints."""
+        c = self.core
+        lines = [
+            f"{self.name}: {self.description}",
+            f"  isa      {self.isa.arch} {self.isa.llvm_cpu}, "
+            f"{self.isa.vector_registers} x {self.isa.vector_bits}-bit vector registers, "
+            f"{self.isa.general_registers} general",
+            f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, "
+            f"{c.fma_units} FMA x {c.fma_width_bits}-bit (latency {c.fma_latency_cycles}), "
+            f"{c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}",
+            f"  peak     {self.peak_flops_per_core / 1e9:.1f} GFLOP/s fp32 per core",
+        ]
+        for cache in self.caches:
+            lines.append(
+                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, "
+                f"shared by {cache.shared_by_cores}, "
+                f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
+                f"tiles may use {cache.usable_fraction:g}"
+            )
+        lines.append(f"  memory   {self.memory.bandwidth_gbs:g} GB/s")
+        return lines
+
 
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 SPEC_FILE_LIMIT_BYTES = 256 * 1024  # a spec is a few KiB; anything far larger is the wrong file
@@ -215,6 +238,11 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
         sub = f"{where}.{name}" if where.count(":") else f"{where}:{name}"
         kwargs[name] = _convert(data[name], tp, sub, f.metadata)
     return cls(**kwargs)
+
+
+def build_dataclass(cls: type, data: dict[str, Any], where: str) -> Any:
+    """``cls`` built from a parsed TOML table, strictly (the schema walker every kind shares)."""
+    return _build(cls, data, where)
 
 
 def validate_spec(spec: HwSpec, where: str) -> HwSpec:
@@ -303,9 +331,31 @@ def spec_from_dict(data: dict[str, Any], where: str) -> HwSpec:
     return validate_spec(spec, where)
 
 
-def load_spec_file(path: str | Path, check_llvm: bool = True) -> HwSpec:
-    """Load and validate one TOML spec file (``check_llvm``: also ask LLVM whether it knows the
-    CPU and features; the built-in specs are checked by the tests instead)."""
+# a spec file's ``kind`` -> "module:function" building it from parsed TOML (imported on use, so the
+# GPU schema module is not loaded for CPU work)
+SPEC_KINDS = {
+    "cpu": "aotune.hwspecs.spec:spec_from_dict",
+    "gpu": "aotune.hwspecs.gpu_spec:gpu_spec_from_dict",
+}
+
+
+def spec_from_data(data: dict[str, Any], where: str) -> Any:
+    """A spec of whichever kind the parsed TOML says it is (``HwSpec`` or ``GpuSpec``)."""
+    import importlib
+
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in SPEC_KINDS:
+        raise HwSpecError(
+            f"{where}:kind: expected one of {', '.join(map(repr, SPEC_KINDS))}, got {_short(kind)}"
+        )
+    module, func = SPEC_KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), func)(data, where)
+
+
+def load_spec_file(path: str | Path, check_llvm: bool = True) -> Any:
+    """Load and validate one TOML spec file (a CPU ``HwSpec`` or a ``GpuSpec``, by its kind);
+    ``check_llvm``: also ask LLVM whether it knows a CPU spec's CPU and features (the built-in
+    specs are checked by the tests instead)."""
     p = Path(path)
     text = decode_utf8(
         read_user_file(p, "hwspec", HwSpecError, SPEC_FILE_LIMIT_BYTES), p, "hwspec", HwSpecError
@@ -316,17 +366,28 @@ def load_spec_file(path: str | Path, check_llvm: bool = True) -> HwSpec:
         raise HwSpecError(f"{p}: not valid TOML ({e})") from None
     except RecursionError:
         raise HwSpecError(f"{p}: not valid TOML (nested too deeply)") from None
-    spec = spec_from_dict(data, str(p))
-    return check_llvm_names(spec, str(p)) if check_llvm else spec
+    spec = spec_from_data(data, str(p))
+    return check_llvm_names(spec, str(p)) if check_llvm and isinstance(spec, HwSpec) else spec
 
 
-def builtin_names() -> list[str]:
-    """Names of the spec files shipped with aotune."""
-    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+def builtin_names(kind: str | None = None) -> list[str]:
+    """Names of the spec files shipped with aotune (only those of ``kind`` if given)."""
+    names = sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+    if kind is None:
+        return names
+    return [n for n in names if _file_kind(SPEC_DIR / f"{n}.toml") == kind]
 
 
-def load_target(name: str) -> HwSpec:
-    """A target by name (``host``, a built-in name) or by path to a ``.toml`` file."""
+def _file_kind(path: Path) -> str | None:
+    try:
+        return tomllib.loads(path.read_text()).get("kind")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+
+
+def load_target(name: str) -> Any:
+    """A target by name (``host``, a built-in name) or by path to a ``.toml`` file: an ``HwSpec``
+    for a CPU, a ``GpuSpec`` for a GPU."""
     if name == "host":
         from aotune.hwspecs.host import detect_host
 

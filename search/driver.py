@@ -1,6 +1,7 @@
 """Two-tier tuning without measurement, then (only when asked) the final check of the top-k.
 
-space  = build_cpu_space(workload, hw)              # CP-SAT, built once
+target = target_for(hw)                            # the CPU or GPU pieces, by the spec's kind
+space  = target.build_space(workload)               # CP-SAT, built once
 tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
 tier 2 = compile the best ``compile_top`` distinct estimates + capstone features
          + model.predict_batch
@@ -14,27 +15,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from aotune.analysis.features import kernel_features
-from aotune.analysis.model import AnalyticalCpuModel, Prediction
+from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
-from aotune.codegen.compile import Kernel, compile_kernel
-from aotune.codegen.emulate import EmulatedCheck, can_emulate, final_check_emulated
+from aotune.codegen.compile import Kernel
+from aotune.codegen.emulate import EmulatedCheck, final_check_emulated
 from aotune.codegen.runner import (
     Measurement,
     check_final_check_memory,
     final_check_side_by_side,
     random_operands,
 )
-from aotune.codegen.schedule import CpuSchedule, schedule_from_config
-from aotune.constraints.cpu import CpuSpace, build_cpu_space
+from aotune.codegen.schedule import CpuSchedule
+from aotune.constraints.cpu import CpuSpace
 from aotune.constraints.space import Config
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import cga, random
 from aotune.search.options import SearchOptions
+from aotune.targets import target_for
 
 STRATEGIES = {"cga": cga.tune, "random": random.tune}
 Progress = Callable[[str, int, int], None]
@@ -102,11 +104,11 @@ def tune(
 ) -> TuneResult:
     """Search ``workload`` on ``hw`` and return the top-k candidates, measuring nothing."""
     start = time.perf_counter()
-    space = space or build_cpu_space(workload, hw)
-    model = AnalyticalCpuModel(hw)
+    target = target_for(hw)
+    space = space or target.build_space(workload)
 
     def estimate(cfg: Config) -> float:
-        return model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds
+        return target.estimate([target.schedule(space, cfg)])[0].seconds
 
     step = (lambda done, total: progress("search", done, total)) if progress else None
     scored = STRATEGIES[options.strategy](space, estimate, options, step)
@@ -116,27 +118,32 @@ def tune(
     shortlist = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)[
         : options.compile_top
     ]
-    schedules = [schedule_from_config(space, cfg) for cfg in shortlist]
+    schedules = [target.schedule(space, cfg) for cfg in shortlist]
     kernels, loops = [], []
-    for i, sched in enumerate(schedules):
-        kernels.append(compile_kernel(sched, hw))
-        loops.append(kernel_features(kernels[-1], hw.isa.arch).loop)
-        if progress:
-            progress("compile", i + 1, len(shortlist))
+    # a target whose compiler runs outside this process (ptxas) compiles on several threads;
+    # results keep the shortlist's order
+    with ThreadPoolExecutor(max_workers=getattr(target, "compile_workers", 1)) as pool:
+        for i, (kernel, feats) in enumerate(pool.map(target.compile_and_read, schedules)):
+            kernels.append(kernel)
+            loops.append(feats)
+            if progress:
+                progress("compile", i + 1, len(shortlist))
     compiled = sorted(
         zip(
-            model.predict_batch(schedules, loops),
-            model.estimate_batch(schedules),
+            target.predict(schedules, loops),
+            target.estimate(schedules),
             shortlist,
             schedules,
             kernels,
+            loops,
         ),
-        key=lambda c: c[0].seconds,
+        # a kernel its target cannot use (a GPU kernel that spills) ranks after every usable one
+        key=lambda c: (not target.usable(c[5]), c[0].seconds),
     )
     top = tuple(
         Candidate(i + 1, cfg, sched, est, pred, kernel)
-        for i, (pred, est, cfg, sched, kernel) in enumerate(
-            spread_top_k(compiled, options.top_k, lambda c: (c[3].mr, c[3].nr))
+        for i, (pred, est, cfg, sched, kernel, _) in enumerate(
+            spread_top_k(compiled, options.top_k, lambda c: target.tile_of(c[3]))
         )
     )
     return TuneResult(
@@ -144,12 +151,12 @@ def tune(
     )
 
 
-def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, int]]) -> list[T]:
+def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:
     """The ``k`` best of ``ranked`` (best predicted first), taking each register tile (``tile_of``:
     mr x nr) once while other tiles remain. The final check is there because the model can be
     wrong, and configs that share a micro-kernel tend to be wrong together."""
     taken: list[int] = []
-    tiles: set[tuple[int, int]] = set()
+    tiles: set[tuple[int, ...]] = set()
     for i, item in enumerate(ranked):
         tile = tile_of(item)
         if len(taken) < k and tile not in tiles:
@@ -160,13 +167,9 @@ def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, int]
 
 
 def can_verify(hw: HwSpec) -> tuple[bool, str]:
-    """Whether the final check can run here: natively (the target is this host's kind) or, for a
-    foreign ISA, under emulation."""
-    ok, why = host_can_run(hw)
-    if ok:
-        return ok, why
-    emulated, why_not = can_emulate(hw)
-    return (True, "") if emulated else (False, f"{why}; {why_not}")
+    """Whether the final check can run here: a CPU target natively (this host's kind) or, for a
+    foreign ISA, under emulation; a GPU target needs a GPU of its kind and the driver."""
+    return target_for(hw).can_verify()
 
 
 def verify(

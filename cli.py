@@ -275,6 +275,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _write_new(path, target.emit()[name](best.kernel), args.force)
     top = target.candidate_report(result.candidates, seed=args.seed)
     pick = driver.chosen(verified)
+    blas = None
+    if numpy_gflops is not None:  # numpy was timed: say what it ran on, and if it was held back
+        from aotune.codegen.numpy_blas import numpy_blas
+
+        blas = numpy_blas()
+        warning = blas.warning(hw.isa.vector_bits)
+        if warning:
+            sys.stderr.write(f"warning: {warning}\n")
     skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
     doc = {
         "workload": {"op": w.op, "shape": w.shape_dict, "dtype": w.dtype, "flops": w.flops},
@@ -312,6 +320,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "verify_skipped": skipped,
         "verify_note": _emulated_note(verified),
         "numpy_gflops": numpy_gflops,
+        "numpy_blas": blas.as_dict() if blas else None,
         "chosen": (
             {
                 "rank": pick.candidate.rank,
@@ -333,10 +342,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out = _console()
     what = doc["target"].get("isa") or f"{doc['target'].get('sm')}, PTX ISA {hw.ptx_isa}"
     out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({what})")
+    if "core_model_from" in doc["target"] and doc["target"]["core_model_from"] != hw.name:
+        out.print(f"core model from {escape(doc['target']['core_model_from'])}")
     out.print(
         f"search: {options.strategy}, {result.candidates_scored} configs estimated, "
         f"{result.kernels_compiled} compiled and ranked from their assembly, "
-        f"{result.search_seconds:.1f} s, 0 measurements"
+        f"{result.search_seconds:.1f} s, {result.measurements} measurements (kernel runs, counted)"
     )
     table = Table(title="top candidates (predicted without running)")
     for col in ("rank", "config", "predicted", "bottleneck", "measured", "GFLOP/s", "correct"):
@@ -394,8 +405,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"(no times: {WHY_NO_TIME})"
         )
     elif pick and numpy_gflops:
+        assert blas is not None
         out.print(
-            f"numpy (same run): {numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
+            f"numpy (same run, {blas.library} {blas.kernel} kernel on {blas.threads} threads): "
+            f"{numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
             f"{pick.gflops:.1f} GFLOP/s = {pick.gflops / numpy_gflops:.2f}x numpy"
         )
     else:
@@ -633,12 +646,17 @@ COMMANDS = {
 EXIT_INTERRUPTED = 130
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug of aotune's, not the user's input
 _running_command = False
+# set by Ctrl-C: an error that follows it (an extension module whose import it broke, a compiler
+# child process it killed) is the interrupt, not a failure of its own
+_interrupt_seen = False
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
     """Ctrl-C: inside a command, unwind (KeyboardInterrupt, so temporary files are removed);
     before or after one (imports, interpreter exit), stop at once with the same one line."""
+    global _interrupt_seen
     if _running_command:
+        _interrupt_seen = True
         raise KeyboardInterrupt
     os.write(2, b"error: interrupted\n")
     os._exit(EXIT_INTERRUPTED)
@@ -646,7 +664,8 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aotune`` script."""
-    global _running_command
+    global _running_command, _interrupt_seen
+    _interrupt_seen = False
     # also when started with SIGINT ignored (a background job): Ctrl-C must stop aotune. Called
     # in-process with arguments (tests, scripts), the caller's handler is put back afterwards.
     previous = None
@@ -685,6 +704,16 @@ def _run(argv: Sequence[str] | None) -> int:
         args.hw_command = "list"
     try:
         return COMMANDS[args.command](args)
+    except Exception:
+        if _interrupt_seen:
+            raise KeyboardInterrupt from None
+        return _report_error()
+
+
+def _report_error() -> int:
+    """The exception being handled as one line on stderr, and the exit code for it."""
+    try:
+        raise
     except AotuneError as e:
         sys.stderr.write(f"error: {_one_line(str(e))}\n")
         return EXIT_ERROR

@@ -91,6 +91,7 @@ class CpuTarget:
             "kind": hw.kind,
             "isa": f"{hw.isa.arch} {hw.isa.llvm_cpu} {hw.isa.vector_bits}-bit",
             "triple": hw.isa.triple,
+            "core_model_from": hw.core_model_from,
         }
 
     def emit(self) -> dict[str, Callable[[Any], str | bytes]]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from aotune.codegen.executions import count_execution
 from aotune.errors import FinalCheckError
 
 
@@ -107,6 +108,7 @@ def run_on_device(
         start, stop = (_check(drv.cuEventCreate(0), "cuEventCreate") for _ in range(2))
 
         def launch_once() -> None:
+            count_execution("GPU kernel on the device")
             _check(
                 drv.cuLaunchKernel(fn, *launch.grid, *launch.block, launch.dynamic_shared_bytes,
                                    0, args.ctypes.data, 0),

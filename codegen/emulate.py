@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 from aotune.codegen.compile import Kernel
+from aotune.codegen.executions import count_execution
 from aotune.codegen.launch import LaunchPlan, launch_plan
 from aotune.codegen.runner import Operands, numpy_reference, tolerance
 from aotune.errors import FinalCheckError
@@ -362,6 +363,7 @@ def run_program(
     """Run a static program for ``emu``'s ISA under qemu; a crash, a non-zero exit or a timeout is
     one FinalCheckError line (the last ``aotune-emu:`` line of its stderr says where it was)."""
     cmd = [emu.qemu, "-cpu", emu.cpu, str(program), *args]
+    count_execution(f"program under {emu.describe()}")
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as e:

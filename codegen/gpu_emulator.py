@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import numpy as np
 from aotune.codegen.compile import _LLVM_LOCK, optimize, target_machine
+from aotune.codegen.executions import count_execution
 from aotune.codegen.gpu_compile import GpuKernel
 from aotune.codegen.gpu_schedule import GpuSchedule, OperandAccess
 from aotune.codegen.llvm_gpu import KernelEmitter
@@ -83,6 +84,7 @@ class HostBlocks:
             assert arr.dtype == np.float32 and arr.flags.c_contiguous
         smem = self._smem[(-self._smem.ctypes.data % 16) // 4 :]
         pbias = bias.ctypes.data if bias is not None else 0
+        count_execution("GPU kernel emulated on the host")
         for bx, by, bz in blocks:
             self._fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, pbias, bx, by, bz,
                      smem.ctypes.data, self._state.ctypes.data)  # fmt: skip

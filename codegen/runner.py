@@ -17,6 +17,7 @@ import llvmlite.binding as llvm
 import numpy as np
 from aotune.analysis.workload import ConvParams, Workload
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
+from aotune.codegen.executions import count_execution
 from aotune.codegen.launch import launch_plan
 from aotune.codegen.schedule import CpuSchedule
 from aotune.codegen.workers import workers
@@ -181,6 +182,7 @@ class HostKernel:
     def _run(self, addr: int, shares: list[tuple[int, ...]]) -> None:
         """Call a function of the entry's signature once per share: here, or on the worker
         threads."""
+        count_execution("host kernel")
         if len(shares) == 1:
             self._callable[addr](*shares[0])
         else:

@@ -30,6 +30,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 from aotune.codegen.compile import _LLVM_LOCK, _init_llvm
+from aotune.codegen.executions import count_execution
 from aotune.codegen.llvm_cpu import c64, counted_loop
 from aotune.errors import FinalCheckError
 
@@ -288,6 +289,7 @@ class WorkerPool:
         worker."""
         flag = self._probe_flag.ctypes.data
         self._probe_flag[0] = 0
+        count_execution("hand-over probe")
         start = time.perf_counter()
         self.run(
             self._pingpong_addr, [(flag, 0, steps, 0, 0, 0, 0, 0), (flag, 1, steps, 0, 0, 0, 0, 0)]

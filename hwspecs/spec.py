@@ -123,6 +123,27 @@ class HwSpec:
     caches: tuple[CacheSpec, ...]
     memory: MemorySpec
     overhead: OverheadSpec
+    # where the values come from: a field path ("core.frequency_ghz") or a section ("core",
+    # "caches") -> "datasheet ...", "measured by hw calibrate on ...", "sysfs", "assumed: ...";
+    # "core_model" names the spec the core model came from (the ``[origin]`` table of a file)
+    origin: tuple[tuple[str, str], ...] = dataclasses.field(
+        default=(), metadata={"string_table": True}
+    )
+
+    def origin_of(self, path: str) -> str:
+        """Where the value at ``path`` (e.g. ``caches.latency_cycles``) came from: its own entry,
+        else its section's, else "not stated"."""
+        table = dict(self.origin)
+        parts = path.split(".")
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in table:
+                return table[".".join(parts[:n])]
+        return "not stated"
+
+    @property
+    def core_model_from(self) -> str:
+        """The spec (or calibration) this target's core model came from."""
+        return dict(self.origin).get("core_model", self.name)
 
     @property
     def vector_lanes_f32(self) -> int:
@@ -152,7 +173,31 @@ class HwSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for JSON and ``aotune hw show``)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["origin"] = dict(self.origin)
+        data["core_model_from"] = self.core_model_from
+        return data
+
+    def field_paths(self) -> list[str]:
+        """Every value's path (``core.frequency_ghz``; a cache level's fields once, as
+        ``caches.<field>``), in schema order."""
+        paths = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "origin":
+                continue
+            if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+                paths += [f"{f.name}.{g.name}" for g in dataclasses.fields(value[0])]
+            elif dataclasses.is_dataclass(value):
+                paths += [f"{f.name}.{g.name}" for g in dataclasses.fields(value)]
+        return paths
+
+    def origins_by_source(self) -> dict[str, list[str]]:
+        """Where the values come from -> the paths of the values that came from there."""
+        out: dict[str, list[str]] = {}
+        for path in self.field_paths():
+            out.setdefault(self.origin_of(path), []).append(path)
+        return out
 
     def summary_lines(self) -> list[str]:
         """What ``aotune hw show`` prints."""
@@ -175,6 +220,11 @@ class HwSpec:
                 f"tiles may use {cache.usable_fraction:g}"
             )
         lines.append(f"  memory   {self.memory.bandwidth_gbs:g} GB/s")
+        lines.append(f"  core model from {self.core_model_from}")
+        lines.append("  where the values come from:")
+        for source, paths in self.origins_by_source().items():
+            lines.append(f"    {source}:")
+            lines.append(f"      {', '.join(paths)}")
         return lines
 
 
@@ -185,6 +235,18 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def _convert(value: Any, tp: Any, where: str, meta: Mapping[str, Any]) -> Any:
+    if meta.get("string_table"):
+        if not isinstance(value, dict):
+            raise HwSpecError(f"{where}: expected a table of strings, got {type(value).__name__}")
+        if len(value) > 500:
+            raise HwSpecError(f"{where}: {len(value)} entries; at most 500")
+        for key, text in value.items():
+            if not isinstance(text, str) or len(text) > 1000:
+                raise HwSpecError(
+                    f"{where}.{_short(key)}: expected a string of at most 1000 characters, "
+                    f"got {_short(text)}"
+                )
+        return tuple(sorted(value.items()))
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
@@ -230,6 +292,8 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     kwargs = {}
     for name, f in fields.items():
         tp = hints[name]
+        if name not in data and f.default is not dataclasses.MISSING:
+            continue  # an optional key (e.g. [origin])
         if name not in data:
             expected = _TYPE_NAMES.get(
                 tp, "table" if dataclasses.is_dataclass(tp) else "array of tables"

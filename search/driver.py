@@ -23,6 +23,7 @@ from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
 from aotune.codegen.compile import Kernel
 from aotune.codegen.emulate import EmulatedCheck, final_check_emulated
+from aotune.codegen.executions import executions
 from aotune.codegen.runner import (
     Measurement,
     check_final_check_memory,
@@ -67,7 +68,7 @@ class TuneResult:
     search_seconds: float
     candidates_scored: int
     kernels_compiled: int
-    measurements: int = 0  # runs on hardware during the search: always 0
+    measurements: int = 0  # runs of generated code during the search (counted; aotune's is 0)
 
     @property
     def best(self) -> Candidate:
@@ -104,6 +105,7 @@ def tune(
 ) -> TuneResult:
     """Search ``workload`` on ``hw`` and return the top-k candidates, measuring nothing."""
     start = time.perf_counter()
+    runs_before = executions()
     target = target_for(hw)
     space = space or target.build_space(workload)
 
@@ -147,7 +149,15 @@ def tune(
         )
     )
     return TuneResult(
-        workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist)
+        workload,
+        hw,
+        space,
+        options,
+        top,
+        time.perf_counter() - start,
+        len(scored),
+        len(shortlist),
+        measurements=executions() - runs_before,
     )
 
 

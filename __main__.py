@@ -1,5 +1,5 @@
 """``python -m aotune``."""
 
-from aotune.cli import main
+from aotune.entry import run
 
-raise SystemExit(main())
+run()

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import sys
+import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from aotune.artifact.commands import (
@@ -24,6 +26,7 @@ from aotune.artifact.commands import (
     open_db,
 )
 from aotune.errors import AotuneError, ConfigError
+from aotune.files import check_writable, write_new_file
 from aotune.search.options import SearchOptions
 
 EXIT_ERROR = 2
@@ -36,6 +39,24 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_ERROR)
+
+
+def _int_arg(text: str) -> int:
+    """An integer option in ASCII digits (argparse's int() also takes other scripts' digits)."""
+    if not re.fullmatch(r"\s*-?[0-9]{1,19}\s*", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer in digits 0-9")
+    return int(text)
+
+
+def _seconds_arg(text: str) -> float:
+    """A positive, finite number of seconds, at most an hour."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.0 < value <= 3600.0:
+        raise argparse.ArgumentTypeError(f"{text!r} seconds: give a number in (0, 3600]")
+    return value
 
 
 def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> None:
@@ -63,25 +84,25 @@ def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> 
     )
     p.add_argument(
         "--stride",
-        type=int,
+        type=_int_arg,
         default=None,
         help="convolutions: step between output pixels (default 1)",
     )
     p.add_argument(
         "--pad",
-        type=int,
+        type=_int_arg,
         default=None,
         help="convolutions: zeros on each side of H and W (default 0)",
     )
     p.add_argument(
         "--dilation",
-        type=int,
+        type=_int_arg,
         default=None,
         help="convolutions: step between kernel taps (default 1)",
     )
     p.add_argument(
         "--groups",
-        type=int,
+        type=_int_arg,
         default=None,
         help="conv2d: channel groups dividing C and K (default 1)",
     )
@@ -103,18 +124,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     t = sub.add_parser("tune", help="search, rank statically, and verify the top-k on this host")
     _add_problem_args(t, op_optional=True)
-    t.add_argument("--top-k", type=int, default=3, help="candidates to verify (default 3)")
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--top-k", type=_int_arg, default=3, help="candidates to verify (default 3)")
+    t.add_argument("--seed", type=_int_arg, default=0)
     t.add_argument("--strategy", default="cga", help="cga (default) or random")
     t.add_argument(
         "--budget",
-        type=int,
+        type=_int_arg,
         default=SearchOptions.budget,
         help="configs scored by the cheap estimate",
     )
     t.add_argument("--no-verify", action="store_true", help="skip the final check")
     t.add_argument("--emit-asm", metavar="FILE", help="write the best kernel's assembly to FILE")
     t.add_argument("--emit-ir", metavar="FILE", help="write the best kernel's LLVM IR to FILE")
+    t.add_argument("--emit-ptx", metavar="FILE", help="GPU targets: write the best kernel's PTX")
+    t.add_argument(
+        "--emit-cubin", metavar="FILE", help="GPU targets: write the best kernel's cubin (ptxas)"
+    )
     t.add_argument("--force", action="store_true", help="overwrite existing --emit-* files")
     t.add_argument("--json", action="store_true", help="print one JSON object")
     add_db_flags(t)
@@ -123,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_problem_args(s)
     s.add_argument(
-        "--count-seconds", type=float, default=10.0, help="time limit for exact counting"
+        "--count-seconds", type=_seconds_arg, default=10.0, help="time limit for exact counting"
     )
     s.add_argument("--json", action="store_true")
     v = sub.add_parser("validate", help="check a config against every constraint")
@@ -145,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.add_argument(
         "--samples",
-        type=int,
+        type=_int_arg,
         default=None,
         help="configs measured per workload for model accuracy (default 64; 32 with --quick)",
     )
@@ -190,24 +215,18 @@ def _problem(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def _space(args: argparse.Namespace) -> Any:
-    from aotune.constraints.cpu import build_cpu_space
+    from aotune.targets import target_for
 
     w, hw = _problem(args)
-    return build_cpu_space(w, hw)
+    return target_for(hw).build_space(w)
 
 
 def _labeled(space: Any, cfg: Any) -> dict[str, Any]:
     return {n: (space.var(n).label(v) if space.var(n).labels else v) for n, v in cfg.items}
 
 
-def _write_new(path: str, text: str, force: bool) -> None:
-    p = Path(path)
-    if p.exists() and not force:
-        raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another file")
-    try:
-        p.write_text(text)
-    except OSError as e:
-        raise ConfigError(f"cannot write {path}: {e.strerror}") from None
+def _write_new(path: str, text: str | bytes, force: bool) -> None:
+    write_new_file(path, text, force, ConfigError)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -224,9 +243,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         compile_top=max(16, args.top_k),
     )
-    for path in (args.emit_asm, args.emit_ir):
-        if path and Path(path).exists() and not args.force:
-            raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another file")
+    from aotune.targets import target_for
+
+    target = target_for(hw)
+    emits = {
+        name: path
+        for name in ("asm", "ir", "ptx", "cubin")
+        if (path := getattr(args, f"emit_{name}", None)) is not None
+    }
+    if len(set(emits.values())) < len(emits):
+        raise ConfigError("two --emit-* options name the same file; give each its own")
+    for name, path in emits.items():
+        if name not in target.emit():
+            others = ", ".join(f"--emit-{n}" for n in target.emit())
+            raise ConfigError(f"--emit-{name} does not apply to {hw.kind} targets; use {others}")
+        check_writable(path, args.force, ConfigError)
+    if not args.no_verify and driver.can_verify(hw)[0]:  # before the search, not after it
+        target.check_final_check_memory(w, options.top_k)
     err = _console(stderr=True)
     with Progress(
         TextColumn("{task.description:<22}"),
@@ -262,11 +295,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if db is not None:
                 db.close()
     best = result.best
-    if args.emit_asm:
-        _write_new(args.emit_asm, best.kernel.asm, args.force)
-    if args.emit_ir:
-        _write_new(args.emit_ir, best.kernel.llvm_ir, args.force)
+    for name, path in emits.items():
+        _write_new(path, target.emit()[name](best.kernel), args.force)
+    top = target.candidate_report(result.candidates, seed=args.seed)
     pick = driver.chosen(verified)
+    blas = None
+    if numpy_gflops is not None:  # numpy was timed: say what it ran on, and if it was held back
+        from aotune.codegen.numpy_blas import numpy_blas
+
+        blas = numpy_blas()
+        warning = blas.warning(hw.isa.vector_bits)
+        if warning:
+            sys.stderr.write(f"warning: {warning}\n")
     skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
     doc = {
         "workload": {
@@ -288,12 +328,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "record": None if record is None else record.id,
             "reused": reused,
         },
-        "target": {
-            "name": hw.name,
-            "kind": hw.kind,
-            "isa": f"{hw.isa.arch} {hw.isa.llvm_cpu} {hw.isa.vector_bits}-bit",
-            "triple": hw.isa.triple,
-        },
+        "target": target.describe(),
         "search": {
             "strategy": options.strategy,
             "seconds": round(result.search_seconds, 3),
@@ -321,9 +356,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "spread": v.measurement.spread,
             }
             for v in verified
-        ],
+            if not v.emulated
+        ]
+        + [_emulated_entry(result.space, v) for v in verified if v.emulated],
         "verify_skipped": skipped,
+        "verify_note": _emulated_note(verified),
         "numpy_gflops": numpy_gflops,
+        "numpy_blas": blas.as_dict() if blas else None,
         "chosen": (
             {
                 "rank": pick.candidate.rank,
@@ -331,26 +370,33 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "ratio_vs_numpy": pick.gflops / numpy_gflops,
             }
             if pick and numpy_gflops
-            else None
+            else _emulated_chosen(pick)
         ),
     }
+    if top is not None:
+        doc["top"] = [{**t, "config": _labeled(result.space, c.config)}
+                      for t, c in zip(top, result.candidates)]  # fmt: skip
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0 if (pick or skipped) else EXIT_ERROR
     from rich.markup import escape
 
     out = _console()
-    out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({doc['target']['isa']})")
+    what = doc["target"].get("isa") or f"{doc['target'].get('sm')}, PTX ISA {hw.ptx_isa}"
+    out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({what})")
+    if "core_model_from" in doc["target"] and doc["target"]["core_model_from"] != hw.name:
+        out.print(f"core model from {escape(doc['target']['core_model_from'])}")
     if reused:
         out.print(
             f"search: reused record {record.id} of {db.path} (searched earlier in "
-            f"{result.search_seconds:.1f} s, 0 measurements); --retune searches again"
+            f"{result.search_seconds:.1f} s); --retune searches again"
         )
     else:
         out.print(
             f"search: {options.strategy}, {result.candidates_scored} configs estimated, "
             f"{result.kernels_compiled} compiled and ranked from their assembly, "
-            f"{result.search_seconds:.1f} s, 0 measurements"
+            f"{result.search_seconds:.1f} s, {result.measurements} measurements (kernel runs, "
+            "counted)"
         )
     table = Table(title="top candidates (predicted without running)")
     for col in ("rank", "config", "predicted", "bottleneck", "measured", "GFLOP/s", "correct"):
@@ -363,24 +409,96 @@ def cmd_tune(args: argparse.Namespace) -> int:
             escape(result.space.describe_config(c.config)),
             f"{c.prediction.seconds * 1e3:.3f} ms",
             c.prediction.bottleneck,
-            f"{v.measurement.seconds * 1e3:.3f} ms" if v else "-",
-            f"{v.gflops:.1f}" if v else "-",
+            f"{v.measurement.seconds * 1e3:.3f} ms"  # type: ignore[union-attr]
+            if v and not v.emulated
+            else ("emulated" if v else "-"),
+            f"{v.gflops:.1f}" if v and v.gflops is not None else "-",
             ("yes" if v.measurement.correct else "[red]NO[/]") if v else "-",
         )
+    if top is not None:
+        table = Table(title="top candidates (predicted without running; resources from ptxas)")
+        for col in ("rank", "config", "predicted", "TFLOP/s", "of peak", "bottleneck", "regs",
+                    "spill B", "smem B", "blocks/SM", "waves", "emulated"):  # fmt: skip
+            table.add_column(col)
+        for t, c in zip(top, result.candidates):
+            r = t["resources"]
+            e = t["emulated"]
+            table.add_row(
+                str(c.rank),
+                escape(result.space.describe_config(c.config)),
+                f"{c.prediction.seconds * 1e3:.3f} ms",
+                f"{t['predicted_tflops']:.1f}",
+                f"{t['peak_fraction']:.0%}",
+                c.prediction.bottleneck,
+                str(r["registers"]),
+                str(r["spill_bytes"]),
+                str(r["shared_bytes"]),
+                str(r["blocks_per_sm"]),
+                str(r["waves"]),
+                ("correct" if e["correct"] else "[red]WRONG[/]")
+                + f" ({e['blocks_checked']}/{e['blocks_total']} blocks)",
+            )
     out.print(table)
+    if top is not None and any(not t["emulated"]["correct"] for t in top):
+        out.print("[red]a top candidate failed the emulated numpy check[/]")
+        return EXIT_ERROR
     if skipped:
         out.print(f"final check skipped: {skipped}")
-    elif pick and numpy_gflops:
+    elif pick and pick.emulated:
+        from aotune.codegen.emulate import WHY_NO_TIME
+
         out.print(
-            f"numpy (same run): {numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
+            f"final check under {pick.measurement.emulator}: "
+            f"{sum(v.measurement.correct for v in verified)} of {len(verified)} correct vs numpy; "
+            f"chosen rank {pick.candidate.rank}, the best predicted correct one\n"
+            f"(no times: {WHY_NO_TIME})"
+        )
+    elif pick and numpy_gflops:
+        assert blas is not None
+        out.print(
+            f"numpy (same run, {blas.library} {blas.kernel} kernel on {blas.threads} threads): "
+            f"{numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
             f"{pick.gflops:.1f} GFLOP/s = {pick.gflops / numpy_gflops:.2f}x numpy"
         )
     else:
         out.print("[red]no candidate passed the numpy check[/]")
         return EXIT_ERROR
-    if args.emit_asm:
-        out.print(f"assembly of rank 1 written to {args.emit_asm}")
+    for name, path in emits.items():
+        out.print(f"{name} of rank 1 written to {path}")
     return 0
+
+
+def _emulated_entry(space: Any, v: Any) -> dict[str, Any]:
+    """A ``verify`` entry of a kernel checked under emulation: correctness, no time."""
+    return {
+        "rank": v.candidate.rank,
+        "config": _labeled(space, v.candidate.config),
+        "predicted_seconds": v.candidate.prediction.seconds,
+        "correct": v.measurement.correct,
+        "max_abs_error": v.measurement.max_abs_error,
+        "tolerance": v.measurement.tolerance,
+        "emulated": True,
+        "emulator": v.measurement.emulator,
+    }
+
+
+def _emulated_note(verified: list[Any]) -> str | None:
+    """Why emulated checks carry no time (None when the check ran natively)."""
+    from aotune.codegen.emulate import WHY_NO_TIME
+
+    emulators = sorted({v.measurement.emulator for v in verified if v.emulated})
+    return f"checked under {', '.join(emulators)}: {WHY_NO_TIME}" if emulators else None
+
+
+def _emulated_chosen(pick: Any) -> dict[str, Any] | None:
+    """The chosen kernel of an emulated check: the best predicted correct one, not timed."""
+    if pick is None or not pick.emulated:
+        return None
+    return {
+        "rank": pick.candidate.rank,
+        "predicted_seconds": pick.candidate.prediction.seconds,
+        "by": "prediction (emulated check: correctness only)",
+    }
 
 
 def cmd_space(args: argparse.Namespace) -> int:
@@ -444,37 +562,48 @@ def cmd_space(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """``aotune validate``."""
+    from aotune.targets import target_for
+
     space = _space(args)
     cfg = space.parse_config(args.config)
     bad = space.violations(cfg)
+    # what the toolchain says beyond the constraints (a GPU kernel ptxas rejects or that spills)
+    more = [] if bad else target_for(space.hw).check_config(space, cfg)
     if args.json:
-        print(json.dumps({"valid": not bad, "violations": [vars(v) for v in bad]}, indent=1))
-    elif bad:
-        print(f"invalid config for {space.title}: {len(bad)} violated constraint(s)")
+        print(
+            json.dumps(
+                {"valid": not bad and not more, "violations": [vars(v) for v in bad],
+                 "toolchain": more},
+                indent=1,
+            )
+        )  # fmt: skip
+    elif bad or more:
+        print(f"invalid config for {space.title}: {len(bad) + len(more)} problem(s)")
         for v in bad:
             print(f"  - {v}")
+        for text in more:
+            print(f"  - {text}")
     else:
         print(
             f"valid: {space.describe_config(cfg)} satisfies all {len(space.constraints)} "
             f"constraints of {space.title}"
         )
-    return EXIT_INVALID if bad else 0
+    return EXIT_INVALID if bad or more else 0
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """``aotune predict``."""
-    from aotune.analysis.features import kernel_features
-    from aotune.analysis.model import AnalyticalCpuModel
-    from aotune.codegen.compile import compile_kernel
-    from aotune.codegen.schedule import schedule_from_config
+    from aotune.targets import target_for
 
     space = _space(args)
+    target = target_for(space.hw)
     cfg = space.parse_config(args.config)
-    sched = schedule_from_config(space, cfg)
-    kernel = compile_kernel(sched, space.hw)
-    loop = kernel_features(kernel, space.hw.isa.arch).loop
-    (pred,) = AnalyticalCpuModel(space.hw).predict_batch([sched], [loop])
+    sched = target.schedule(space, cfg)
+    kernel = target.compile(sched)
+    features = target.features(kernel)
+    (pred,) = target.predict([sched], [features])
     flops = space.workload.flops
+    feature_data, feature_line = target.feature_summary(features)
     if args.json:
         print(
             json.dumps(
@@ -482,7 +611,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                     **pred.as_dict(),
                     "gflops": flops / pred.seconds / 1e9,
                     "config": _labeled(space, cfg),
-                    "loop": vars(loop),
+                    target.feature_key: feature_data,
                 },
                 indent=1,
             )
@@ -495,11 +624,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     )
     for name, sec in pred.breakdown:
         print(f"  {name:<9} {sec * 1e3:9.3f} ms")
-    print(
-        f"micro-kernel loop ({loop.function}): {loop.fma} FMA, {loop.vector_loads} vector loads, "
-        f"{loop.scalar_loads} scalar/broadcast loads, {loop.stores} stores, {loop.spills} spills, "
-        f"{loop.other} other"
-    )
+    print(feature_line)
     return 0
 
 
@@ -512,27 +637,8 @@ def cmd_hw(args: argparse.Namespace) -> int:
         if getattr(args, "json", False):
             print(json.dumps(spec.to_dict(), indent=1))
             return 0
-        print(f"{spec.name}: {spec.description}")
-        print(
-            f"  isa      {spec.isa.arch} {spec.isa.llvm_cpu}, "
-            f"{spec.isa.vector_registers} x {spec.isa.vector_bits}-bit vector registers, "
-            f"{spec.isa.general_registers} general"
-        )
-        c = spec.core
-        print(
-            f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, "
-            f"{c.fma_units} FMA x {c.fma_width_bits}-bit (latency {c.fma_latency_cycles}), "
-            f"{c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}"
-        )
-        print(f"  peak     {spec.peak_flops_per_core / 1e9:.1f} GFLOP/s fp32 per core")
-        for cache in spec.caches:
-            print(
-                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, "
-                f"shared by {cache.shared_by_cores}, "
-                f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
-                f"tiles may use {cache.usable_fraction:g}"
-            )
-        print(f"  memory   {spec.memory.bandwidth_gbs:g} GB/s")
+        for line in spec.summary_lines():
+            print(line)
         return 0
     print("host  (detected: " + load_target("host").description + ")")
     for name in builtin_names():
@@ -598,8 +704,58 @@ COMMANDS = {
 }
 
 
+EXIT_INTERRUPTED = 130
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug of aotune's, not the user's input
+_running_command = False
+# set by Ctrl-C: an error that follows it (an extension module whose import it broke, a compiler
+# child process it killed) is the interrupt, not a failure of its own
+_interrupt_seen = False
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Ctrl-C: inside a command, unwind (KeyboardInterrupt, so temporary files are removed);
+    before or after one (imports, interpreter exit), stop at once with the same one line."""
+    global _interrupt_seen
+    if _running_command:
+        _interrupt_seen = True
+        raise KeyboardInterrupt
+    os.write(2, b"error: interrupted\n")
+    os._exit(EXIT_INTERRUPTED)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aotune`` script."""
+    global _running_command, _interrupt_seen
+    _interrupt_seen = False
+    # also when started with SIGINT ignored (a background job): Ctrl-C must stop aotune. Called
+    # in-process with arguments (tests, scripts), the caller's handler is put back afterwards.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, _on_sigint)
+    _running_command = True
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        if argv is None:  # the script: end here, so nothing at exit can turn 130 into a signal
+            _flush_and_exit(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
+    finally:
+        _running_command = False
+        if previous is not None and argv is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _flush_and_exit(code: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = _join_values(list(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
@@ -609,17 +765,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.hw_command = "list"
     try:
         return COMMANDS[args.command](args)
+    except Exception:
+        if _interrupt_seen:
+            raise KeyboardInterrupt from None
+        return _report_error()
+
+
+def _report_error() -> int:
+    """The exception being handled as one line on stderr, and the exit code for it."""
+    try:
+        raise
     except AotuneError as e:
-        sys.stderr.write(f"error: {e}\n")
+        sys.stderr.write(f"error: {_one_line(str(e))}\n")
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted\n")
-        return 130
     except BrokenPipeError:
         # the reader went away (``aotune predict ... | head``): stop quietly, as other CLI tools do;
         # pointing stdout at devnull keeps the interpreter's exit flush from failing again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except MemoryError:
+        sys.stderr.write(
+            "error: ran out of memory; use a smaller shape, or --no-verify to get the kernel "
+            "without running it here\n"
+        )
+        return EXIT_ERROR
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # noqa: BLE001 -- the last resort: one line, never a traceback
+        sys.stderr.write(
+            f"error: internal error ({type(e).__name__}: {_one_line(str(e))[:300]}); this is a "
+            "bug in aotune: please report it with the command that caused it\n"
+        )
+        return EXIT_INTERNAL
+
+
+def _one_line(text: str) -> str:
+    """A message on one line (LLVM and OS messages may carry newlines)."""
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

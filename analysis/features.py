@@ -89,6 +89,7 @@ class LoopFeatures:
     spills: int
     other: int
     loop_bytes: int
+    loop_free: bool = False  # no k loop: the counts are the whole micro-kernel's, every k step
 
 
 @dataclass(frozen=True)
@@ -148,12 +149,8 @@ def _classify(insn: capstone.CsInsn, t: IsaTable) -> str:
     return "other"
 
 
-def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
-    """Features of the innermost loop with the most FMAs in one function (None if it has no
-    loop)."""
-    t = ISA_TABLES[isa]
-    md = capstone.Cs(t.cs_arch, t.cs_mode)
-    insns = list(md.disasm(code, 0))
+def _loops(insns: list[capstone.CsInsn], t: IsaTable) -> list[tuple[int, int]]:
+    """(first, last address) of every backward direct branch's range: the function's loops."""
     loops = []
     for insn in insns:
         if t.is_branch(insn.mnemonic):
@@ -164,15 +161,11 @@ def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
                 continue
             if addr <= insn.address:
                 loops.append((addr, insn.address))
-    best: tuple[int, int, list[capstone.CsInsn]] | None = None
-    for lo, hi in loops:
-        body = [i for i in insns if lo <= i.address <= hi]
-        fmas = sum(1 for i in body if _classify(i, t) == "fma")
-        if fmas and (best is None or fmas > best[0] or (fmas == best[0] and hi - lo < best[1])):
-            best = (fmas, hi - lo, body)
-    if best is None:
-        return None
-    body = best[2]
+    return loops
+
+
+def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -> LoopFeatures:
+    """Count the instruction classes of ``body``."""
     counts = {"fma": 0, "vload": 0, "sload": 0, "bcast": 0, "store": 0, "spill": 0, "other": 0}
     for i in body:
         kind = _classify(i, t)
@@ -209,7 +202,35 @@ def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
         counts["spill"],
         counts["other"],
         body[-1].address - body[0].address,
+        loop_free,
     )
+
+
+def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
+    """Features of the innermost loop with the most FMAs in one function (None if it has no
+    loop)."""
+    t = ISA_TABLES[isa]
+    insns = list(capstone.Cs(t.cs_arch, t.cs_mode).disasm(code, 0))
+    best: tuple[int, int, list[capstone.CsInsn]] | None = None
+    for lo, hi in _loops(insns, t):
+        body = [i for i in insns if lo <= i.address <= hi]
+        fmas = sum(1 for i in body if _classify(i, t) == "fma")
+        if fmas and (best is None or fmas > best[0] or (fmas == best[0] and hi - lo < best[1])):
+            best = (fmas, hi - lo, body)
+    return None if best is None else _mix(name, best[2], t, loop_free=False)
+
+
+def straight_line_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
+    """Features of a whole function whose FMAs sit in no loop (None if it has no FMA).
+
+    A short reduction (K <= 8) lets LLVM unroll the micro-kernel's k loop completely: the body
+    then holds every k step once, besides the C tile's loads and stores.
+    """
+    t = ISA_TABLES[isa]
+    insns = list(capstone.Cs(t.cs_arch, t.cs_mode).disasm(code, 0))
+    if not insns or not any(_classify(i, t) == "fma" for i in insns):
+        return None
+    return _mix(name, insns, t, loop_free=True)
 
 
 # codegen names each register tile's function after its shape: ukernel_<rows>x<cols>
@@ -227,12 +248,15 @@ def kernel_features(kernel: Kernel, isa: str) -> KernelFeatures:
     funcs = elf_functions(kernel.object_code)
     s = kernel.schedule
     main = f"ukernel_{s.mr}x{s.nr}"
-    order = [main] + [f for f in funcs if f != main]
-    for fname in order:
-        if fname in funcs:
-            lf = loop_features(fname, funcs[fname], isa)
+    order = [f for f in [main, *funcs] if f in funcs]
+    order = list(dict.fromkeys(order))
+    text_bytes = sum(map(len, funcs.values()))
+    for find in (loop_features, straight_line_features):
+        for fname in order:
+            lf = find(fname, funcs[fname], isa)
             if lf is not None:
-                return KernelFeatures(isa, sum(map(len, funcs.values())), tuple(funcs), lf)
+                return KernelFeatures(isa, text_bytes, tuple(funcs), lf)
     raise CodegenError(
-        f"no FMA loop found in the object code of {kernel.entry} (functions: {', '.join(funcs)})"
+        f"no FMA instruction found in the object code of {kernel.entry} "
+        f"(functions: {', '.join(funcs)}); the kernel computes nothing the model can rank"
     )

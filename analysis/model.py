@@ -19,6 +19,7 @@ Cost of one thread (the slowest one, since threads split the parallel loop):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -96,9 +97,16 @@ def mix_from_features(s: CpuSchedule, f: LoopFeatures, hw: HwSpec) -> KStepMix:
     LLVM may unroll further than the schedule asked (a 1 x 49 tile, the whole row of a 7 x 7 image,
     showed 8 k steps in one iteration). A loop found in a tile of another shape than mr x nr (no
     full tile fits the extent) does not show the full tile's mix; the schedule's is used then.
+    A micro-kernel with no k loop (K <= 8, unrolled whole) mixes the k steps with the C tile's
+    loads and stores, which ``cost`` charges per call: the schedule's mix per k step is used, with
+    the stack spills the body shows spread over its k steps.
     """
     nvec = -(-s.nr // s.lanes)
     tile = tile_of_function(f.function)
+    if f.loop_free:
+        mix = mix_from_schedule(s, hw)
+        steps = max(1.0, f.fma / (s.mr * nvec))
+        return dataclasses.replace(mix, spills=f.spills / steps)
     if tile is None:
         steps = max(1.0, float(s.unroll))
     else:

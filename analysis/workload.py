@@ -145,6 +145,15 @@ class Workload:
     epilogue: Epilogue = Epilogue()
     conv: ConvParams | None = None  # set for convolutions: their reference is not an einsum
 
+    def __post_init__(self) -> None:
+        for t in self.tensors:
+            elems = math.prod(t.shape)
+            if elems > MAX_TENSOR_ELEMENTS:
+                raise WorkloadError(
+                    f"tensor {t.name} of shape {'x'.join(map(str, t.shape))} would hold {elems} "
+                    f"elements ({elems * t.itemsize / 2**40:.0f} TiB); at most 2^42 are supported"
+                )
+
     def loop(self, name: str) -> Loop:
         """The loop called ``name``."""
         for lp in self.loops:
@@ -198,6 +207,12 @@ class Workload:
         return ",".join(sub(a) for a in self.statement.inputs) + "->" + sub(self.statement.output)
 
 
+# A loop or tensor dimension: 64-bit indexing holds any product of these, and CP-SAT's domains
+# (64-bit) hold every expression the spaces build from them.
+MAX_EXTENT = 2**31 - 1
+MAX_TENSOR_ELEMENTS = 2**42  # 16 TiB of fp32: beyond any machine this runs on
+
+
 def check_extent(name: str, value: object) -> int:
     """A positive integer dimension, or a WorkloadError that says how to fix it."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -206,7 +221,20 @@ def check_extent(name: str, value: object) -> int:
         raise WorkloadError(
             f"dimension {name} must be a positive integer, got {value}; every size must be >= 1"
         )
+    if value > MAX_EXTENT:
+        raise WorkloadError(
+            f"dimension {name} = {value} is too large; sizes go up to 2^31 - 1 = {MAX_EXTENT}"
+        )
     return value
+
+
+def parse_int(text: str, what: str) -> int:
+    """An integer written in ASCII digits (with an optional minus sign); ``what`` names it in the
+    error. Other digit characters (Arabic-Indic, full-width) and separators are refused."""
+    stripped = text.strip()
+    if not re.fullmatch(r"-?[0-9]{1,30}", stripped):
+        raise WorkloadError(f"{what} {text!r} is not an integer in digits 0-9")
+    return int(stripped)
 
 
 _EINSUM = re.compile(r"^\s*([a-zA-Z]+)\s*,\s*([a-zA-Z]+)\s*->\s*([a-zA-Z]*)\s*$")
@@ -310,6 +338,8 @@ def dense(
 def _conv_param(name: str, value: object, minimum: int, rule: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise WorkloadError(f"{name} must be an integer >= {minimum} ({rule}), got {value!r}")
+    if value > MAX_EXTENT:
+        raise WorkloadError(f"{name} = {value} is too large ({rule}); at most {MAX_EXTENT}")
     return value
 
 
@@ -355,6 +385,11 @@ def conv2d(
             )
     for axis, size, kname, kernel in (("H", H, "R", R), ("W", W, "S", S)):
         span = dilation * (kernel - 1) + 1
+        if size + 2 * pad > MAX_EXTENT or span > MAX_EXTENT:
+            raise WorkloadError(
+                f"the padded input {axis}+2*pad = {size + 2 * pad} or the dilated kernel span "
+                f"{span} is beyond {MAX_EXTENT}; use a smaller pad or dilation"
+            )
         if span > size + 2 * pad:
             raise WorkloadError(
                 f"kernel {kname}={kernel} (dilated span {span}) is larger than the padded input "
@@ -471,14 +506,12 @@ def parse_shape(text: str, names: tuple[str, ...]) -> dict[str, int]:
         )
     sizes = {}
     for name, part in zip(names, parts):
-        try:
-            value = int(part)
-        except ValueError:
+        if not re.fullmatch(r"-?[0-9]{1,30}", part):
             raise WorkloadError(
-                f"shape {text!r}: {name}={part!r} is not an integer; "
+                f"shape {text!r}: {name}={part!r} is not an integer in digits 0-9; "
                 f"write it as {sep.join(names)}, e.g. {example}"
-            ) from None
-        sizes[name] = check_extent(name, value)
+            )
+        sizes[name] = check_extent(name, int(part))
     return sizes
 
 
@@ -492,12 +525,11 @@ def parse_dims(text: str) -> dict[str, int]:
             raise WorkloadError(
                 f"--dims entry {item!r} is not of the form letter=size, e.g. b=8,i=256"
             )
-        try:
-            size = int(value)
-        except ValueError:
+        if not re.fullmatch(r"-?[0-9]{1,30}", value.strip()):
             raise WorkloadError(
-                f"--dims entry {item!r}: size {value.strip()!r} is not an integer"
-            ) from None
+                f"--dims entry {item!r}: size {value.strip()!r} is not an integer in digits 0-9"
+            )
+        size = int(value)
         if name in dims:
             raise WorkloadError(f"--dims gives index {name!r} twice")
         dims[name] = check_extent(name, size)
@@ -550,13 +582,18 @@ def build_workload(
                 'einsum needs a spec and sizes, e.g. aotune tune einsum "bij,bjk->bik" '
                 "--dims b=8,i=256,j=256,k=256"
             )
-        if shape:
+        if shape is not None:
             raise WorkloadError("einsum takes its sizes from --dims, not --shape")
         return einsum(spec, parse_dims(dims))
     if spec or dims:
         raise WorkloadError(f"an einsum spec and --dims apply to einsum, not {op}")
     _, names = OPERATORS[op]
-    sizes = parse_shape(shape or DEFAULT_SHAPES[op], names)
+    if shape is not None and not shape.strip():
+        raise WorkloadError(
+            f"--shape is empty; give {OPERATORS[op][0]} (e.g. {DEFAULT_SHAPES[op]}), or leave "
+            "--shape out for that default"
+        )
+    sizes = parse_shape(DEFAULT_SHAPES[op] if shape is None else shape, names)
     if op == "batch_matmul":
         return batch_matmul(sizes["B"], sizes["M"], sizes["N"], sizes["K"])
     if op == "dense":

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import aotune
+from aotune.artifact.backends import Check, Chosen, backend_for
 from aotune.artifact.fanout import SearchTask, run_searches
 from aotune.artifact.inputs import KernelList, SkippedOp
-from aotune.artifact.targets import Check, Chosen, backend_for
 from aotune.errors import BuildError
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
@@ -198,17 +198,18 @@ def _labeled(config: dict[str, Any]) -> str:
 
 
 def _pick(record: TuneRecord) -> CandidateRecord:
-    """The candidate the library uses: the fastest correct measured one, else rank 1."""
-    measured = [c for c in record.candidates if c.measured_seconds is not None]
-    if not measured:
-        return record.candidates[0]
-    correct = [c for c in measured if c.correct]
+    """The candidate the library uses: the fastest correct measured one, else the best ranked
+    one no check found wrong (an emulated check says correct or not, without a time)."""
+    timed = [c for c in record.candidates if c.measured_seconds is not None and c.correct]
+    if timed:
+        return min(timed, key=lambda c: c.measured_seconds or 0.0)
+    correct = [c for c in record.candidates if c.correct is not False]
     if not correct:
         raise BuildError(
             f"no candidate of record {record.id} ({record.workload.get('describe')}) passed the "
             "numpy check; this is a bug in aotune: please report it (--retune searches again)"
         )
-    return min(correct, key=lambda c: c.measured_seconds or 0.0)
+    return correct[0]
 
 
 def build(

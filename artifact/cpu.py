@@ -29,6 +29,7 @@ import llvmlite.ir as ir
 from aotune.analysis.workload import Workload
 from aotune.artifact import runtime
 from aotune.codegen.compile import _LLVM_LOCK, optimize, target_machine
+from aotune.codegen.launch import launch_plan
 from aotune.codegen.llvm_cpu import generate_ir
 from aotune.codegen.schedule import CpuSchedule
 from aotune.errors import CodegenError
@@ -111,15 +112,15 @@ def _wrapper_ir(
     lock = ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name=runtime.LOCK)
     unlock = ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name=runtime.UNLOCK)
 
-    ranges = s.thread_ranges()
-    shares = len(ranges)
+    plan = launch_plan(s)  # the shares and buffers HostKernel and the emulated check run
+    ranges = list(plan.shares)
+    shares = plan.threads
     # static buffers: per share a packing workspace for A and for B, then the padded copies
     layout: list[tuple[str, int]] = []
     for t in range(shares):
-        layout += [(f"ws_a{t}", s.pack_a_elems), (f"ws_b{t}", s.pack_b_elems)]
-    copies = (shares if s.pad_copy_per_thread else 1) if s.pad_copy else 0
-    for t in range(copies):
-        layout.append((f"padded{t}", s.pad_copy.elems))
+        layout += [(f"ws_a{t}", plan.ws_a_elems), (f"ws_b{t}", plan.ws_b_elems)]
+    for t in range(plan.pad_buffers):
+        layout.append((f"padded{t}", plan.pad_elems))
     offsets, total = {}, 0
     for key, elems in layout:
         offsets[key] = total
@@ -166,20 +167,15 @@ def _wrapper_ir(
 
     b.call(lock, [])
     operands = [(pa, pb)] * shares
-    pad_shares: list[tuple[str, int, int]] = []
-    if s.pad_copy is not None:
-        rows = math.prod(s.pad_copy.shape[:-1])
-        if s.pad_copy_per_thread:
-            pad_shares = [(f"padded{t}", 0, rows) for t in range(shares)]
-        else:
-            pad_shares = [
-                ("padded0", t * rows // shares, (t + 1) * rows // shares) for t in range(shares)
-            ]
-        src = pa if s.pad_copy.operand == "a" else pb
-        run_shares(pad_fn, [[src, at(key), 0, 0, lo, hi, 0, 0] for key, lo, hi in pad_shares])
+    if plan.pad_operand is not None:
+        src = pa if plan.pad_operand == "a" else pb
+        run_shares(
+            pad_fn,
+            [[src, at(f"padded{buf}"), 0, 0, lo, hi, 0, 0] for buf, lo, hi in plan.pad_shares],
+        )
         operands = [
-            (at(key), pb) if s.pad_copy.operand == "a" else (pa, at(key))
-            for key, _, _ in pad_shares
+            (at(f"padded{buf}"), pb) if plan.pad_operand == "a" else (pa, at(f"padded{buf}"))
+            for buf in plan.padded_of_share
         ]
     run_shares(
         share_fn,

@@ -19,6 +19,7 @@ from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import LAYOUTS, Workload, conv2d, dense, depthwise_conv2d, matmul
 from aotune.codegen.compile import Kernel, compile_kernel
+from aotune.codegen.numpy_blas import numpy_blas
 from aotune.codegen.runner import (
     HostKernel,
     aligned_copy,
@@ -72,6 +73,11 @@ def kendall(x: np.ndarray, y: np.ndarray) -> float:
         ty += int(((dy == 0) & (dx != 0)).sum())
     denom = np.sqrt((conc + disc + tx) * (conc + disc + ty))
     return float((conc - disc) / denom) if denom else 0.0
+
+
+def median_abs_error(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """The median of |predicted / measured - 1|: how far absolute predictions are off."""
+    return float(np.median(np.abs(predicted / measured - 1.0)))
 
 
 def topk_score(predicted: np.ndarray, measured: np.ndarray, k: int) -> float:
@@ -186,6 +192,7 @@ def model_accuracy(
         "kendall": kendall(p, t),
         "top1": topk_score(p, t, 1),
         "top5": topk_score(p, t, 5),
+        "median_abs_error": median_abs_error(p, t),
         "incorrect": incorrect,
         "best_sampled_gflops": w.flops / t.min() / 1e9,
         "core_to_core_ns": [h for h in handoff if h is not None],
@@ -310,6 +317,10 @@ def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) 
     1024^3 row, so it leaves it out).
     """
     hw = load_target("host")
+    blas = numpy_blas()
+    warning = blas.warning(hw.isa.vector_bits)
+    if warning and log:
+        log(f"[bench] warning: {warning}")
     samples = samples if samples is not None else (QUICK_SAMPLES if quick else FULL_SAMPLES)
     timing = (0.0, 0.0) if quick else (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS)
     rows, reference = [], None
@@ -325,14 +336,19 @@ def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) 
             row["efficiency_vs_matmul_1024"] = op_gflops / ref_gflops
             row["side_by_side_gflops"] = {"operator": op_gflops, "matmul_1024": ref_gflops}
         rows.append(row)
-    return {"machine": machine_description(hw), "rows": rows}
+    return {"machine": machine_description(hw), "numpy_blas": blas.as_dict(), "rows": rows}
 
 
 def print_table(result: dict[str, Any], console: Any) -> None:
     """The suite's results as a rich table."""
     from rich.table import Table
 
-    table = Table(title=f"aotune bench on {result['machine']}")
+    blas = result.get("numpy_blas") or {}
+    table = Table(
+        title=f"aotune bench on {result['machine']}; numpy on {blas.get('library')} "
+        f"{blas.get('kernel')} x {blas.get('threads')} threads"
+        + (" (forced by OPENBLAS_CORETYPE)" if blas.get("forced_by_env") else "")
+    )
     for col in (
         "workload",
         "GFLOP/s",
@@ -346,6 +362,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
         "Kendall",
         "top-1",
         "top-5",
+        "|pred/meas-1|",
         "core-to-core ns",
     ):
         table.add_column(col)
@@ -365,6 +382,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
             f"{a['kendall']:.2f}",
             f"{a['top1']:.2f}",
             f"{a['top5']:.2f}",
+            f"{a['median_abs_error']:.2f}" if "median_abs_error" in a else "-",
             " ".join(f"{ns:.0f}" for ns in a.get("core_to_core_ns", [])) or "-",
         )
     console.print(table)

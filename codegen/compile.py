@@ -6,13 +6,15 @@ Roadmap: a PTX path (NVPTX target + ptxas resource usage) will sit beside ``comp
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 from aotune.codegen.llvm_cpu import generate_ir
 from aotune.codegen.schedule import CpuSchedule
-from aotune.errors import CodegenError
+from aotune.errors import CodegenError, HwSpecError
 from aotune.hwspecs.spec import HwSpec
 
 _LLVM_LOCK = threading.Lock()  # LLVM's global state is not thread-safe during init/compile
@@ -48,6 +50,45 @@ class Kernel:
     def launch(self) -> list[tuple[int, int]]:
         """Per-thread [lo, hi) ranges of the parallel loop: the launch parameters."""
         return self.schedule.thread_ranges()
+
+
+_LIST_TARGET_NAMES = (
+    "import sys, llvmlite.binding as llvm; llvm.initialize_all_targets(); "
+    "llvm.initialize_all_asmprinters(); "
+    "llvm.Target.from_triple(sys.argv[1]).create_target_machine(cpu='help', features='')"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def llvm_target_names(triple: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(CPU names, feature names) that LLVM knows for ``triple``.
+
+    LLVM prints them when asked for the CPU "help"; it does so in a child process, because it
+    writes to the process's own stdout and aborts the process on some malformed inputs.
+    """
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _LIST_TARGET_NAMES, triple],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CodegenError(f"cannot ask LLVM which CPUs it knows: {e}") from None
+    if proc.returncode != 0:
+        raise HwSpecError(f"LLVM cannot target {triple!r}; fix isa.triple in the spec")
+    sections: dict[str, set[str]] = {"cpus": set(), "features": set()}
+    current = None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.startswith("Available CPUs"):
+            current = "cpus"
+        elif line.startswith("Available features"):
+            current = "features"
+        elif current and line.startswith("  ") and " - " in line:
+            sections[current].add(line.split()[0])
+        elif line.startswith("Use +feature"):
+            current = None
+    return frozenset(sections["cpus"]), frozenset(sections["features"])
 
 
 def target_machine(hw: HwSpec, jit: bool = False) -> llvm.TargetMachine:

@@ -15,12 +15,14 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import numpy as np
-from aotune.analysis.workload import ConvParams
+from aotune.analysis.workload import ConvParams, Workload
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
+from aotune.codegen.executions import count_execution
+from aotune.codegen.launch import launch_plan
 from aotune.codegen.schedule import CpuSchedule
 from aotune.codegen.workers import workers
 from aotune.errors import FinalCheckError
-from aotune.hwspecs.host import host_can_run
+from aotune.hwspecs.host import available_memory_bytes, host_can_run
 from aotune.hwspecs.spec import HwSpec
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -63,6 +65,27 @@ class Measurement:
     tolerance: float
 
 
+def _checked_out(out: object, shape: tuple[int, ...], inputs: tuple[np.ndarray, ...]) -> np.ndarray:
+    """``out`` if the kernel can write its result there: a writeable, C-contiguous float32 array
+    of ``shape``, apart from the inputs; a FinalCheckError naming what is wrong otherwise (the
+    kernel writes through a raw pointer: a wrong buffer would be corrupted or silently wrong)."""
+    if not isinstance(out, np.ndarray):
+        raise FinalCheckError(f"out must be a numpy array, got {type(out).__name__}")
+    if out.dtype != np.float32:
+        raise FinalCheckError(f"out must be float32, got {out.dtype}; allocate it as float32")
+    if out.shape != shape:
+        raise FinalCheckError(f"out must have shape {shape}, got {out.shape}")
+    if not out.flags.c_contiguous:
+        raise FinalCheckError("out must be C-contiguous; pass np.ascontiguousarray(out) or None")
+    if not out.flags.writeable:
+        raise FinalCheckError("out is read-only; pass a writeable array")
+    if out.ctypes.data % out.itemsize:
+        raise FinalCheckError("out is not aligned to its 4-byte elements; allocate it with numpy")
+    if any(np.may_share_memory(out, x) for x in inputs):
+        raise FinalCheckError("out overlaps an input; the kernel needs a separate output buffer")
+    return out
+
+
 class HostKernel:
     """A kernel JIT-compiled for this machine, callable on numpy arrays."""
 
@@ -84,33 +107,17 @@ class HostKernel:
                 self._engine.get_function_address(f"{kernel.entry}_pad") if s.pad_copy else 0
             )
             self._callable = {addr: _SIG(addr) for addr in (self._addr, self._pad_addr) if addr}
-        ranges = kernel.launch
-        self._ranges = ranges
-        self._ws = [(_aligned(s.pack_a_elems), _aligned(s.pack_b_elems)) for _ in ranges]
+        plan = launch_plan(s)
+        self._ranges = list(plan.shares)
+        self._ws = [(_aligned(plan.ws_a_elems), _aligned(plan.ws_b_elems)) for _ in plan.shares]
         # addresses looked up once: each ``.ctypes.data`` costs about a microsecond
         self._ws_addr = [(wa.ctypes.data, wb.ctypes.data) for wa, wb in self._ws]
-        # The padded copy's border stays zero: the kernel writes only its interior. Its rows (all
-        # dims but the last) are split evenly over the threads, or each thread copies them all
-        # into a buffer of its own when every thread reads the whole of it.
-        rows = math.prod(s.pad_copy.shape[:-1]) if s.pad_copy else 0
-        copies = len(ranges) if s.pad_copy_per_thread else 1
-        self._padded = [_aligned(s.pad_copy.elems) for _ in range(copies)] if s.pad_copy else []
+        # zeroed once: the padded copy's border stays zero, the pad function writes its interior
+        self._padded = [_aligned(plan.pad_elems) for _ in range(plan.pad_buffers)]
         padded_addr = [p.ctypes.data for p in self._padded]
-        if s.pad_copy_per_thread:
-            self._pad_shares = [(addr, 0, rows) for addr in padded_addr]
-        else:
-            self._pad_shares = (
-                [
-                    (padded_addr[0], t * rows // len(ranges), (t + 1) * rows // len(ranges))
-                    for t in range(len(ranges))
-                ]
-                if s.pad_copy
-                else []
-            )
+        self._pad_shares = [(padded_addr[i], lo, hi) for i, lo, hi in plan.pad_shares]
         # the padded buffer each thread's kernel share reads
-        self._padded_of_share = (
-            [self._pad_shares[t][0] for t in range(len(ranges))] if s.pad_copy else []
-        )
+        self._padded_of_share = [padded_addr[i] for i in plan.padded_of_share]
 
     def __call__(
         self,
@@ -136,7 +143,7 @@ class HostKernel:
                     f"{None if bias is None else bias.shape}"
                 )
             bias = np.ascontiguousarray(bias, dtype=np.float32)
-        c = out if out is not None else _aligned(c_shape)
+        c = _checked_out(out, c_shape, (a, b)) if out is not None else _aligned(c_shape)
         pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
         pbias = bias.ctypes.data if s.bias else 0  # checked above: present when the kernel adds it
         operands = [(pa, pb)] * len(self._ranges)
@@ -175,6 +182,7 @@ class HostKernel:
     def _run(self, addr: int, shares: list[tuple[int, ...]]) -> None:
         """Call a function of the entry's signature once per share: here, or on the worker
         threads."""
+        count_execution("host kernel")
         if len(shares) == 1:
             self._callable[addr](*shares[0])
         else:
@@ -248,9 +256,49 @@ def random_operands(s: CpuSchedule, seed: int = 0) -> Operands:
     starting on a cache line."""
     rng = np.random.default_rng(seed)
     a_shape, b_shape, c_shape = s.shapes
-    a = aligned_copy(rng.uniform(-1, 1, a_shape))
-    b = aligned_copy(rng.uniform(-1, 1, b_shape))
-    return a, b, (aligned_copy(rng.uniform(-1, 1, c_shape[-1])) if s.bias else None)
+
+    def uniform(shape: tuple[int, ...]) -> np.ndarray:
+        x = _aligned(shape)  # drawn in place as float32: no float64 copy of a large input
+        rng.random(out=x.reshape(-1), dtype=np.float32)
+        x *= 2.0
+        x -= 1.0
+        return x
+
+    return uniform(a_shape), uniform(b_shape), (uniform(c_shape[-1:]) if s.bias else None)
+
+
+def final_check_bytes(w: Workload, kernels: int, threads: int) -> int:
+    """Memory the final check of ``kernels`` kernels of ``w`` allocates at its peak, in bytes: the
+    float32 inputs and each kernel's outputs, numpy's float64 reference with its error arrays,
+    a convolution reference's gathered windows, and the zero-padded copies of a padded input."""
+    x, wt = (w.tensor(a.tensor) for a in w.statement.inputs)
+    out = w.tensor(w.statement.output.tensor)
+    ins, outs = math.prod(x.shape) + math.prod(wt.shape), math.prod(out.shape)
+    total = 4 * ins + 4 * outs * (kernels + 2) + 8 * (ins + 3 * outs)
+    if w.conv is not None:
+        extent = {lp.name: lp.extent for lp in w.loops}
+        pixels = extent["n"] * extent["oh"] * extent["ow"]
+        taps = extent["c"] * extent["r"] * extent["s"]  # per group: the reference loops over them
+        total += 12 * pixels * taps  # the windows, copied as float64 and float32
+        if w.conv.pad:
+            pad, sizes = w.conv.pad, x.shape
+            h, wd = (sizes[2], sizes[3]) if w.conv.layout == "NCHW" else (sizes[1], sizes[2])
+            padded = math.prod(sizes) // (h * wd) * (h + 2 * pad) * (wd + 2 * pad)
+            total += 4 * padded * max(1, threads) * kernels
+    return total
+
+
+def check_final_check_memory(w: Workload, kernels: int, threads: int) -> None:
+    """Refuse, in one line, a final check that would not fit in the memory available now."""
+    need = final_check_bytes(w, kernels, threads)
+    have = available_memory_bytes()
+    if have is not None and need > 0.9 * have:
+        raise FinalCheckError(
+            f"the final check of {w.op} {'x'.join(str(v) for _, v in w.shape)} needs about "
+            f"{need / 2**30:.1f} GiB (inputs, outputs and numpy's float64 reference), and "
+            f"{have / 2**30:.1f} GiB is available; pass --no-verify to get the kernel without "
+            "running it here"
+        )
 
 
 def tolerance(a: np.ndarray, b: np.ndarray, K: int, ref: np.ndarray | None = None) -> float:
@@ -397,9 +445,15 @@ def numpy_baseline(
     if s.conv is None:
         ins, out_sub = s.reference.split("->")
         a_sub, b_sub = ins.split(",")
-        # C[..., m, n] = A[..., m, k] @ B[..., k, n]: np.matmul (BLAS), batched over leading indices
+        # C[..., m, n] = A[..., m, k] @ B[..., k, n]: np.matmul (BLAS), batched over leading
+        # indices; vector and scalar outputs (ij,j->i, i,i->) go through einsum
         lead = out_sub[:-2]
-        plain = a_sub == lead + out_sub[-2] + a_sub[-1] and b_sub == lead + a_sub[-1] + out_sub[-1]
+        plain = (
+            len(out_sub) >= 2
+            and bool(a_sub)
+            and a_sub == lead + out_sub[-2] + a_sub[-1]
+            and b_sub == lead + a_sub[-1] + out_sub[-1]
+        )
     out = _aligned(s.shapes[2])
 
     def contraction() -> np.ndarray:

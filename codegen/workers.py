@@ -30,6 +30,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 from aotune.codegen.compile import _LLVM_LOCK, _init_llvm
+from aotune.codegen.executions import count_execution
 from aotune.codegen.llvm_cpu import c64, counted_loop
 from aotune.errors import FinalCheckError
 
@@ -43,9 +44,9 @@ PROBE_SHORT_STEPS, PROBE_LONG_STEPS = 500, 2500  # hand-over probe runs: ~0.1-1 
 # 0.1 s): right after numpy's matmul a probe with 0.02 s of warm-up read 0-432 ns (0, 0, 9 among
 # them) on the 2-vCPU slice, with 0.15 s 159-169, the placement's value, every time.
 PROBE_WARMUP_SECONDS = 0.15
-PROBE_SPIN_LIMIT = (
-    1 << 28
-)  # polls (~a second) before a hand-over probe stops waiting for its partner
+# polls (~a second) before a hand-over probe stops waiting for its partner
+PROBE_SPIN_LIMIT = 1 << 28
+PROBE_YIELD_EVERY = 1 << 14  # polls (~10 us, far beyond a hand-over) between sched_yield calls
 ARGS = 8  # the kernel entry: (A, B, C, bias, lo, hi, ws_a, ws_b)
 
 I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
@@ -192,9 +193,13 @@ def _module(triple: str) -> str:
         polls = b.phi(I64, name="polls")
         polls.add_incoming(c64(0), before)
         more = b.add(polls, c64(1))
-        polls.add_incoming(more, check)
         b.cbranch(b.icmp_unsigned("==", b.load_atomic(flag, "acquire", 8), want), go, check)
         b.position_at_end(check)
+        # a partner that shares this CPU (a loaded machine) runs only when this one yields
+        every = b.and_(more, c64(PROBE_YIELD_EVERY - 1))
+        with b.if_then(b.icmp_unsigned("==", every, c64(0))):
+            b.call(sched_yield, [])
+        polls.add_incoming(more, b.block)
         b.cbranch(b.icmp_unsigned("<", more, c64(PROBE_SPIN_LIMIT)), wait, give_up)
         b.position_at_end(go)
         b.store_atomic(b.add(want, c64(1)), flag, "release", 8)
@@ -284,6 +289,7 @@ class WorkerPool:
         worker."""
         flag = self._probe_flag.ctypes.data
         self._probe_flag[0] = 0
+        count_execution("hand-over probe")
         start = time.perf_counter()
         self.run(
             self._pingpong_addr, [(flag, 0, steps, 0, 0, 0, 0, 0), (flag, 1, steps, 0, 0, 0, 0, 0)]

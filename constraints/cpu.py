@@ -201,6 +201,32 @@ class CpuSpace(Space):
     roles: Roles | None = None
 
 
+# Entries of the constant offset tables a gathered operand is read through (codegen emits them
+# into the kernel: 2^20 entries already take ~12 s to compile).
+MAX_TABLE_ENTRIES = 1 << 22
+
+
+def check_offset_tables(w: Workload, info: AccessInfo, r: Roles) -> None:
+    """Refuse, before any table is built, a gathered operand whose offset tables (one entry per
+    row and per reduction index, and the same again per bounds-checked dimension) would not fit."""
+    for tensor, rows, vector_axis, shared in (
+        (r.a, r.m, False, r.shared_n),
+        (r.b, r.n, True, False),
+    ):
+        if not shared and must_pack_because(w, info, tensor, rows, r.k, vector_axis) is None:
+            continue
+        t = info.tensor(tensor)
+        guarded = sum(1 for below, above in t.halo if below or above)
+        entries = (group_extent(w, rows) + group_extent(w, r.k)) * (1 + guarded)
+        if entries > MAX_TABLE_ENTRIES:
+            raise UnsupportedWorkloadError(
+                f"{w.op}: reading {tensor} through offset tables would need {entries} entries "
+                f"(at most {MAX_TABLE_ENTRIES}): {group_extent(w, rows)} rows x "
+                f"{group_extent(w, r.k)} reduction steps; split the batch or the image into "
+                "smaller calls, or use less padding"
+            )
+
+
 def footprint_expr(info: AccessInfo, tensors: tuple[str, ...], tile_vars: dict[str, Expr]) -> Expr:
     """Bytes touched by a tile whose size per loop is ``tile_vars``, from isl's extents."""
     terms: list[Expr] = []
@@ -238,6 +264,7 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     info = info or analyze(w)
     r = find_roles(w, info)
     M, N, K = (group_extent(w, g) for g in (r.m, r.n, r.k))
+    check_offset_tables(w, info, r)
     # Footprints are those of the GEMM the micro-kernel sees: packed panels, or the operand itself
     # where it is read in place (then its groups are single strides, so the view is exact).
     # An A shared along the columns is a vector per (row, k): its tile is mr x kc x nr.

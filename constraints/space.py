@@ -8,6 +8,7 @@ space; ``solve`` copies it and adds the caller's restrictions, so GA children ne
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,13 +36,10 @@ class DecisionVar:
         """A value from its label or integer text."""
         if text in self.labels:
             return self.labels.index(text)
-        try:
+        if re.fullmatch(r"-?[0-9]{1,18}", text):
             return int(text)
-        except ValueError:
-            choices = ", ".join(self.labels) if self.labels else "an integer"
-            raise ConfigError(
-                f"config value {self.name}={text!r} is not valid; use {choices}"
-            ) from None
+        choices = ", ".join(self.labels) if self.labels else "an integer in digits 0-9"
+        raise ConfigError(f"config value {self.name}={text!r} is not valid; use {choices}")
 
     def domain_text(self) -> str:
         """Compact description of the domain."""
@@ -61,8 +59,8 @@ def _one_worker_solver(time_limit: float | None = None) -> cp_model.CpSolver:
     stopped after ``time_limit`` seconds if one is given."""
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    # CP-SAT's own SIGINT handler leaves Ctrl-C at the default action after a solve (the process
-    # dies at once, without Python's KeyboardInterrupt): keep Python's, so Ctrl-C stops cleanly
+    # CP-SAT installs its own SIGINT handler for each solve unless told not to, and it ends or
+    # ignores Ctrl-C there; Python's handler must see it, so that the CLI stops in one line
     solver.parameters.catch_sigint_signal = False
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = time_limit
@@ -181,17 +179,35 @@ class Space:
         unknown = [n for group in self.joint_moves for n in group if n not in self.names]
         if unknown:
             raise ConfigError(f"joint moves name unknown decision(s) {', '.join(unknown)}")
-        self._guards: dict[tuple[str, int], cp_model.IntVar] = {}
         self._scratch: cp_model.CpModel | None = None
         self._model = cp_model.CpModel()
-        self._vars = {
-            v.name: self._model.new_int_var_from_domain(
+        self._vars, _ = self._lower_into(self._model, switchable=False)
+
+    def _lower_into(
+        self, model: cp_model.CpModel, switchable: bool
+    ) -> tuple[dict[str, cp_model.IntVar], list[cp_model.IntVar]]:
+        """Add the decision variables and every constraint to ``model``; with ``switchable``, each
+        constraint holds only when a literal of its own is true (returned in constraint order), so
+        a solve under assumptions can tell which constraints conflict."""
+        variables = {
+            v.name: model.new_int_var_from_domain(
                 cp_model.Domain.from_values(list(v.domain)), v.name
             )
             for v in self.variables
         }
         bounds = {v.name: (min(v.domain), max(v.domain)) for v in self.variables}
-        ctx = LoweringContext(self._model, self._vars, bounds)
+        ctx = LoweringContext(model, variables, bounds)
+        guards: dict[tuple[str, int], cp_model.IntVar] = {}
+
+        def guard(name: str, value: int) -> cp_model.IntVar:
+            if (name, value) not in guards:
+                b = model.new_bool_var(f"{name}_is_{value}")
+                model.add(variables[name] == value).only_enforce_if(b)
+                model.add(variables[name] != value).only_enforce_if(~b)
+                guards[name, value] = b
+            return guards[name, value]
+
+        switches = []
         for c in self.constraints:
             lhs, rhs = c.lhs.to_cpsat(ctx), c.rhs.to_cpsat(ctx)
             if c.relation == "divides":
@@ -201,27 +217,32 @@ class Space:
                 lhs_var, new_lhs = ctx.aux(f"val:{c.lhs}", lo, hi)
                 rhs_var, new_rhs = ctx.aux(f"val:{c.rhs}", max(1, rlo), max(1, rhi))
                 if new_lhs:
-                    self._model.add(lhs_var == lhs)
+                    model.add(lhs_var == lhs)
                 if new_rhs:
-                    self._model.add(rhs_var == rhs)
-                self._model.add_modulo_equality(rem, lhs_var, rhs_var)
-                ct = self._model.add(rem == 0)
+                    model.add(rhs_var == rhs)
+                model.add_modulo_equality(rem, lhs_var, rhs_var)
+                ct = model.add(rem == 0)
             else:
-                ct = self._model.add(
-                    {"<=": lhs <= rhs, ">=": lhs >= rhs, "==": lhs == rhs}[c.relation]
-                )
-            if c.when is not None:
-                ct.only_enforce_if(self._guard_literal(*c.when))
+                ct = model.add({"<=": lhs <= rhs, ">=": lhs >= rhs, "==": lhs == rhs}[c.relation])
+            literals = [guard(*c.when)] if c.when is not None else []
+            if switchable:
+                switches.append(model.new_bool_var(f"holds:{c.name}"))
+                literals.append(switches[-1])
+            if literals:
+                ct.only_enforce_if(literals)
+        return variables, switches
 
-    def _guard_literal(self, name: str, value: int) -> cp_model.IntVar:
-        guards = self._guards
-        key = (name, value)
-        if key not in guards:
-            b = self._model.new_bool_var(f"{name}_is_{value}")
-            self._model.add(self._vars[name] == value).only_enforce_if(b)
-            self._model.add(self._vars[name] != value).only_enforce_if(~b)
-            guards[key] = b
-        return guards[key]
+    def conflicting_constraints(self, time_limit: float = 5.0) -> list[Constraint]:
+        """A small set of constraints that no config can meet together (empty when some config
+        meets them all, or when CP-SAT cannot tell in time): what an empty space's error names."""
+        model = cp_model.CpModel()
+        _, switches = self._lower_into(model, switchable=True)
+        model.add_assumptions(switches)
+        solver = _one_worker_solver(time_limit)
+        if solver.solve(model) != cp_model.INFEASIBLE:
+            return []
+        core = set(solver.sufficient_assumptions_for_infeasibility())
+        return [c for c, lit in zip(self.constraints, switches) if lit.index in core]
 
     # ---- configs -------------------------------------------------------------------------------
     @property
@@ -254,10 +275,14 @@ class Space:
     def parse_config(self, text: str) -> Config:
         """``"mr=8,nr=32,..."`` (labels allowed for categorical decisions) -> Config."""
         values: dict[str, int] = {}
+        if not text.strip():
+            raise ConfigError(f"the config is empty; give every decision, e.g. {self.example()}")
         for part in filter(None, (p.strip() for p in text.split(","))):
             if "=" not in part:
                 raise ConfigError(f"config item {part!r} is not name=value; e.g. {self.example()}")
             k, v = (s.strip() for s in part.split("=", 1))
+            if k in values:
+                raise ConfigError(f"config gives {k} twice; give each decision once")
             values[k] = self.var(k).parse(v)
         return self.config(values)
 
@@ -324,14 +349,27 @@ class Space:
         # every time), which turned every GA mutation into "take the solver's default value"
         solver.parameters.cp_model_presolve = not hints
         status = solver.solve(model)
+        if status == cp_model.INFEASIBLE and not allowed:
+            raise UnsatisfiableError(self.empty_space_message())
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             why = (
                 "no config satisfies the restrictions"
                 if status == cp_model.INFEASIBLE
-                else "the solver timed out"
+                else f"the solver found no config within {time_limit:g} s"
             )
             raise UnsatisfiableError(f"{self.title}: {why}")
         return self._solution(solver)
+
+    def empty_space_message(self) -> str:
+        """Why no config exists at all: the constraints that conflict, with their rules."""
+        conflict = self.conflicting_constraints()
+        if not conflict:
+            return f"{self.title}: no config satisfies all {len(self.constraints)} constraints"
+        rules = "; ".join(f"{c.name} ({c.text})" for c in conflict)
+        return (
+            f"{self.title}: no config satisfies {rules}; the workload or the target's limits "
+            "leave no room for any schedule (check the spec's values)"
+        )
 
     def nearest(self, cfg: Config, fixed: Mapping[str, int], time_limit: float = 1.0) -> Config:
         """The valid config with the ``fixed`` values that changes the fewest other decisions of

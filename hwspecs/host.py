@@ -59,22 +59,32 @@ def sysfs_caches(cpu_dir: Path = SYSFS_CPU / "cpu0") -> dict[int, tuple[int, int
     return found
 
 
-def _base_spec_name(cpu_name: str, features: dict[str, bool], arch: str) -> str:
-    names = builtin_names()
+CALIBRATE_HINT = "`aotune hw calibrate -o FILE.toml` measures this CPU's own"
+
+
+def _base_spec_name(cpu_name: str, features: dict[str, bool], arch: str) -> tuple[str, str]:
+    """The built-in spec whose core model the host takes, and why that one."""
+    names = builtin_names("cpu")
     if cpu_name in names:
-        return cpu_name
+        return cpu_name, f"its built-in spec (LLVM names this CPU {cpu_name})"
     for name in names:  # a spec whose llvm_cpu is the host's
         if load_target(name).isa.llvm_cpu == cpu_name:
-            return name
+            return name, f"the built-in spec for LLVM's CPU name {cpu_name}"
+    closest = None
     if arch == "aarch64":
-        return "neoverse-n1"
-    if features.get("avx512f"):
-        return "skylake-avx512"
-    if features.get("avx2") and features.get("fma"):
-        return "haswell"
-    raise HwSpecError(
-        f"host CPU {cpu_name!r} has neither AVX2+FMA nor AVX-512; "
-        "write a spec file for it and pass --target FILE.toml"
+        closest = "neoverse-n1"
+    elif features.get("avx512f"):
+        closest = "skylake-avx512"
+    elif features.get("avx2") and features.get("fma"):
+        closest = "haswell"
+    if closest is None:
+        raise HwSpecError(
+            f"host CPU {cpu_name!r} has neither AVX2+FMA nor AVX-512; "
+            "write a spec file for it and pass --target FILE.toml"
+        )
+    return closest, (
+        f"no built-in spec for {cpu_name}: another CPU's, the closest by vector ISA "
+        f"(clock, pipes, latencies are not this CPU's; {CALIBRATE_HINT})"
     )
 
 
@@ -88,7 +98,8 @@ def detect_host() -> HwSpec:
     arch = {"arm64": "aarch64"}.get(arch, arch)
     cpu_name = llvm.get_host_cpu_name()
     features = dict(llvm.get_host_cpu_features())
-    base = load_target(_base_spec_name(cpu_name, features, arch))
+    base_name, why = _base_spec_name(cpu_name, features, arch)
+    base = load_target(base_name)
     cores = (
         len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     )
@@ -118,13 +129,37 @@ def detect_host() -> HwSpec:
         vector_registers=32 if vector_bits == 512 else base.isa.vector_registers,
     )
     core = dataclasses.replace(base.core, cores=cores)
+    inherited = dict(base.origin)
+    origin = {
+        # every value of the base spec keeps its own origin, said to be assumed for this host
+        **{k: f"assumed from {base_name}: {v}" for k, v in inherited.items() if k != "core_model"},
+        "isa": f"assumed from {base_name}",
+        "core": f"assumed from {base_name}"
+        + (f": {inherited['core']}" if "core" in inherited else ""),
+        "caches": f"assumed from {base_name}",
+        "memory": f"assumed from {base_name}",
+        "overhead": f"assumed from {base_name}",
+        "isa.triple": "LLVM's process triple",
+        "isa.llvm_cpu": "LLVM's host CPU name",
+        "isa.llvm_features": "LLVM's host CPU features",
+        "isa.vector_bits": "LLVM's host CPU features (avx512f: 512, else 256)",
+        "isa.vector_registers": "LLVM's host CPU features (32 with AVX-512)",
+        "core.cores": "the OS (CPUs this process may run on)",
+        "core_model": f"{base_name} ({why})",
+    }
+    if detected:
+        sysfs = f"sysfs ({SYSFS_CPU / 'cpu0' / 'cache'})"
+        for key in ("size_kib", "line_bytes", "associativity", "shared_by_cores"):
+            origin[f"caches.{key}"] = sysfs
+    described = base_name if base_name == cpu_name else f"{base_name}, not this CPU's own"
     return dataclasses.replace(
         base,
         name="host",
-        description=f"detected host: {cpu_name}, {cores} cores (core model from {base.name})",
+        description=f"detected host: {cpu_name}, {cores} cores (core model from {described})",
         isa=isa,
         core=core,
         caches=tuple(caches),
+        origin=tuple(sorted(origin.items())),
     )
 
 
@@ -142,3 +177,27 @@ def host_can_run(spec: HwSpec) -> tuple[bool, str]:
     if missing:
         return False, f"target {spec.name} needs CPU features this host lacks: {', '.join(missing)}"
     return True, ""
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process may still allocate: the OS's MemAvailable, or less where a cgroup
+    limit is closer (containers, CI runners); None when neither can be read."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    cgroup = Path("/sys/fs/cgroup")
+    for limit_file, usage_file in (
+        ("memory.max", "memory.current"),  # cgroup v2
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),  # cgroup v1
+    ):
+        try:
+            limit_text = (cgroup / limit_file).read_text().strip()
+            if limit_text != "max" and int(limit_text) < 1 << 60:
+                found.append(int(limit_text) - int((cgroup / usage_file).read_text()))
+        except (OSError, ValueError):
+            continue
+    return max(0, min(found)) if found else None

@@ -1,7 +1,7 @@
 """Frozen hardware descriptions and their strict TOML loader.
 
-Roadmap: CPU targets only for now; a ``[gpu]`` table (SMs, warps, shared memory, registers per
-thread) will join ``HwSpec`` as an optional section when NVIDIA targets land.
+Roadmap: this module owns the CPU schema and the loading of every spec file; a file's ``kind``
+picks its schema from ``SPEC_KINDS`` (``cpu`` here, ``gpu`` in :mod:`aotune.hwspecs.gpu_spec`).
 
 The schema *is* the dataclasses below: the loader walks their fields, so a key that is not a field,
 a field that is missing, or a value of the wrong type is an error naming the file, the key and the
@@ -11,15 +11,30 @@ expected type.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
+import re
 import tomllib
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aotune.errors import HwSpecError
+from aotune.files import decode_utf8, read_user_file
 
 SPEC_DIR = Path(__file__).resolve().parent
+
+
+def _in(lo: float, hi: float) -> Any:
+    """A spec field whose value must lie in [lo, hi]: the loader checks it and names the range."""
+    return dataclasses.field(metadata={"range": (lo, hi)})
+
+
+def _pow2(lo: int, hi: int) -> Any:
+    """A spec field that is a power of two in [lo, hi] (sizes that address bits select)."""
+    return dataclasses.field(metadata={"range": (lo, hi), "power_of_two": True})
 
 
 @dataclass(frozen=True)
@@ -30,66 +45,70 @@ class IsaSpec:
     triple: str
     llvm_cpu: str
     llvm_features: str
-    vector_bits: int
-    vector_registers: int
-    general_registers: int  # integer registers the compiler can allocate (x86-64: 16, AArch64: 31)
+    vector_bits: int = _pow2(128, 512)
+    vector_registers: int = _in(3, 64)
+    # integer registers the compiler can allocate (x86-64: 16, AArch64: 31)
+    general_registers: int = _in(8, 64)
 
 
 @dataclass(frozen=True)
 class CoreSpec:
     """Per-core issue resources; the model's throughput coefficients."""
 
-    cores: int
-    frequency_ghz: float
-    fma_units: int
-    fma_width_bits: int
-    fma_latency_cycles: int
+    cores: int = _in(1, 1024)
+    frequency_ghz: float = _in(0.1, 10.0)
+    fma_units: int = _in(1, 8)
+    fma_width_bits: int = _pow2(64, 1024)
+    fma_latency_cycles: int = _in(1, 64)
     # cycles per FMA instruction in a tile row that mixes full vectors with a narrower tail vector
     # (1 / fma_units where a narrow FMA costs just its pipe slot; more where the pipes pair badly)
-    mixed_width_fma_cycles: float
-    load_ports: int
-    load_width_bits: int
-    store_ports: int
-    issue_width: int
-    reorder_window: (
-        int  # instructions in flight: lets independent FMA chains of consecutive tiles overlap
-    )
+    mixed_width_fma_cycles: float = _in(0.01, 16.0)
+    load_ports: int = _in(1, 8)
+    load_width_bits: int = _pow2(64, 1024)
+    store_ports: int = _in(1, 8)
+    issue_width: int = _in(1, 32)
+    # instructions in flight: lets independent FMA chains of consecutive tiles overlap
+    reorder_window: int = _in(1, 4096)
 
 
 @dataclass(frozen=True)
 class CacheSpec:
     """One data-cache level."""
 
-    level: int
-    size_kib: int
-    line_bytes: int
-    associativity: int
-    latency_cycles: int  # load-to-use latency of a hit in this level
-    shared_by_cores: int
-    bandwidth_bytes_per_cycle: float  # per core, from this level into the one above
-    usable_fraction: float  # share of the capacity a tile may claim (the rest is for others)
+    level: int = _in(1, 4)
+    size_kib: int = _in(1, 1 << 20)
+    line_bytes: int = _pow2(16, 1024)
+    associativity: int = _in(1, 1024)
+    latency_cycles: int = _in(1, 2000)  # load-to-use latency of a hit in this level
+    shared_by_cores: int = _in(1, 1024)
+    # per core, from this level into the one above
+    bandwidth_bytes_per_cycle: float = _in(0.01, 4096.0)
+    # share of the capacity a tile may claim (the rest is for others)
+    usable_fraction: float = _in(0.01, 1.0)
 
 
 @dataclass(frozen=True)
 class MemorySpec:
     """Main memory, shared by all cores."""
 
-    bandwidth_gbs: float
-    page_bytes: int  # prefetchers stop at page boundaries; each page also needs a TLB entry
-    prefetch_stride_bytes: int  # largest stride between accesses that the stride prefetcher follows
-    tlb_miss_cycles: int  # extra latency of an access whose page misses the first-level data TLB
-    dtlb_entries: int  # pages the first-level data TLB holds
-    prefetch_ahead_cycles: (
-        int  # how far ahead software prefetches of strided operand rows are issued
-    )
+    bandwidth_gbs: float = _in(0.01, 100_000.0)
+    # prefetchers stop at page boundaries; each page also needs a TLB entry
+    page_bytes: int = _pow2(1024, 1 << 30)
+    # largest stride between accesses that the stride prefetcher follows
+    prefetch_stride_bytes: int = _in(1, 1 << 20)
+    # extra latency of an access whose page misses the first-level data TLB
+    tlb_miss_cycles: int = _in(0, 10_000)
+    dtlb_entries: int = _in(1, 1 << 20)  # pages the first-level data TLB holds
+    # how far ahead software prefetches of strided operand rows are issued
+    prefetch_ahead_cycles: int = _in(1, 100_000)
 
 
 @dataclass(frozen=True)
 class OverheadSpec:
     """Fixed costs the model adds per kernel call."""
 
-    call_seconds: float
-    thread_seconds: float
+    call_seconds: float = _in(0.0, 1.0)
+    thread_seconds: float = _in(0.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -104,6 +123,27 @@ class HwSpec:
     caches: tuple[CacheSpec, ...]
     memory: MemorySpec
     overhead: OverheadSpec
+    # where the values come from: a field path ("core.frequency_ghz") or a section ("core",
+    # "caches") -> "datasheet ...", "measured by hw calibrate on ...", "sysfs", "assumed: ...";
+    # "core_model" names the spec the core model came from (the ``[origin]`` table of a file)
+    origin: tuple[tuple[str, str], ...] = dataclasses.field(
+        default=(), metadata={"string_table": True}
+    )
+
+    def origin_of(self, path: str) -> str:
+        """Where the value at ``path`` (e.g. ``caches.latency_cycles``) came from: its own entry,
+        else its section's, else "not stated"."""
+        table = dict(self.origin)
+        parts = path.split(".")
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in table:
+                return table[".".join(parts[:n])]
+        return "not stated"
+
+    @property
+    def core_model_from(self) -> str:
+        """The spec (or calibration) this target's core model came from."""
+        return dict(self.origin).get("core_model", self.name)
 
     @property
     def vector_lanes_f32(self) -> int:
@@ -133,13 +173,80 @@ class HwSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for JSON and ``aotune hw show``)."""
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["origin"] = dict(self.origin)
+        data["core_model_from"] = self.core_model_from
+        return data
+
+    def field_paths(self) -> list[str]:
+        """Every value's path (``core.frequency_ghz``; a cache level's fields once, as
+        ``caches.<field>``), in schema order."""
+        paths = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "origin":
+                continue
+            if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+                paths += [f"{f.name}.{g.name}" for g in dataclasses.fields(value[0])]
+            elif dataclasses.is_dataclass(value):
+                paths += [f"{f.name}.{g.name}" for g in dataclasses.fields(value)]
+        return paths
+
+    def origins_by_source(self) -> dict[str, list[str]]:
+        """Where the values come from -> the paths of the values that came from there."""
+        out: dict[str, list[str]] = {}
+        for path in self.field_paths():
+            out.setdefault(self.origin_of(path), []).append(path)
+        return out
+
+    def summary_lines(self) -> list[str]:
+        """What ``aotune hw show`` prints."""
+        c = self.core
+        lines = [
+            f"{self.name}: {self.description}",
+            f"  isa      {self.isa.arch} {self.isa.llvm_cpu}, "
+            f"{self.isa.vector_registers} x {self.isa.vector_bits}-bit vector registers, "
+            f"{self.isa.general_registers} general",
+            f"  core     {c.cores} cores @ {c.frequency_ghz} GHz, "
+            f"{c.fma_units} FMA x {c.fma_width_bits}-bit (latency {c.fma_latency_cycles}), "
+            f"{c.load_ports} loads + {c.store_ports} store/cycle, issue {c.issue_width}",
+            f"  peak     {self.peak_flops_per_core / 1e9:.1f} GFLOP/s fp32 per core",
+        ]
+        for cache in self.caches:
+            lines.append(
+                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, "
+                f"shared by {cache.shared_by_cores}, "
+                f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
+                f"tiles may use {cache.usable_fraction:g}"
+            )
+        lines.append(f"  memory   {self.memory.bandwidth_gbs:g} GB/s")
+        lines.append(f"  core model from {self.core_model_from}")
+        lines.append("  where the values come from:")
+        for source, paths in self.origins_by_source().items():
+            lines.append(f"    {source}:")
+            lines.append(f"      {', '.join(paths)}")
+        return lines
 
 
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+SPEC_FILE_LIMIT_BYTES = 256 * 1024  # a spec is a few KiB; anything far larger is the wrong file
+ARCHES = ("x86_64", "aarch64")  # the ISAs analysis/features.py reads
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-def _convert(value: Any, tp: Any, where: str) -> Any:
+def _convert(value: Any, tp: Any, where: str, meta: Mapping[str, Any]) -> Any:
+    if meta.get("string_table"):
+        if not isinstance(value, dict):
+            raise HwSpecError(f"{where}: expected a table of strings, got {type(value).__name__}")
+        if len(value) > 500:
+            raise HwSpecError(f"{where}: {len(value)} entries; at most 500")
+        for key, text in value.items():
+            if not isinstance(text, str) or len(text) > 1000:
+                raise HwSpecError(
+                    f"{where}.{_short(key)}: expected a string of at most 1000 characters, "
+                    f"got {_short(text)}"
+                )
+        return tuple(sorted(value.items()))
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
@@ -149,86 +256,134 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         (item_tp, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list):
             raise HwSpecError(f"{where}: expected an array of tables, got {type(value).__name__}")
-        return tuple(_convert(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_convert(v, item_tp, f"{where}[{i}]", {}) for i, v in enumerate(value))
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if tp in _TYPE_NAMES and (type(value) is not tp):
-        raise HwSpecError(f"{where}: expected {_TYPE_NAMES[tp]}, got {value!r}")
+        raise HwSpecError(f"{where}: expected {_TYPE_NAMES[tp]}, got {_short(value)}")
+    if tp is float and not math.isfinite(value):
+        raise HwSpecError(f"{where}: expected a finite number, got {value}")
+    if "range" in meta:
+        lo, hi = meta["range"]
+        if not lo <= value <= hi:
+            raise HwSpecError(f"{where} = {_short(value)} is out of range; allowed {lo:g}..{hi:g}")
+        if meta.get("power_of_two") and value & (value - 1):
+            raise HwSpecError(
+                f"{where} = {value} is not a power of two; allowed {lo}, {2 * lo}, ..., {hi}"
+            )
+    if tp is str and len(value) > 1000:
+        raise HwSpecError(f"{where}: a string of {len(value)} characters; at most 1000")
     return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in hints:
-            raise HwSpecError(f"{where}: unknown key {key!r}; expected one of {', '.join(names)}")
+            raise HwSpecError(
+                f"{where}: unknown key {_short(key)}; expected one of {', '.join(fields)}"
+            )
     kwargs = {}
-    for name in names:
+    for name, f in fields.items():
         tp = hints[name]
+        if name not in data and f.default is not dataclasses.MISSING:
+            continue  # an optional key (e.g. [origin])
         if name not in data:
             expected = _TYPE_NAMES.get(
                 tp, "table" if dataclasses.is_dataclass(tp) else "array of tables"
             )
             raise HwSpecError(f"{where}: missing key {name!r} ({expected})")
-        kwargs[name] = _convert(
-            data[name], tp, f"{where}.{name}" if where.count(":") else f"{where}:{name}"
-        )
+        sub = f"{where}.{name}" if where.count(":") else f"{where}:{name}"
+        kwargs[name] = _convert(data[name], tp, sub, f.metadata)
     return cls(**kwargs)
 
 
+def build_dataclass(cls: type, data: dict[str, Any], where: str) -> Any:
+    """``cls`` built from a parsed TOML table, strictly (the schema walker every kind shares)."""
+    return _build(cls, data, where)
+
+
 def validate_spec(spec: HwSpec, where: str) -> HwSpec:
-    """Semantic checks the types cannot express; returns the spec unchanged."""
-    positive = {
-        "isa.vector_bits": spec.isa.vector_bits,
-        "isa.vector_registers": spec.isa.vector_registers,
-        "isa.general_registers": spec.isa.general_registers,
-        "core.cores": spec.core.cores,
-        "core.frequency_ghz": spec.core.frequency_ghz,
-        "core.fma_units": spec.core.fma_units,
-        "core.fma_width_bits": spec.core.fma_width_bits,
-        "core.fma_latency_cycles": spec.core.fma_latency_cycles,
-        "core.load_ports": spec.core.load_ports,
-        "core.mixed_width_fma_cycles": spec.core.mixed_width_fma_cycles,
-        "core.load_width_bits": spec.core.load_width_bits,
-        "core.store_ports": spec.core.store_ports,
-        "core.issue_width": spec.core.issue_width,
-        "core.reorder_window": spec.core.reorder_window,
-        "memory.bandwidth_gbs": spec.memory.bandwidth_gbs,
-        "memory.page_bytes": spec.memory.page_bytes,
-        "memory.prefetch_stride_bytes": spec.memory.prefetch_stride_bytes,
-        "memory.tlb_miss_cycles": spec.memory.tlb_miss_cycles,
-        "memory.dtlb_entries": spec.memory.dtlb_entries,
-        "memory.prefetch_ahead_cycles": spec.memory.prefetch_ahead_cycles,
-    }
-    for key, value in positive.items():
-        if value <= 0:
-            raise HwSpecError(f"{where}: {key} must be > 0, got {value}")
-    if spec.kind != "cpu":
-        raise HwSpecError(f'{where}: kind {spec.kind!r} is not supported yet; use kind = "cpu"')
-    if spec.isa.arch not in ("x86_64", "aarch64"):
-        raise HwSpecError(f'{where}: isa.arch {spec.isa.arch!r} unknown; use "x86_64" or "aarch64"')
-    if spec.isa.vector_bits % 32:
+    """Semantic checks that span fields (each field's own type and range were checked while
+    loading); returns the spec unchanged."""
+    if not _NAME.fullmatch(spec.name):
         raise HwSpecError(
-            f"{where}: isa.vector_bits must be a multiple of 32, got {spec.isa.vector_bits}"
+            f"{where}: name {_short(spec.name)} must be 1-64 letters, digits, '.', '_' or '-'"
         )
+    if spec.kind != "cpu":
+        raise HwSpecError(f'{where}: kind {_short(spec.kind)} is not supported; use kind = "cpu"')
+    isa = spec.isa
+    if isa.arch not in ARCHES:
+        raise HwSpecError(
+            f"{where}: isa.arch {_short(isa.arch)} unknown; use one of {', '.join(ARCHES)}"
+        )
+    triple_arch = isa.triple.split("-")[0]
+    if {"arm64": "aarch64"}.get(triple_arch, triple_arch) != isa.arch:
+        raise HwSpecError(
+            f"{where}: isa.triple {_short(isa.triple)} is not an {isa.arch} triple; "
+            f"use e.g. {isa.arch}-unknown-linux-gnu"
+        )
+    _check_feature_syntax(isa.llvm_features, where)
     levels = sorted(c.level for c in spec.caches)
     if levels != list(range(1, len(levels) + 1)) or not levels:
         raise HwSpecError(f"{where}: caches must list levels 1..n once each, got {levels}")
     for c in spec.caches:
-        if (
-            c.size_kib <= 0
-            or c.line_bytes <= 0
-            or c.associativity <= 0
-            or c.latency_cycles <= 0
-            or c.shared_by_cores <= 0
-            or c.bandwidth_bytes_per_cycle <= 0
-        ):
-            raise HwSpecError(f"{where}: cache L{c.level} sizes and bandwidth must be > 0")
-        if not 0.0 < c.usable_fraction <= 1.0:
+        sets = c.size_kib * 1024 / (c.line_bytes * c.associativity)
+        if sets < 1 or sets != int(sets):
             raise HwSpecError(
-                f"{where}: cache L{c.level} usable_fraction must be in (0, 1], "
-                f"got {c.usable_fraction}"
+                f"{where}: cache L{c.level} of {c.size_kib} KiB cannot hold {c.associativity} "
+                f"ways of {c.line_bytes}-byte lines in whole sets; fix size_kib, line_bytes "
+                "or associativity"
+            )
+        if c.shared_by_cores > spec.core.cores and c.level == 1:
+            raise HwSpecError(
+                f"{where}: cache L1 is shared by {c.shared_by_cores} cores, more than the "
+                f"{spec.core.cores} the spec has"
+            )
+    if spec.memory.prefetch_stride_bytes > spec.memory.page_bytes:
+        raise HwSpecError(
+            f"{where}: memory.prefetch_stride_bytes = {spec.memory.prefetch_stride_bytes} is "
+            f"beyond a page ({spec.memory.page_bytes} bytes); prefetchers stop at page boundaries"
+        )
+    return spec
+
+
+def _check_feature_syntax(features: str, where: str) -> None:
+    """LLVM aborts the whole process on a feature item without a sign: check before it sees one."""
+    for item in filter(None, (f.strip() for f in features.split(","))):
+        if not re.fullmatch(r"[+-][A-Za-z0-9_.-]+", item):
+            raise HwSpecError(
+                f"{where}: isa.llvm_features item {_short(item)} is not +name or -name; "
+                'write e.g. "+avx2,+fma"'
+            )
+
+
+def check_llvm_names(spec: HwSpec, where: str) -> HwSpec:
+    """Check that LLVM knows the spec's CPU and every feature it names (an unknown CPU or feature
+    reaching LLVM is a fatal error or silently ignored there); returns the spec unchanged."""
+    from aotune.codegen.compile import llvm_target_names
+
+    cpus, features = llvm_target_names(spec.isa.triple)
+    if spec.isa.llvm_cpu not in cpus:
+        close = difflib.get_close_matches(spec.isa.llvm_cpu, sorted(cpus), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise HwSpecError(
+            f"{where}: isa.llvm_cpu {_short(spec.isa.llvm_cpu)} is not a CPU LLVM knows for "
+            f"{spec.isa.arch}{hint}"
+        )
+    for item in filter(None, (f.strip() for f in spec.isa.llvm_features.split(","))):
+        if item[1:] not in features:
+            close = difflib.get_close_matches(item[1:], sorted(features), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise HwSpecError(
+                f"{where}: isa.llvm_features names {_short(item[1:])}, which LLVM does not know "
+                f"for {spec.isa.arch}{hint}"
             )
     return spec
 
@@ -240,37 +395,74 @@ def spec_from_dict(data: dict[str, Any], where: str) -> HwSpec:
     return validate_spec(spec, where)
 
 
-def load_spec_file(path: str | Path) -> HwSpec:
-    """Load and validate one TOML spec file."""
+# a spec file's ``kind`` -> "module:function" building it from parsed TOML (imported on use, so the
+# GPU schema module is not loaded for CPU work)
+SPEC_KINDS = {
+    "cpu": "aotune.hwspecs.spec:spec_from_dict",
+    "gpu": "aotune.hwspecs.gpu_spec:gpu_spec_from_dict",
+}
+
+
+def spec_from_data(data: dict[str, Any], where: str) -> Any:
+    """A spec of whichever kind the parsed TOML says it is (``HwSpec`` or ``GpuSpec``)."""
+    import importlib
+
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in SPEC_KINDS:
+        raise HwSpecError(
+            f"{where}:kind: expected one of {', '.join(map(repr, SPEC_KINDS))}, got {_short(kind)}"
+        )
+    module, func = SPEC_KINDS[kind].split(":")
+    return getattr(importlib.import_module(module), func)(data, where)
+
+
+def load_spec_file(path: str | Path, check_llvm: bool = True) -> Any:
+    """Load and validate one TOML spec file (a CPU ``HwSpec`` or a ``GpuSpec``, by its kind);
+    ``check_llvm``: also ask LLVM whether it knows a CPU spec's CPU and features (the built-in
+    specs are checked by the tests instead)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise HwSpecError(f"cannot read hwspec {p}: {e.strerror}") from None
+    text = decode_utf8(
+        read_user_file(p, "hwspec", HwSpecError, SPEC_FILE_LIMIT_BYTES), p, "hwspec", HwSpecError
+    )
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise HwSpecError(f"{p}: not valid TOML ({e})") from None
-    return spec_from_dict(data, str(p))
+    except RecursionError:
+        raise HwSpecError(f"{p}: not valid TOML (nested too deeply)") from None
+    spec = spec_from_data(data, str(p))
+    return check_llvm_names(spec, str(p)) if check_llvm and isinstance(spec, HwSpec) else spec
 
 
-def builtin_names() -> list[str]:
-    """Names of the spec files shipped with aotune."""
-    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+def builtin_names(kind: str | None = None) -> list[str]:
+    """Names of the spec files shipped with aotune (only those of ``kind`` if given)."""
+    names = sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+    if kind is None:
+        return names
+    return [n for n in names if _file_kind(SPEC_DIR / f"{n}.toml") == kind]
 
 
-def load_target(name: str) -> HwSpec:
-    """A target by name (``host``, a built-in name) or by path to a ``.toml`` file."""
+def _file_kind(path: Path) -> str | None:
+    try:
+        return tomllib.loads(path.read_text()).get("kind")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+
+
+def load_target(name: str) -> Any:
+    """A target by name (``host``, a built-in name) or by path to a ``.toml`` file: an ``HwSpec``
+    for a CPU, a ``GpuSpec`` for a GPU."""
     if name == "host":
         from aotune.hwspecs.host import detect_host
 
         return detect_host()
+    if not name:
+        raise HwSpecError("an empty target name; pass host, a built-in name or a .toml path")
     if name.endswith(".toml") or "/" in name:
         return load_spec_file(name)
-    path = SPEC_DIR / f"{name}.toml"
-    if not path.exists():
-        raise HwSpecError(
-            f"unknown target {name!r}; known: host, {', '.join(builtin_names())} "
-            "(or pass a path to a .toml spec)"
-        )
-    return load_spec_file(path)
+    if name in builtin_names():
+        return load_spec_file(SPEC_DIR / f"{name}.toml", check_llvm=False)
+    raise HwSpecError(
+        f"unknown target {_short(name)}; known: host, {', '.join(builtin_names())} "
+        "(or pass a path to a .toml spec)"
+    )

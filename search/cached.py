@@ -16,9 +16,6 @@ import time
 
 from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
-from aotune.codegen.compile import compile_kernel
-from aotune.codegen.schedule import schedule_from_config
-from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import AotuneError, DatabaseError
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import driver
@@ -33,6 +30,7 @@ from aotune.search.database import (
     workload_key,
 )
 from aotune.search.options import SearchOptions
+from aotune.targets import target_for
 
 
 def record_key(workload: Workload, hw: HwSpec, options: SearchOptions) -> tuple[str, ...]:
@@ -76,12 +74,13 @@ def search_record(workload: Workload, hw: HwSpec, options: SearchOptions) -> Tun
 
 def result_of(record: TuneRecord, workload: Workload, hw: HwSpec) -> driver.TuneResult:
     """The record's candidates as a TuneResult, compiled again from their configs."""
-    space = build_cpu_space(workload, hw)
+    target = target_for(hw)
+    space = target.build_space(workload)
     cands = []
     for c in record.candidates:
         try:
             cfg = space.config(c.config)
-            sched = schedule_from_config(space, cfg)
+            sched = target.schedule(space, cfg)
         except AotuneError as e:
             raise DatabaseError(
                 f"record {record.id}: config {c.config} does not fit the space ({e}); "
@@ -94,7 +93,7 @@ def result_of(record: TuneRecord, workload: Workload, hw: HwSpec) -> driver.Tune
                 sched,
                 Prediction(c.estimate_seconds, (), c.bottleneck, "estimate"),
                 Prediction(c.predicted_seconds, tuple(c.breakdown.items()), c.bottleneck, "asm"),
-                compile_kernel(sched, hw),
+                target.compile(sched),
             )
         )
     return driver.TuneResult(
@@ -150,7 +149,8 @@ def store_check(
             CandidateRecord(
                 **{
                     **by_rank[v.candidate.rank].__dict__,
-                    "measured_seconds": v.measurement.seconds,
+                    # an emulated check (a foreign ISA under qemu) says correct or not, no time
+                    "measured_seconds": None if v.emulated else v.measurement.seconds,
                     "gflops": v.gflops,
                     "correct": v.measurement.correct,
                     "max_abs_error": v.measurement.max_abs_error,

@@ -37,22 +37,11 @@ from aotune.hwspecs.spec import HwSpec
 from aotune.search.options import SearchOptions
 
 SCHEMA_VERSION = 1
-# the source files whose content decides which configs a search ranks first
-_MODEL_SOURCES = (
-    "analysis/model.py",
-    "analysis/features.py",
-    "analysis/polyhedral.py",
-    "analysis/workload.py",
-    "constraints/cpu.py",
-    "constraints/space.py",
-    "constraints/expr.py",
-    "codegen/schedule.py",
-    "codegen/llvm_cpu.py",
-    "codegen/compile.py",
-    "search/cga.py",
-    "search/random.py",
-    "search/driver.py",
-)
+# the packages whose sources decide which configs a search ranks first (the database's own
+# modules excepted), and the module that picks the pieces by target kind
+_MODEL_PACKAGES = ("analysis", "constraints", "codegen", "search")
+_MODEL_EXCLUDED = ("search/database.py", "search/cached.py")
+_MODEL_FILES = ("targets.py",)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -129,8 +118,11 @@ def spec_hash(hw: HwSpec) -> str:
 def model_version() -> str:
     """``<aotune version>+<hash of the sources that decide the ranking>``."""
     root = Path(aotune.__file__).parent
+    files = sorted(
+        str(p.relative_to(root)) for pkg in _MODEL_PACKAGES for p in (root / pkg).glob("*.py")
+    )
     h = hashlib.sha256()
-    for rel in _MODEL_SOURCES:
+    for rel in [f for f in files if f not in _MODEL_EXCLUDED] + list(_MODEL_FILES):
         path = root / rel
         h.update(rel.encode())
         h.update(path.read_bytes() if path.exists() else b"")

@@ -1,33 +1,43 @@
 """Two-tier tuning without measurement, then (only when asked) the final check of the top-k.
 
-space  = build_cpu_space(workload, hw)              # CP-SAT, built once
+target = target_for(hw)                            # the CPU or GPU pieces, by the spec's kind
+space  = target.build_space(workload)               # CP-SAT, built once
 tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
 tier 2 = compile the best ``compile_top`` distinct estimates + capstone features
          + model.predict_batch
 top-k  = best tier-2 predictions, one per register tile while others remain   # measurements: 0
 verify = final check of the top-k vs numpy on the host, timed side by side
-         # optional, never for a foreign target
+         # optional; a foreign-ISA target's top-k runs under qemu-user instead
+         # (codegen/emulate.py): correct or not, never timed
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from aotune.analysis.features import kernel_features
-from aotune.analysis.model import AnalyticalCpuModel, Prediction
+from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
-from aotune.codegen.compile import Kernel, compile_kernel
-from aotune.codegen.runner import Measurement, final_check_side_by_side, random_operands
-from aotune.codegen.schedule import CpuSchedule, schedule_from_config
-from aotune.constraints.cpu import CpuSpace, build_cpu_space
+from aotune.codegen.compile import Kernel
+from aotune.codegen.emulate import EmulatedCheck, final_check_emulated
+from aotune.codegen.executions import executions
+from aotune.codegen.runner import (
+    Measurement,
+    check_final_check_memory,
+    final_check_side_by_side,
+    random_operands,
+)
+from aotune.codegen.schedule import CpuSchedule
+from aotune.constraints.cpu import CpuSpace
 from aotune.constraints.space import Config
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import cga, random
 from aotune.search.options import SearchOptions
+from aotune.targets import target_for
 
 STRATEGIES = {"cga": cga.tune, "random": random.tune}
 Progress = Callable[[str, int, int], None]
@@ -58,7 +68,7 @@ class TuneResult:
     search_seconds: float
     candidates_scored: int
     kernels_compiled: int
-    measurements: int = 0  # runs on hardware during the search: always 0
+    measurements: int = 0  # runs of generated code during the search (counted; aotune's is 0)
 
     @property
     def best(self) -> Candidate:
@@ -71,11 +81,18 @@ class Verified:
     """A candidate's final check."""
 
     candidate: Candidate
-    measurement: Measurement
+    measurement: Measurement | EmulatedCheck  # an emulated check has no time
 
     @property
-    def gflops(self) -> float:
-        """Measured GFLOP/s."""
+    def emulated(self) -> bool:
+        """Whether the check ran under emulation (correctness only, no time)."""
+        return isinstance(self.measurement, EmulatedCheck)
+
+    @property
+    def gflops(self) -> float | None:
+        """Measured GFLOP/s (None under emulation)."""
+        if isinstance(self.measurement, EmulatedCheck):
+            return None
         return self.candidate.schedule.flops / self.measurement.seconds / 1e9
 
 
@@ -88,11 +105,12 @@ def tune(
 ) -> TuneResult:
     """Search ``workload`` on ``hw`` and return the top-k candidates, measuring nothing."""
     start = time.perf_counter()
-    space = space or build_cpu_space(workload, hw)
-    model = AnalyticalCpuModel(hw)
+    runs_before = executions()
+    target = target_for(hw)
+    space = space or target.build_space(workload)
 
     def estimate(cfg: Config) -> float:
-        return model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds
+        return target.estimate([target.schedule(space, cfg)])[0].seconds
 
     step = (lambda done, total: progress("search", done, total)) if progress else None
     scored = STRATEGIES[options.strategy](space, estimate, options, step)
@@ -102,40 +120,53 @@ def tune(
     shortlist = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)[
         : options.compile_top
     ]
-    schedules = [schedule_from_config(space, cfg) for cfg in shortlist]
+    schedules = [target.schedule(space, cfg) for cfg in shortlist]
     kernels, loops = [], []
-    for i, sched in enumerate(schedules):
-        kernels.append(compile_kernel(sched, hw))
-        loops.append(kernel_features(kernels[-1], hw.isa.arch).loop)
-        if progress:
-            progress("compile", i + 1, len(shortlist))
+    # a target whose compiler runs outside this process (ptxas) compiles on several threads;
+    # results keep the shortlist's order
+    with ThreadPoolExecutor(max_workers=getattr(target, "compile_workers", 1)) as pool:
+        for i, (kernel, feats) in enumerate(pool.map(target.compile_and_read, schedules)):
+            kernels.append(kernel)
+            loops.append(feats)
+            if progress:
+                progress("compile", i + 1, len(shortlist))
     compiled = sorted(
         zip(
-            model.predict_batch(schedules, loops),
-            model.estimate_batch(schedules),
+            target.predict(schedules, loops),
+            target.estimate(schedules),
             shortlist,
             schedules,
             kernels,
+            loops,
         ),
-        key=lambda c: c[0].seconds,
+        # a kernel its target cannot use (a GPU kernel that spills) ranks after every usable one
+        key=lambda c: (not target.usable(c[5]), c[0].seconds),
     )
     top = tuple(
         Candidate(i + 1, cfg, sched, est, pred, kernel)
-        for i, (pred, est, cfg, sched, kernel) in enumerate(
-            spread_top_k(compiled, options.top_k, lambda c: (c[3].mr, c[3].nr))
+        for i, (pred, est, cfg, sched, kernel, _) in enumerate(
+            spread_top_k(compiled, options.top_k, lambda c: target.tile_of(c[3]))
         )
     )
     return TuneResult(
-        workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist)
+        workload,
+        hw,
+        space,
+        options,
+        top,
+        time.perf_counter() - start,
+        len(scored),
+        len(shortlist),
+        measurements=executions() - runs_before,
     )
 
 
-def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, int]]) -> list[T]:
+def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:
     """The ``k`` best of ``ranked`` (best predicted first), taking each register tile (``tile_of``:
     mr x nr) once while other tiles remain. The final check is there because the model can be
     wrong, and configs that share a micro-kernel tend to be wrong together."""
     taken: list[int] = []
-    tiles: set[tuple[int, int]] = set()
+    tiles: set[tuple[int, ...]] = set()
     for i, item in enumerate(ranked):
         tile = tile_of(item)
         if len(taken) < k and tile not in tiles:
@@ -146,18 +177,37 @@ def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, int]
 
 
 def can_verify(hw: HwSpec) -> tuple[bool, str]:
-    """Whether the final check can run here (the target must be this host's kind)."""
-    return host_can_run(hw)
+    """Whether the final check can run here: a CPU target natively (this host's kind) or, for a
+    foreign ISA, under emulation; a GPU target needs a GPU of its kind and the driver."""
+    return target_for(hw).can_verify()
 
 
 def verify(
     result: TuneResult, seed: int = 0, min_runs: int = 5, progress: Progress | None = None
-) -> tuple[list[Verified], float]:
-    """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s)."""
+) -> tuple[list[Verified], float | None]:
+    """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s).
+
+    A target this host cannot run is checked under emulation: correctness only, numpy not timed
+    (None)."""
     s = result.best.schedule
+    check_final_check_memory(result.workload, len(result.candidates), result.hw.core.cores)
     a, b, bias = random_operands(s, seed)
     if progress:
         progress("verify", 0, len(result.candidates))
+    if not host_can_run(result.hw)[0]:
+        checks = final_check_emulated(
+            [c.kernel for c in result.candidates],
+            a,
+            b,
+            bias,
+            [
+                f"rank {c.rank} ({result.space.describe_config(c.config)})"
+                for c in result.candidates
+            ],
+        )
+        if progress:
+            progress("verify", len(result.candidates), len(result.candidates))
+        return [Verified(cand, chk) for cand, chk in zip(result.candidates, checks)], None
     # every candidate and numpy timed in interleaved rounds, so they see the same machine load
     measured, numpy_seconds = final_check_side_by_side(
         [c.kernel for c in result.candidates], result.hw, a, b, bias, min_runs=min_runs
@@ -170,6 +220,11 @@ def verify(
 
 
 def chosen(verified: list[Verified]) -> Verified | None:
-    """The fastest correct kernel among the verified top-k."""
+    """The fastest correct kernel among the verified top-k (the best predicted correct one when
+    they were checked under emulation, which times nothing)."""
     correct = [v for v in verified if v.measurement.correct]
-    return min(correct, key=lambda v: v.measurement.seconds) if correct else None
+    if not correct:
+        return None
+    if any(v.emulated for v in correct):
+        return min(correct, key=lambda v: v.candidate.prediction.seconds)
+    return min(correct, key=lambda v: v.measurement.seconds)  # type: ignore[union-attr]

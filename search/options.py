@@ -7,6 +7,14 @@ from dataclasses import dataclass
 from aotune.errors import ConfigError
 
 STRATEGIES = ("cga", "random")
+# upper bounds: a seed numpy and random both take; budgets that finish within hours
+LIMITS = {
+    "seed": 2**32 - 1,
+    "budget": 1_000_000,
+    "population": 10_000,
+    "compile_top": 10_000,
+    "top_k": 1_000,
+}
 
 
 @dataclass(frozen=True)
@@ -36,9 +44,13 @@ class SearchOptions:
             raise ConfigError(
                 f"unknown strategy {self.strategy!r}; use one of {', '.join(STRATEGIES)}"
             )
-        for name in ("budget", "population", "compile_top", "top_k"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"search option {name} must be >= 1, got {getattr(self, name)}")
+        for name, top in LIMITS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"search option {name} must be an integer, got {value!r}")
+            low = 0 if name == "seed" else 1
+            if not low <= value <= top:
+                raise ConfigError(f"search option {name} must be in {low}..{top}, got {value}")
         if not 0.0 <= self.mutation <= 1.0:
             raise ConfigError(f"search option mutation must be in [0, 1], got {self.mutation}")
         if self.top_k > self.compile_top:

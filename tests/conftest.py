@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 from aotune.hwspecs.spec import HwSpec, load_target
@@ -17,6 +18,14 @@ def small_spec(base: str = "haswell", **core: int) -> HwSpec:
 @pytest.fixture(scope="session")
 def host():
     return load_target("host")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """How many distinct inputs the fuzz suite tried (the README reports a long run's count)."""
+    for module in list(sys.modules.values()):
+        tried = getattr(module, "TRIED", None)
+        if getattr(module, "__name__", "").endswith("test_fuzz") and isinstance(tried, set):
+            terminalreporter.write_line(f"fuzz: {len(tried)} distinct inputs tried")
 
 
 @pytest.fixture(autouse=True)

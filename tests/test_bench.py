@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import os
 
 import numpy as np
@@ -68,7 +69,8 @@ def test_model_accuracy_measures_every_sampled_config_and_records_the_core_hando
     # a probe before the sweep, after it, and after the finalists' rounds (none on one core)
     probes = acc["core_to_core_ns"]
     assert len(probes) == (3 if HOST.core.cores >= 2 and len(os.sched_getaffinity(0)) >= 2 else 0)
-    assert all(0.0 < ns < 20_000.0 for ns in probes)
+    # a reading, not a speed: on a loaded machine the two threads may share a CPU
+    assert all(math.isfinite(ns) and ns >= 0.0 for ns in probes)
 
 
 def test_timed_runs_the_minimum_rounds_then_goes_on_for_the_time_given_up_to_the_cap() -> None:
@@ -90,6 +92,26 @@ def test_timed_runs_the_minimum_rounds_then_goes_on_for_the_time_given_up_to_the
         [lambda: run(0), lambda: run(1)], min_rounds=2, until_seconds=0.5, max_rounds=16
     )
     assert 2 <= rounds <= 10
+
+
+def test_median_abs_error_is_the_median_relative_miss():
+    from aotune.benchmarks.suite import median_abs_error
+
+    assert median_abs_error(np.array([2.0, 1.0, 0.5]), np.array([1.0, 1.0, 1.0])) == 0.5
+    assert median_abs_error(np.array([1.0, 3.0]), np.array([1.0, 3.0])) == 0.0
+
+
+def test_numpy_blas_warns_only_when_the_environment_forced_a_narrower_kernel():
+    from aotune.codegen.numpy_blas import NumpyBlas, numpy_blas
+
+    forced = NumpyBlas("openblas", "Haswell", 2, True, (("OPENBLAS_CORETYPE", "Haswell"),))
+    warning = forced.warning(512)
+    assert warning and "Haswell" in warning and "env -u OPENBLAS_CORETYPE" in warning
+    assert forced.warning(256) is None  # the CPU has nothing wider
+    assert NumpyBlas("openblas", "Haswell", 2, False, ()).warning(512) is None
+    here = numpy_blas().as_dict()
+    assert set(here) == {"library", "kernel", "threads", "forced_by_env", "env"}
+    assert here["threads"] >= 1
 
 
 @pytest.mark.skipif(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from aotune.artifact.targets import numpy_reference
+from aotune.artifact.backends import numpy_reference
 from aotune.codegen.runner import tolerance
 from aotune.errors import LibraryError
 

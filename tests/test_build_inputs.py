@@ -379,7 +379,7 @@ def test_neoverse_n1_library_runs_under_qemu(tmp_path, capsys):
     every kernel (the runtime's threads included) matches numpy."""
     import subprocess
 
-    from aotune.artifact.targets import numpy_reference
+    from aotune.artifact.backends import numpy_reference
 
     (tmp_path / "k.toml").write_text(
         '[[kernel]]\nname = "ffn"\nop = "dense"\nshape = "24x40x33"\nbias = true\n'
@@ -415,7 +415,7 @@ def test_onnx_matmul_and_gemm_forms_mean_what_onnx_means(tmp_path):
     """Each mapped node's workload, evaluated by numpy on the node's inputs, equals the ONNX
     reference evaluator's output for the node and the epilogue fused into it."""
     import onnx
-    from aotune.artifact.targets import numpy_reference
+    from aotune.artifact.backends import numpy_reference
     from onnx import TensorProto, helper, numpy_helper
     from onnx.reference import ReferenceEvaluator
 
@@ -464,3 +464,11 @@ def test_onnx_matmul_and_gemm_forms_mean_what_onnx_means(tmp_path):
         shapes += [(w.tensor(w.statement.output.tensor).shape[-1],)]  # the bias, if any
         ours = numpy_reference(w, [x.reshape(shape) for x, shape in zip(args, shapes)])
         np.testing.assert_allclose(ours.reshape(ref.shape), ref, atol=1e-5, err_msg=str(i))
+
+
+def test_gpu_target_build_says_what_is_missing(tmp_path, capsys):
+    rc, _, err = run_cli(
+        capsys, "build", str(_list(tmp_path)), "--target", "a100", "-o", str(tmp_path / "g")
+    )
+    assert rc == 2 and "no gpu library backend yet" in one_error_line(err)
+    assert not (tmp_path / "g").exists()

@@ -37,7 +37,7 @@ def _spec_text() -> str:
         (lambda t: re.sub(r"\[memory\][^\[]*", "", t), "missing key 'memory' (table)"),
         (
             lambda t: t.replace("usable_fraction = 0.8", "usable_fraction = 1.5"),
-            "usable_fraction must be in (0, 1]",
+            "usable_fraction = 1.5 is out of range; allowed 0.01..1",
         ),
         (lambda t: t + "\n[[[", "not valid TOML"),
     ],

@@ -11,9 +11,9 @@ import subprocess
 import numpy as np
 import pytest
 from aotune.analysis.workload import build_workload
+from aotune.artifact.backends import numpy_reference
 from aotune.artifact.cpu import compile_library_kernel, compile_runtime
 from aotune.artifact.runtime import ERROR_CODES, ERRORS, UNKNOWN_ERROR
-from aotune.artifact.targets import numpy_reference
 from aotune.codegen.runner import tolerance
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space

@@ -1,0 +1,120 @@
+"""Reading what a user hands us and writing what we make, safely.
+
+Every file aotune reads on a user's behalf (spec files, workload lists, measurement files) goes
+through ``read_user_file``: only regular files (a FIFO would block forever, ``/dev/zero`` never
+ends), at most a size limit, with errors that name the file and the fix. Every file aotune writes
+(``--emit-*``, spec files from calibration) goes through ``write_new_file``: never over an existing
+file without ``force``, and atomically, so an interrupted write leaves no partial file behind.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from aotune.errors import AotuneError
+
+MIB = 1 << 20
+
+
+def read_user_file(
+    path: str | Path, what: str, error: type[AotuneError], limit_bytes: int = MIB
+) -> bytes:
+    """The bytes of the regular file ``path``; ``error`` (naming ``what`` the file is for) when it
+    is missing, not a regular file, unreadable or larger than ``limit_bytes``."""
+    p = Path(path)
+    try:
+        info = os.stat(p)
+    except OSError as e:
+        raise error(f"cannot read {what} {_shown(p)}: {e.strerror}") from None
+    except ValueError as e:  # an embedded NUL byte
+        raise error(f"cannot read {what} {_shown(p)}: {e}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise error(f"{what} {_shown(p)} is a directory; pass the path of a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise error(
+            f"{what} {_shown(p)} is not a regular file (a device, pipe or socket); "
+            "save it to a file and pass that"
+        )
+    if info.st_size > limit_bytes:
+        raise error(
+            f"{what} {_shown(p)} is {info.st_size} bytes, more than the {limit_bytes} a "
+            f"{what} may have; is it the right file?"
+        )
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise error(f"cannot read {what} {_shown(p)}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit_bytes + 1)
+    except OSError as e:  # /proc files that claim to be regular, I/O errors
+        raise error(f"cannot read {what} {_shown(p)}: {e.strerror}") from None
+    if len(data) > limit_bytes:  # it grew after the check
+        raise error(f"{what} {_shown(p)} is larger than the {limit_bytes} bytes a {what} may have")
+    return data
+
+
+def decode_utf8(data: bytes, path: str | Path, what: str, error: type[AotuneError]) -> str:
+    """``data`` as UTF-8 text, or ``error`` naming the byte offset that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise error(
+            f"{what} {_shown(Path(path))} is not UTF-8 text (byte {e.start}); save it as UTF-8"
+        ) from None
+
+
+def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> None:
+    """Fail now, before any long work, if ``write_new_file(path, ..., force)`` would fail later:
+    an empty name, a directory, an existing file without ``force``, or a folder we cannot write."""
+    p = Path(path)
+    if not str(path):
+        raise error("an empty file name was given; name the file to write")
+    try:
+        exists = p.exists() or p.is_symlink()
+        if exists and p.is_dir():
+            raise error(f"{_shown(p)} is a directory; name a file to write")
+        if exists and not force:
+            raise error(f"{_shown(p)} exists; pass --force to overwrite it or choose another file")
+        parent = p.parent if str(p.parent) else Path(".")
+        if not parent.is_dir():
+            raise error(f"cannot write {_shown(p)}: folder {_shown(parent)} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise error(f"cannot write {_shown(p)}: folder {_shown(parent)} is not writable")
+    except OSError as e:
+        raise error(f"cannot write {_shown(p)}: {e.strerror}") from None
+
+
+def write_new_file(
+    path: str | Path, data: str | bytes, force: bool, error: type[AotuneError]
+) -> None:
+    """Write ``data`` to ``path`` atomically (a temporary file renamed into place); refuse to
+    replace an existing file unless ``force``."""
+    p = Path(path)
+    check_writable(p if str(path) else "", force, error)
+    raw = data.encode() if isinstance(data, str) else data
+    parent = p.parent if str(p.parent) else Path(".")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:40]}.", suffix=".tmp", dir=parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, p)
+        tmp = None
+    except OSError as e:
+        raise error(f"cannot write {_shown(p)}: {e.strerror}") from None
+    finally:
+        if tmp is not None:  # interrupted or failed: leave nothing behind
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _shown(p: Path) -> str:
+    """A path for a one-line message: long ones shortened in the middle."""
+    text = str(p)
+    return text if len(text) <= 120 else f"{text[:50]}...{text[-50:]}"

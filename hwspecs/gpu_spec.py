@@ -1,0 +1,212 @@
+"""Frozen descriptions of NVIDIA GPU targets (``kind = "gpu"`` spec files) and their strict loader.
+
+Roadmap: fp32 SIMT facts only (FFMA lanes, LD/ST units, shared memory, registers, L2, DRAM);
+tensor-core shapes and rates join as a ``[tensor]`` table when tensor-core kernels land.
+
+The schema is the dataclasses below, read by the same walker as the CPU schema
+(:func:`aotune.hwspecs.spec.build_dataclass`): an unknown, missing or wrong-typed key names the
+file, the key and the expected type. Every number also carries a range in its field's metadata;
+a value outside it, or not finite, is an error naming the file, the key and the range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from aotune.errors import HwSpecError
+
+
+def _num(lo: float, hi: float) -> Any:
+    """A numeric field allowed in ``[lo, hi]``."""
+    return field(metadata={"range": (lo, hi)})
+
+
+@dataclass(frozen=True)
+class GpuArchSpec:
+    """What the compiler targets: compute capability, PTX ISA version, LLVM triple."""
+
+    sm: int = _num(50, 200)  # compute capability x 10: 80 is sm_80
+    ptx_version: int = _num(60, 200)  # PTX ISA version x 10 to emit: 70 is ".version 7.0"
+    triple: str = field(metadata={})
+    generation: str = field(metadata={})  # volta, turing, ampere, ada, hopper (for people)
+
+
+@dataclass(frozen=True)
+class GpuComputeSpec:
+    """Issue resources of one SM (all SMs are alike)."""
+
+    sms: int = _num(1, 1024)
+    boost_clock_ghz: float = _num(0.1, 5.0)
+    fp32_lanes_per_sm: int = _num(8, 1024)  # FP32 FMA lanes ("CUDA cores") per SM
+    partitions_per_sm: int = _num(1, 16)  # SM sub-partitions, one warp scheduler each
+    issue_per_partition: int = _num(1, 4)  # warp instructions each scheduler issues per cycle
+    ldst_units_per_sm: int = _num(4, 256)  # LD/ST lanes: a warp's memory instruction takes 32/this
+    warp_size: int = _num(1, 128)
+    fma_latency_cycles: int = _num(1, 64)  # dependent FFMA to FFMA
+
+
+@dataclass(frozen=True)
+class GpuLimitsSpec:
+    """Occupancy limits per block and per SM, and register allocation."""
+
+    max_threads_per_block: int = _num(32, 4096)
+    max_threads_per_sm: int = _num(32, 8192)
+    max_blocks_per_sm: int = _num(1, 256)
+    max_warps_per_sm: int = _num(1, 256)
+    registers_per_sm: int = _num(1024, 1 << 20)  # 32-bit registers
+    max_registers_per_block: int = _num(1024, 1 << 20)
+    max_registers_per_thread: int = _num(16, 1024)
+    register_alloc_unit: int = _num(1, 4096)  # registers per warp are allocated in these steps
+    max_grid_x: int = _num(1, 1 << 40)
+    max_grid_yz: int = _num(1, 1 << 40)
+
+
+@dataclass(frozen=True)
+class GpuSharedSpec:
+    """Shared memory: capacity, allocation and banks."""
+
+    bytes_per_sm: int = _num(1024, 1 << 24)  # the largest carve-out of the unified L1/shared
+    bytes_per_block: int = _num(1024, 1 << 24)  # static limit without opt-in
+    bytes_per_block_optin: int = _num(1024, 1 << 24)  # dynamic, after cudaFuncSetAttribute
+    reserved_per_block: int = _num(0, 1 << 16)  # the runtime's own share of each block
+    alloc_unit: int = _num(1, 1 << 16)  # a block's shared memory is rounded up to this
+    banks: int = _num(1, 256)
+    bank_bytes: int = _num(1, 64)  # each bank serves this many bytes per cycle
+    latency_cycles: int = _num(1, 1000)  # LDS to use, no conflict
+
+
+@dataclass(frozen=True)
+class GpuMemorySpec:
+    """Caches and DRAM shared by all SMs."""
+
+    l1_kib: int = _num(1, 1 << 16)  # unified L1/shared per SM
+    l2_kib: int = _num(1, 1 << 20)
+    l2_bandwidth_gbs: float = _num(1.0, 1e6)
+    dram_bandwidth_gbs: float = _num(1.0, 1e6)
+    sector_bytes: int = _num(4, 1024)  # the unit a global access moves between L1, L2 and DRAM
+    line_bytes: int = _num(4, 4096)  # L1/L2 line: four sectors
+    l2_latency_cycles: int = _num(1, 10_000)
+    dram_latency_cycles: int = _num(1, 10_000)
+
+
+@dataclass(frozen=True)
+class GpuLaunchSpec:
+    """Fixed costs of one kernel launch."""
+
+    overhead_seconds: float = _num(0.0, 1e-2)
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """An NVIDIA GPU target: everything the GPU constraints and model need."""
+
+    name: str
+    description: str
+    kind: str
+    arch: GpuArchSpec
+    compute: GpuComputeSpec
+    limits: GpuLimitsSpec
+    shared: GpuSharedSpec
+    memory: GpuMemorySpec
+    launch: GpuLaunchSpec
+
+    @property
+    def sm_name(self) -> str:
+        """``sm_80``: the ptxas ``-arch`` and LLVM cpu name."""
+        return f"sm_{self.arch.sm}"
+
+    @property
+    def ptx_isa(self) -> str:
+        """``7.0``: the PTX ``.version``."""
+        return f"{self.arch.ptx_version // 10}.{self.arch.ptx_version % 10}"
+
+    @property
+    def peak_flops(self) -> float:
+        """fp32 FLOP/s of the whole GPU at the boost clock (an FFMA is two operations)."""
+        c = self.compute
+        return 2.0 * c.sms * c.fp32_lanes_per_sm * c.boost_clock_ghz * 1e9
+
+    @property
+    def shared_bytes_per_cycle(self) -> int:
+        """Bytes shared memory delivers per SM and cycle: every bank, one word each."""
+        return self.shared.banks * self.shared.bank_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (for JSON and ``aotune hw show``)."""
+        return dataclasses.asdict(self)
+
+    def summary_lines(self) -> list[str]:
+        """What ``aotune hw show`` prints."""
+        c, lim, sh, m = self.compute, self.limits, self.shared, self.memory
+        return [
+            f"{self.name}: {self.description}",
+            f"  arch     {self.sm_name} ({self.arch.generation}), PTX ISA {self.ptx_isa}, "
+            f"{self.arch.triple}",
+            f"  compute  {c.sms} SMs @ {c.boost_clock_ghz} GHz boost, {c.fp32_lanes_per_sm} FP32 "
+            f"lanes/SM in {c.partitions_per_sm} partitions, {c.ldst_units_per_sm} LD/ST/SM",
+            f"  peak     {self.peak_flops / 1e12:.1f} TFLOP/s fp32",
+            f"  limits   {lim.max_threads_per_block} threads/block, {lim.max_threads_per_sm} "
+            f"threads, {lim.max_warps_per_sm} warps, {lim.max_blocks_per_sm} blocks per SM",
+            f"  regs     {lim.registers_per_sm} per SM, {lim.max_registers_per_thread} per thread, "
+            f"allocated per warp in units of {lim.register_alloc_unit}",
+            f"  shared   {sh.bytes_per_sm} B/SM, {sh.bytes_per_block} B/block "
+            f"({sh.bytes_per_block_optin} opt-in), {sh.reserved_per_block} B reserved per block, "
+            f"{sh.banks} banks x {sh.bank_bytes} B",
+            f"  memory   L1 {m.l1_kib} KiB/SM, L2 {m.l2_kib} KiB at {m.l2_bandwidth_gbs:g} GB/s, "
+            f"DRAM {m.dram_bandwidth_gbs:g} GB/s, {m.sector_bytes} B sectors, "
+            f"{m.line_bytes} B lines",
+        ]
+
+
+def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
+    """The relations between fields (each field's type, finiteness and range were checked while
+    loading, from its metadata); returns the spec unchanged."""
+    c, lim, sh, m = spec.compute, spec.limits, spec.shared, spec.memory
+    relations = [
+        (
+            lim.max_threads_per_block <= lim.max_threads_per_sm,
+            "limits.max_threads_per_block must be <= limits.max_threads_per_sm",
+        ),
+        (
+            lim.max_warps_per_sm * c.warp_size >= lim.max_threads_per_sm,
+            "limits.max_warps_per_sm x compute.warp_size must hold limits.max_threads_per_sm",
+        ),
+        (
+            lim.max_threads_per_block % c.warp_size == 0,
+            "limits.max_threads_per_block must be a whole number of warps",
+        ),
+        (
+            sh.bytes_per_block <= sh.bytes_per_block_optin <= sh.bytes_per_sm,
+            "shared.bytes_per_block <= shared.bytes_per_block_optin <= shared.bytes_per_sm",
+        ),
+        (
+            c.fp32_lanes_per_sm % c.partitions_per_sm == 0,
+            "compute.fp32_lanes_per_sm must split evenly over compute.partitions_per_sm",
+        ),
+        (
+            m.line_bytes % m.sector_bytes == 0,
+            "memory.line_bytes must be a whole number of memory.sector_bytes",
+        ),
+        (
+            lim.max_registers_per_block <= lim.registers_per_sm,
+            "limits.max_registers_per_block must be <= limits.registers_per_sm",
+        ),
+    ]
+    for ok, text in relations:
+        if not ok:
+            raise HwSpecError(f"{where}: {text}")
+    if not spec.arch.triple.startswith("nvptx"):
+        raise HwSpecError(
+            f"{where}: arch.triple {spec.arch.triple!r} is not an NVPTX triple; "
+            f'use "nvptx64-nvidia-cuda"'
+        )
+    return spec
+
+
+def gpu_spec_from_dict(data: dict[str, Any], where: str) -> GpuSpec:
+    """Build and validate a GPU spec from parsed TOML."""
+    from aotune.hwspecs.spec import build_dataclass
+
+    return validate_gpu_spec(build_dataclass(GpuSpec, data, where), where)

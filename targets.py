@@ -1,0 +1,307 @@
+"""Targets: the few pieces a kind of hardware supplies, so the driver, the CLI and the bench never
+branch on the kind.
+
+Roadmap: ``TARGET_KINDS`` maps a spec's ``kind`` to its Target: ``cpu`` (BLIS-style kernels,
+capstone features, verified on the host) and ``gpu`` (tiled SIMT GEMMs, PTX + ptxas + SASS
+features, emulated on the host, verified only where a GPU and its driver are present). A new kind
+adds a class here and a schema in ``hwspecs/``; nothing else dispatches on it.
+
+Every target supplies: ``build_space``, ``schedule``, ``compile``, ``features``, ``estimate``
+(tier 1), ``predict`` (tier 2), ``tile_of`` (which candidates share a micro-kernel), ``usable``
+(a tier-2 kernel fit to be in the top-k), ``describe`` (the JSON ``target`` block), ``emit`` (the
+``--emit-*`` artefacts), ``candidate_report`` (per top-k extras in the JSON) and ``can_verify``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aotune.analysis.model import Prediction
+from aotune.analysis.workload import Workload
+from aotune.constraints.space import Config, Space
+from aotune.errors import HwSpecError
+
+
+class CpuTarget:
+    """A CPU: the pieces the CPU path has always used, unchanged."""
+
+    kind = "cpu"
+    feature_key = "loop"  # the name of the features in ``aotune predict --json``
+
+    def __init__(self, hw: Any) -> None:
+        from aotune.analysis.model import AnalyticalCpuModel
+
+        self.hw = hw
+        self.model = AnalyticalCpuModel(hw)
+
+    def build_space(self, w: Workload) -> Space:
+        """The CPU space of ``w``."""
+        from aotune.constraints.cpu import build_cpu_space
+
+        return build_cpu_space(w, self.hw)
+
+    def schedule(self, space: Space, cfg: Config) -> Any:
+        """Config -> CpuSchedule."""
+        from aotune.codegen.schedule import schedule_from_config
+
+        return schedule_from_config(space, cfg)  # type: ignore[arg-type]
+
+    def compile(self, schedule: Any) -> Any:
+        """Schedule -> object code."""
+        from aotune.codegen.compile import compile_kernel
+
+        return compile_kernel(schedule, self.hw)
+
+    compile_workers = 1  # LLVM compiles under one lock: threads would only wait
+
+    def compile_and_read(self, schedule: Any) -> tuple[Any, Any]:
+        """(kernel, features) of one schedule."""
+        kernel = self.compile(schedule)
+        return kernel, self.features(kernel)
+
+    def features(self, kernel: Any) -> Any:
+        """The micro-kernel loop's instruction mix (capstone)."""
+        from aotune.analysis.features import kernel_features
+
+        return kernel_features(kernel, self.hw.isa.arch).loop
+
+    def estimate(self, schedules: Sequence[Any]) -> list[Prediction]:
+        """Tier 1."""
+        return self.model.estimate_batch(schedules)
+
+    def predict(self, schedules: Sequence[Any], features: Sequence[Any]) -> list[Prediction]:
+        """Tier 2."""
+        return self.model.predict_batch(schedules, features)
+
+    def tile_of(self, schedule: Any) -> tuple[int, ...]:
+        """The register tile (mr, nr)."""
+        return (schedule.mr, schedule.nr)
+
+    def usable(self, features: Any) -> bool:
+        """Every compiled CPU kernel may be picked."""
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON ``target`` block."""
+        hw = self.hw
+        return {
+            "name": hw.name,
+            "kind": hw.kind,
+            "isa": f"{hw.isa.arch} {hw.isa.llvm_cpu} {hw.isa.vector_bits}-bit",
+            "triple": hw.isa.triple,
+            "core_model_from": hw.core_model_from,
+        }
+
+    def emit(self) -> dict[str, Callable[[Any], str | bytes]]:
+        """``--emit-<name>`` -> the artefact of a kernel."""
+        return {"asm": lambda k: k.asm, "ir": lambda k: k.llvm_ir}
+
+    def candidate_report(self, candidates: Sequence[Any], seed: int = 0) -> list[dict] | None:
+        """Per top-k extras for the JSON (the CPU has none: its top-k is verified on the host)."""
+        return None
+
+    def can_verify(self) -> tuple[bool, str]:
+        """Whether the final check can run here: natively (the target is this host's kind) or,
+        for a foreign ISA, under emulation (correctness only)."""
+        from aotune.codegen.emulate import can_emulate
+        from aotune.hwspecs.host import host_can_run
+
+        ok, why = host_can_run(self.hw)
+        if ok:
+            return ok, why
+        emulated, why_not = can_emulate(self.hw)
+        return (True, "") if emulated else (False, f"{why}; {why_not}")
+
+    def check_final_check_memory(self, w: Workload, kernels: int) -> None:
+        """Refuse a final check that would not fit in this machine's memory (every thread may
+        hold its own padded copy of the input)."""
+        from aotune.codegen.runner import check_final_check_memory
+
+        check_final_check_memory(w, kernels, self.hw.core.cores)
+
+    def feature_summary(self, features: Any) -> tuple[dict[str, Any], str]:
+        """(JSON form, one line) of a kernel's features for ``aotune predict``."""
+        loop = features
+        return vars(loop), (
+            f"micro-kernel loop ({loop.function}): {loop.fma} FMA, {loop.vector_loads} vector "
+            f"loads, {loop.scalar_loads} scalar/broadcast loads, {loop.stores} stores, "
+            f"{loop.spills} spills, {loop.other} other"
+        )
+
+    def check_config(self, space: Space, cfg: Config) -> list[str]:
+        """Problems beyond the space's constraints (none for a CPU)."""
+        return []
+
+
+class GpuTarget:
+    """An NVIDIA GPU: tiled SIMT GEMMs, PTX/ptxas/SASS, host emulation, device check."""
+
+    kind = "gpu"
+    feature_key = "features"
+
+    def __init__(self, hw: Any) -> None:
+        from aotune.analysis.gpu_model import AnalyticalGpuModel
+
+        self.hw = hw
+        self.model = AnalyticalGpuModel(hw)
+
+    def build_space(self, w: Workload) -> Space:
+        """The GPU space of ``w``."""
+        from aotune.constraints.gpu import build_gpu_space
+
+        return build_gpu_space(w, self.hw)
+
+    def schedule(self, space: Space, cfg: Config) -> Any:
+        """Config -> GpuSchedule."""
+        from aotune.codegen.gpu_schedule import schedule_from_config
+
+        return schedule_from_config(space, cfg)  # type: ignore[arg-type]
+
+    def compile(self, schedule: Any) -> Any:
+        """Schedule -> PTX -> cubin (ptxas)."""
+        from aotune.codegen.gpu_compile import compile_gpu_kernel
+
+        return compile_gpu_kernel(schedule, self.hw)
+
+    compile_workers = 2  # ptxas and nvdisasm run as processes beside LLVM's next kernel
+
+    def compile_and_read(self, schedule: Any) -> tuple[Any, Any]:
+        """(kernel, features) of one schedule."""
+        kernel = self.compile(schedule)
+        return kernel, self.features(kernel)
+
+    def features(self, kernel: Any) -> Any:
+        """SASS (or PTX) mix and ptxas's resources."""
+        from aotune.analysis.gpu_features import gpu_features
+
+        return gpu_features(kernel)
+
+    def estimate(self, schedules: Sequence[Any]) -> list[Prediction]:
+        """Tier 1."""
+        return self.model.estimate_batch(schedules)
+
+    def predict(self, schedules: Sequence[Any], features: Sequence[Any]) -> list[Prediction]:
+        """Tier 2."""
+        return self.model.predict_batch(schedules, features)
+
+    def tile_of(self, schedule: Any) -> tuple[int, ...]:
+        """The block and thread tile."""
+        return (schedule.bm, schedule.bn, schedule.mwi, schedule.nwi)
+
+    def usable(self, features: Any) -> bool:
+        """A kernel that spills is never picked while one that does not remains."""
+        return features.spill_bytes == 0
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON ``target`` block."""
+        hw = self.hw
+        return {
+            "name": hw.name,
+            "kind": hw.kind,
+            "sm": hw.sm_name,
+            "ptx_isa": hw.ptx_isa,
+            "triple": hw.arch.triple,
+            "peak_tflops": round(hw.peak_flops / 1e12, 2),
+        }
+
+    def emit(self) -> dict[str, Callable[[Any], str | bytes]]:
+        """``--emit-<name>`` -> the artefact of a kernel."""
+        return {"ptx": lambda k: k.ptx, "cubin": lambda k: k.cubin, "ir": lambda k: k.llvm_ir}
+
+    def candidate_report(self, candidates: Sequence[Any], seed: int = 0) -> list[dict] | None:
+        """The issue's ``top`` entries: resources from ptxas, occupancy, waves, the emulated
+        check against numpy (inputs and reference made once for all)."""
+        from aotune.codegen.gpu_emulator import _reference, check_emulated, random_inputs
+
+        if not candidates:
+            return []
+        s0 = candidates[0].schedule
+        inputs = random_inputs(s0, seed)
+        ref = _reference(s0, *inputs)
+        out = []
+        for c in candidates:
+            f = self.features(c.kernel)
+            occ = self.model.occupancy(c.schedule, f)
+            s = c.schedule
+            per_wave = max(1, occ.blocks_per_sm) * self.hw.compute.sms
+            emulated = check_emulated(c.kernel, seed=seed, inputs=inputs, reference=ref)
+            out.append(
+                {
+                    "rank": c.rank,
+                    "predicted_seconds": c.prediction.seconds,
+                    "predicted_tflops": s.flops / c.prediction.seconds / 1e12,
+                    "peak_fraction": s.flops / c.prediction.seconds / self.hw.peak_flops,
+                    "bottleneck": c.prediction.bottleneck,
+                    "resources": {
+                        "registers": f.registers,
+                        "spill_bytes": f.spill_bytes,
+                        "shared_bytes": f.shared_bytes,
+                        "threads_per_block": s.threads,
+                        "blocks_per_sm": occ.blocks_per_sm,
+                        "occupancy": round(occ.occupancy, 4),
+                        "waves": -(-(s.grid[0] * s.grid[1] * s.grid[2]) // per_wave),
+                    },
+                    "ptxas_ok": True,
+                    "emulated": emulated.as_dict(),
+                    "launch": c.kernel.launch.as_dict(),
+                }
+            )
+        return out
+
+    def can_verify(self) -> tuple[bool, str]:
+        """Whether a GPU of this target's kind and its driver are here."""
+        from aotune.codegen.cuda_device import device_available
+
+        return device_available(self.hw)
+
+    def check_final_check_memory(self, w: Workload, kernels: int) -> None:
+        """Refuse a device check whose host-side inputs and numpy reference would not fit here."""
+        from aotune.codegen.runner import check_final_check_memory
+
+        check_final_check_memory(w, kernels, 1)
+
+    def feature_summary(self, features: Any) -> tuple[dict[str, Any], str]:
+        """(JSON form, one line) of a kernel's features for ``aotune predict``."""
+        m = features.mix
+        data = {
+            "registers": features.registers,
+            "spill_bytes": features.spill_bytes,
+            "shared_bytes": features.shared_bytes,
+            "mix": vars(m),
+        }
+        return data, (
+            f"{m.source.upper()} per FFMA: {m.lds_per_ffma:.3f} LDS ({m.lds_bytes_per_ffma:.2f} "
+            f"B), {m.sts_per_ffma:.3f} STS, {m.ldg_per_ffma:.3f} LDG, {m.other_per_ffma:.3f} "
+            f"other; ptxas: {features.registers} registers, {features.spill_bytes} B spilled, "
+            f"{features.shared_bytes} B shared"
+        )
+
+    def check_config(self, space: Space, cfg: Config) -> list[str]:
+        """What ptxas says about a config the constraints accept: rejection or spills."""
+        from aotune.errors import CodegenError
+
+        try:
+            kernel = self.compile(self.schedule(space, cfg))
+        except CodegenError as e:
+            return [f"ptxas: {e}"]
+        r = kernel.report
+        if r.spill_bytes:
+            return [
+                f"registers/thread: ptxas spills {r.spill_store_bytes} B and reloads "
+                f"{r.spill_load_bytes} B per thread at {r.registers} registers (available "
+                f"{self.hw.limits.max_registers_per_thread}); reduce the thread tile"
+            ]
+        return []
+
+
+TARGET_KINDS: dict[str, type] = {"cpu": CpuTarget, "gpu": GpuTarget}
+
+
+@functools.lru_cache(maxsize=32)
+def target_for(hw: Any) -> Any:
+    """The Target of a spec, by its kind."""
+    if hw.kind not in TARGET_KINDS:
+        raise HwSpecError(f"no target kind {hw.kind!r}; known: {', '.join(TARGET_KINDS)}")
+    return TARGET_KINDS[hw.kind](hw)

@@ -1,0 +1,93 @@
+"""The GPU space: valid by construction, every measured Xgemm config maps into it, limits named."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from aotune.analysis.workload import conv2d, depthwise_conv2d, matmul
+from aotune.constraints.gpu import build_gpu_space
+from aotune.constraints.xgemm import xgemm_to_config, xgemm_workload
+from aotune.errors import ConfigError
+from aotune.hwspecs.spec import builtin_names, load_target
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernel-tuner"
+FILES = {"gemm_RTX_2080_Ti.json.gz": "rtx-2080-ti", "gemm_RTX_Titan.json.gz": "titan-rtx"}
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_every_measured_xgemm_config_maps_to_one_valid_config(name):
+    path = DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} is not beside this checkout")
+    doc = json.loads(gzip.open(path).read())
+    space = build_gpu_space(xgemm_workload(4096, 4096, 4096), load_target(FILES[name]))
+    mapped = {}
+    for key, entry in doc["cache"].items():
+        cfg = xgemm_to_config(entry, space)
+        assert space.violations(cfg) == [], (key, space.violations(cfg))
+        mapped.setdefault(cfg, []).append(entry)
+    # configs that differ only in a staging layout of an operand they do not stage are one kernel
+    for cfg, entries in mapped.items():
+        if len(entries) > 1:
+            assert not (cfg["sa"] and cfg["sb"])
+            keys = {k for k in entries[0] if entries[0][k] != entries[1][k]}
+            assert keys <= {"MDIMA", "NDIMB", "time", "times", "GFLOP/s", "compile_time",
+                            "verification_time", "benchmark_time", "framework_time",
+                            "strategy_time", "timestamp"}, keys  # fmt: skip
+    assert len(mapped) < len(doc["cache"])
+
+
+def test_xgemm_mapping_by_hand():
+    space = build_gpu_space(xgemm_workload(4096, 4096, 4096), load_target("rtx-2080-ti"))
+    # the fastest measured config on the RTX 2080 Ti
+    best = dict(MWG=128, NWG=128, KWG=32, MDIMC=16, NDIMC=8, MDIMA=16, NDIMB=32, KWI=2,
+                VWM=8, VWN=4, STRM=0, STRN=0, SA=0, SB=1, PRECISION=32)  # fmt: skip
+    cfg = xgemm_to_config(best, space).as_dict()
+    assert cfg == dict(bm=128, bn=128, bk=32, tx=8, ty=16, vm=4, vn=8, strm=0, strn=0, sa=1,
+                       sb=0, la=32, lb=1, va=4, vb=1, unroll=2, pad_a=0, pad_b=0)  # fmt: skip
+    # Xgemm's M is aotune's column axis: C (and Xgemm's A) are contiguous along it
+    assert space.view.c_major == "n" and space.view.b_major == "n" and space.view.a_major == "m"
+    with pytest.raises(ConfigError, match="GEMMK=1"):
+        xgemm_to_config({**best, "GEMMK": 1}, space)
+    with pytest.raises(ConfigError, match="lacks MWG"):
+        xgemm_to_config({k: v for k, v in best.items() if k != "MWG"}, space)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    target=st.sampled_from(builtin_names("gpu")),
+    shape=st.tuples(st.integers(1, 300), st.integers(1, 300), st.integers(1, 300)),
+    seed=st.integers(0, 1000),
+)
+def test_sampled_configs_satisfy_every_constraint(target, shape, seed):
+    space = build_gpu_space(matmul(*shape), load_target(target))
+    for cfg in space.sample(3, seed=seed):
+        assert space.violations(cfg) == []
+        c = cfg.as_dict()
+        assert c["tx"] * c["ty"] % 32 == 0
+        if not c["sa"]:
+            assert (c["la"], c["va"], c["pad_a"]) == (1, 1, 0)
+
+
+def test_shared_memory_over_the_limit_names_required_and_available():
+    hw = load_target("t4")
+    space = build_gpu_space(matmul(4096, 4096, 4096), hw)
+    cfg = space.solve({"bm": [256], "bn": [256], "bk": [64], "sa": [1], "sb": [0]})
+    big = cfg.replaced({"sb": 1, "lb": cfg["la"] if cfg["la"] <= 64 else 64, "vb": 1})
+    bad = [v for v in space.violations(big) if v.constraint == "shared memory/block"]
+    assert bad and bad[0].required == 4 * 64 * 512 and bad[0].available == 65536
+    assert "opt-in" in bad[0].text
+
+
+def test_conv_and_depthwise_spaces_build_for_every_layout():
+    hw = load_target("a100")
+    for layout in ("NCHW", "NHWC"):
+        s = build_gpu_space(conv2d(2, 16, 9, 9, 8, 3, 3, pad=1, stride=2, layout=layout), hw)
+        assert s.violations(s.solve()) == []
+        d = build_gpu_space(depthwise_conv2d(1, 8, 7, 7, 3, 3, pad=1, layout=layout), hw)
+        assert d.violations(d.solve()) == []

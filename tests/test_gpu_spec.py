@@ -1,0 +1,96 @@
+"""GPU spec files: the twelve targets load with their datasheet facts; broken files are refused
+with the file, the key and what was expected."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from aotune.cli import main
+from aotune.errors import HwSpecError
+from aotune.hwspecs.gpu_spec import GpuSpec
+from aotune.hwspecs.spec import SPEC_DIR, HwSpec, builtin_names, load_spec_file, load_target
+
+GPU_TARGETS = {
+    # name: (sm, SMs, datasheet fp32 TFLOP/s at boost)
+    "v100": (70, 80, 15.7),
+    "t4": (75, 40, 8.1),
+    "rtx-2080-ti": (75, 68, 13.4),
+    "titan-rtx": (75, 72, 16.3),
+    "a100": (80, 108, 19.5),
+    "a10": (86, 72, 31.2),
+    "rtx-3090": (86, 82, 35.6),
+    "rtx-3060-laptop": (86, 30, 13.1),
+    "rtx-a6000": (86, 84, 38.7),
+    "l4": (89, 58, 30.3),
+    "rtx-4090": (89, 128, 82.6),
+    "h100": (90, 132, 66.9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_TARGETS))
+def test_every_gpu_target_loads_with_its_datasheet_peak(name):
+    spec = load_target(name)
+    sm, sms, tflops = GPU_TARGETS[name]
+    assert isinstance(spec, GpuSpec) and spec.kind == "gpu"
+    assert spec.arch.sm == sm and spec.compute.sms == sms
+    assert spec.peak_flops / 1e12 == pytest.approx(tflops, rel=0.01)
+    assert spec.shared.bytes_per_block <= spec.shared.bytes_per_block_optin
+    assert spec.shared_bytes_per_cycle == 128
+
+
+def test_builtin_names_split_by_kind():
+    gpus, cpus = builtin_names("gpu"), builtin_names("cpu")
+    assert set(gpus) == set(GPU_TARGETS)
+    assert {"znver4", "haswell", "skylake-avx512", "neoverse-n1"} <= set(cpus)
+    assert sorted(gpus + cpus) == builtin_names()
+    assert all(isinstance(load_target(n), HwSpec) for n in cpus)
+
+
+def _a100() -> str:
+    return (SPEC_DIR / "a100.toml").read_text()
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda t: t.replace("sms = 108\n", ""), "missing key 'sms' (integer)"),
+        (lambda t: t.replace("warp_size", "warpsize"), "unknown key 'warpsize'"),
+        (lambda t: t.replace("sms = 108", 'sms = "many"'), "compute.sms: expected integer"),
+        (lambda t: t.replace("boost_clock_ghz = 1.41", "boost_clock_ghz = nan"), "finite"),
+        (lambda t: t.replace("boost_clock_ghz = 1.41", "boost_clock_ghz = inf"), "finite"),
+        (
+            lambda t: t.replace("sms = 108", "sms = 0"),
+            "compute.sms = 0 is out of range; allowed 1..",
+        ),
+        (
+            lambda t: t.replace("reserved_per_block = 1024", "reserved_per_block = -1"),
+            "reserved_per_block = -1 is out of range",
+        ),
+        (lambda t: re.sub(r"\[shared\][^\[]*", "", t), "missing key 'shared' (table)"),
+        (
+            lambda t: t.replace("bytes_per_block_optin = 166912", "bytes_per_block_optin = 4096"),
+            "shared.bytes_per_block <= shared.bytes_per_block_optin",
+        ),
+        (lambda t: t.replace('kind = "gpu"', 'kind = "tpu"'), "kind: expected one of"),
+        (lambda t: t.replace('triple = "nvptx64-nvidia-cuda"', 'triple = "x86_64"'), "NVPTX"),
+    ],
+)
+def test_broken_gpu_spec_names_file_key_and_expectation(tmp_path: Path, mutate, expected):
+    path = tmp_path / "broken.toml"
+    path.write_text(mutate(_a100()))
+    with pytest.raises(HwSpecError) as info:
+        load_spec_file(path)
+    assert expected in str(info.value)
+    assert str(path) in str(info.value)
+
+
+def test_hw_show_prints_gpu_facts(capsys):
+    assert main(["hw", "show", "h100"]) == 0
+    out = capsys.readouterr().out
+    assert "sm_90" in out and "132 SMs" in out and "227" not in out.split("shared")[0]
+    assert "232448 opt-in" in out and "1024 B reserved per block" in out
+    assert main(["hw", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in GPU_TARGETS)

@@ -9,19 +9,21 @@ The build pipeline (``build.py``) never branches on the kind; it calls the backe
         write every file of the library (``cache``: the database, which keeps compiled objects
         so a build from stored records only links); return the manifest entries (one per
         kernel), the library-wide manifest fields and notes for the report
-    check(out_dir, chosen) -> {name: Check}
-        where this machine runs the target: each kernel of the written library against numpy
+    check(out_dir, chosen) -> ({name: Check}, note)
+        each kernel of the written library against numpy, where this machine can (the note says
+        how, or why not)
 
 A manifest entry always holds ``name``, ``kind``, ``params`` (name, role in0/in1/bias/out, tensor,
 shape, dtype, in the function's order) and ``launch`` (what a launcher needs). The CPU backend
 adds ``object``; a GPU backend adds, per kernel, ``ptx`` and ``cubin`` (file names under the
 output directory), ``entry`` (the kernel's symbol in them) and a ``launch`` of ``grid``, ``block``
 and ``shared_bytes`` (plus any workspace it needs), and registers itself with
-``BACKENDS["gpu"] = GpuBackend``. ``aotune.load`` reads the same manifest.
+an entry in ``BACKENDS`` (``artifact/gpu.py``). ``aotune.load`` reads the same manifest.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,7 @@ from aotune.search.database import (
     source_hash,
     spec_hash,
 )
+from aotune.targets import target_for
 
 LIBRARY = "aotune_kernels"  # lib<LIBRARY>.so / .a, <LIBRARY>.h
 
@@ -74,7 +77,7 @@ class Chosen:
             },
             "source": self.request.source,
             "nodes": list(self.request.nodes),
-            "target": {"name": hw.name, "triple": hw.isa.triple},
+            "target": {"name": hw.name, "triple": target_for(hw).describe()["triple"]},
             "config": c.config,
             "record": self.record.id,
             "predicted_seconds": c.predicted_seconds,
@@ -115,7 +118,7 @@ class Backend(Protocol):
         cache: TuningDatabase | None = None,
     ) -> Emitted: ...
 
-    def check(self, out_dir: Path, chosen: list[Chosen]) -> dict[str, Check]: ...
+    def check(self, out_dir: Path, chosen: list[Chosen]) -> tuple[dict[str, Check], str | None]: ...
 
 
 def numpy_reference(w: Any, inputs: list[np.ndarray]) -> np.ndarray:
@@ -250,6 +253,13 @@ class CpuBackend:
         so = next((p.name for p in linked if p.suffix == ".so"), None)
         ar = next((p.name for p in linked if p.suffix == ".a"), None)
         fields = {
+            "target": {
+                "arch": hw.isa.arch,
+                "cpu": hw.isa.llvm_cpu,
+                "cpu_features": sorted(
+                    f[1:] for f in hw.isa.llvm_features.split(",") if f.startswith("+")
+                ),
+            },
             "header": header.name,
             "shared_object": so,
             "archive": ar,
@@ -258,38 +268,70 @@ class CpuBackend:
         }
         return Emitted(entries, files, fields, notes)
 
-    def check(self, out_dir: Path, chosen: list[Chosen]) -> dict[str, Check]:
-        """Each kernel of the written shared object against numpy, on random inputs, with the
-        output's old contents poisoned (NaN) so a skipped element cannot pass."""
-        from aotune.artifact.load import load
+    def check(self, out_dir: Path, chosen: list[Chosen]) -> tuple[dict[str, Check], str | None]:
+        """The written shared object's kernels against numpy, where this host runs them."""
+        manifest = json.loads((out_dir / "manifest.json").read_text())
+        target = manifest["target"]
+        host = detect_host()
+        if target["arch"] != host.isa.arch:
+            return {}, f"not run: the library is {target['arch']}, this host is {host.isa.arch}"
+        ok, why = host_can_run_features(target.get("cpu_features", []))
+        if not ok:
+            return {}, f"not run: {why}"
+        if not manifest.get("shared_object"):
+            return {}, "not run: no shared object to load"
+        return check_library(out_dir, chosen), None
 
-        lib = load(out_dir)
-        rng = np.random.default_rng(0)
-        out: dict[str, Check] = {}
+
+def host_can_run_features(features: list[str]) -> tuple[bool, str]:
+    """Whether this host has every CPU feature in ``features``."""
+    host = detect_host()
+    have = {f[1:] for f in host.isa.llvm_features.split(",") if f.startswith("+")}
+    lacking = [f for f in features if f not in have]
+    return (not lacking, f"this CPU lacks {', '.join(lacking[:4])}" if lacking else "")
+
+
+def check_library(out_dir: Path, chosen: list[Chosen]) -> dict[str, Check]:
+    """Each kernel of the written library, loaded with ``aotune.load``, against numpy on random
+    inputs, the output poisoned (NaN) first so a skipped element cannot pass."""
+    from aotune.artifact.load import load
+
+    lib = load(out_dir)
+    rng = np.random.default_rng(0)
+    out: dict[str, Check] = {}
+    try:
         for ch in chosen:
             k = lib.kernels[ch.request.name]
             w = ch.request.workload
             inputs = [rng.uniform(-1, 1, tuple(p["shape"])).astype(np.float32) for p in k.inputs]
-            result = np.full(k._out_shape, np.nan, dtype=np.float32)
+            result = np.full(tuple(k.output["shape"]), np.nan, dtype=np.float32)
             k(*inputs, out=result)
             ref = numpy_reference(w, inputs)
             red = math.prod(lp.extent for lp in w.loops if lp.kind == "reduction")
             tol = tolerance(inputs[0], inputs[1], red, ref if w.epilogue.active else None)
             err = float(np.abs(result - ref).max(initial=0.0))
             out[ch.request.name] = Check(bool(np.isfinite(result).all() and err <= tol), err, tol)
-        lib.shutdown()  # its worker threads are not needed after the check
-        return out
+    finally:
+        lib.shutdown()  # its worker threads (or GPU context) are not needed after the check
+    return out
 
 
-BACKENDS: dict[str, type] = {"cpu": CpuBackend}
+# a target kind -> "module:class" of its library backend (imported on use)
+BACKENDS: dict[str, str] = {
+    "cpu": "aotune.artifact.backends:CpuBackend",
+    "gpu": "aotune.artifact.gpu:GpuBackend",
+}
 
 
-def backend_for(hw: HwSpec) -> Backend:
+def backend_for(hw: Any) -> Backend:
     """The library backend of ``hw``'s kind."""
-    cls = BACKENDS.get(hw.kind)
-    if cls is None:
+    import importlib
+
+    where = BACKENDS.get(hw.kind)
+    if where is None:
         raise BuildError(
             f"target {hw.name} is a {hw.kind} target, and this aotune has no {hw.kind} library "
             f"backend yet; build for a CPU target ({', '.join(BACKENDS)} kinds are supported)"
         )
-    return cls()
+    module, name = where.split(":")
+    return getattr(importlib.import_module(module), name)()

@@ -32,7 +32,6 @@ from aotune.artifact.backends import Check, Chosen, backend_for
 from aotune.artifact.fanout import SearchTask, run_searches
 from aotune.artifact.inputs import KernelList, SkippedOp
 from aotune.errors import BuildError
-from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import driver
 from aotune.search.cached import record_key, result_of, store_check
@@ -44,6 +43,7 @@ from aotune.search.database import (
     spec_hash,
 )
 from aotune.search.options import SearchOptions
+from aotune.targets import target_for
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -125,6 +125,7 @@ class BuildReport:
     reused: int
     database: str
     check_skipped: str | None = None
+    library_check: str | None = None  # how the written library was checked, or why it was not
     failed: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict[str, Any]:
@@ -142,6 +143,7 @@ class BuildReport:
             "files": list(self.files),
             "notes": list(self.notes),
             "check_skipped": self.check_skipped,
+            "library_check": self.library_check,
         }
 
 
@@ -264,7 +266,7 @@ def build(
         t, e = failed[0]
         raise BuildError(f"kernel {t.label}: {e}")
 
-    can_run, why = host_can_run(hw)
+    can_run, why = driver.can_verify(hw)  # natively, or a foreign ISA under emulation
     check_skipped = None
     if not can_run:
         check_skipped = why
@@ -273,8 +275,8 @@ def build(
     if check_skipped is None:
         for key, ks in groups.items():
             rec = records[key]
-            if any(c.measured_seconds is not None for c in rec.candidates):
-                continue  # measured when this record was made: not timed again
+            if any(c.correct is not None for c in rec.candidates):
+                continue  # checked when this record was made: not again
             event(labels[key], "checking")
             result = result_of(rec, ks[0].workload, hw)
             verified, numpy_gflops = driver.verify(result, seed=options.search.seed)
@@ -299,17 +301,11 @@ def build(
         },
         "source": kernels.source,
         "target": {
-            "name": hw.name,
-            "kind": hw.kind,
-            "triple": hw.isa.triple,
-            "arch": hw.isa.arch,
-            "cpu": hw.isa.llvm_cpu,
-            "cpu_features": sorted(
-                f[1:] for f in hw.isa.llvm_features.split(",") if f.startswith("+")
-            ),
+            **target_for(hw).describe(),
+            **emitted.fields.get("target", {}),
             "spec_hash": spec_hash(hw),
         },
-        **emitted.fields,
+        **{k: v for k, v in emitted.fields.items() if k != "target"},
         "kernels": emitted.entries,
         "skipped": [vars(s) for s in kernels.skipped],
         "files": files,
@@ -319,11 +315,7 @@ def build(
         if not any(d.iterdir()):
             d.rmdir()
 
-    checks: dict[str, Check] = {}
-    if can_run and emitted.fields.get("shared_object"):
-        checks = backend.check(out, chosen)
-    elif can_run and check_skipped is None:
-        check_skipped = "no shared object to load"
+    checks, library_check = backend.check(out, chosen)
     by_name = {e["name"]: e for e in emitted.entries}
     reports = []
     for ch in chosen:
@@ -359,6 +351,7 @@ def build(
         reused=len(reused),
         database=str(db.path),
         check_skipped=check_skipped,
+        library_check=library_check,
         failed=bad,
     )
 

@@ -234,12 +234,14 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def _print_report(report: Any, out: Any) -> None:
+    from aotune.targets import target_for
     from rich.markup import escape
     from rich.table import Table
 
     hw = report.target
+    triple = target_for(hw).describe()["triple"]
     out.print(
-        f"[bold]{len(report.kernels)} kernels[/] for [bold]{hw.name}[/] ({hw.isa.triple}) from "
+        f"[bold]{len(report.kernels)} kernels[/] for [bold]{hw.name}[/] ({triple}) from "
         f"{escape(report.source)}: {report.searched} searched, {report.reused} from the "
         f"database ({escape(report.database)}), {report.seconds:.1f} s"
     )
@@ -286,6 +288,8 @@ def _print_report(report: Any, out: Any) -> None:
         out.print(f"note: {escape(note)}")
     if report.check_skipped:
         out.print(f"final check skipped: {escape(report.check_skipped)}")
+    if report.library_check:
+        out.print(f"library check: {escape(report.library_check)}")
     out.print(f"wrote {escape(str(report.out_dir))}/: {', '.join(report.files)}")
 
 

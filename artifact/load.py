@@ -8,7 +8,9 @@
 Arguments are checked before the call: numpy arrays of dtype float32, C-contiguous, exactly the
 manifest's shapes, a writeable output; anything else raises a LibraryError that says which
 argument and what it must be (no silent conversion: a copy would hide a slow path). The call runs
-in the library's native code with the GIL released.
+in the library's native code with the GIL released. A GPU library's kernels are launched
+through cuda-python where a GPU of its kind is present (inputs copied in, the output copied
+back); elsewhere loading it raises a LibraryError that says why it cannot run here.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from aotune.errors import LibraryError
+from aotune.errors import AotuneError, LibraryError
 
 
 def _aligned_empty(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
@@ -121,11 +123,17 @@ class Library:
             raise LibraryError(f"{manifest} is not an aotune manifest ({e})") from None
         self.directory = manifest.parent
         self.target = target
+        self.kernels: dict[str, LibraryKernel] = {}
+        if target.get("kind") == "gpu":
+            self._gpu = GpuLauncher(self.directory, self.manifest)
+            for e in entries:
+                self.kernels[e["name"]] = LibraryKernel(self, e, self._gpu.function(e))
+            return
         if target.get("kind") != "cpu":
             raise LibraryError(
-                f"{self.directory} holds {target.get('kind')} kernels for {target.get('name')}; "
-                "aotune.load runs CPU libraries (GPU launching comes with the GPU backend)"
+                f"{self.directory} holds kernels of unknown kind {target.get('kind')}"
             )
+        self._gpu = None
         from aotune.hwspecs.host import detect_host
 
         host = detect_host()
@@ -151,7 +159,6 @@ class Library:
         self._dll.aotune_strerror.restype = ctypes.c_char_p
         self._dll.aotune_strerror.argtypes = [ctypes.c_int]
         self._dll.aotune_set_num_threads.argtypes = [ctypes.c_int]
-        self.kernels: dict[str, LibraryKernel] = {}
         for e in entries:
             fn = getattr(self._dll, e["name"])
             fn.restype = ctypes.c_int
@@ -174,22 +181,114 @@ class Library:
 
     def strerror(self, rc: int) -> str:
         """The library's text for a return code."""
+        if self._gpu is not None:
+            return self._gpu.strerror(rc)
         return self._dll.aotune_strerror(rc).decode()
 
     def set_num_threads(self, n: int) -> None:
-        """Threads each call may use, the caller included."""
+        """Threads each call may use, the caller included (CPU libraries)."""
+        if self._gpu is not None:
+            raise LibraryError("set_num_threads applies to CPU libraries; this one runs on a GPU")
         rc = self._dll.aotune_set_num_threads(int(n))
         if rc != 0:
             raise LibraryError(f"set_num_threads({n}): {self.strerror(rc)}")
 
     @property
     def num_threads(self) -> int:
-        """The current thread setting."""
-        return int(self._dll.aotune_get_num_threads())
+        """The current thread setting (CPU libraries; 1 for a GPU library's host side)."""
+        return 1 if self._gpu is not None else int(self._dll.aotune_get_num_threads())
 
     def shutdown(self) -> None:
-        """Stop the library's worker threads (a later call starts them again)."""
-        self._dll.aotune_shutdown()
+        """Stop the library's worker threads (a later call starts them again), or release a GPU
+        library's context."""
+        if self._gpu is not None:
+            self._gpu.close()
+        else:
+            self._dll.aotune_shutdown()
+
+
+class GpuLauncher:
+    """A GPU library's cubins on device 0, launched through cuda-python's driver API: each call
+    copies the inputs in, launches with the manifest's grid, block and shared memory, and copies
+    the output back. Made only where a GPU of the library's sm and its driver are present."""
+
+    def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
+        from aotune.codegen.cuda_device import _check, _driver, device_available
+        from aotune.hwspecs.spec import load_target
+
+        self._check = _check
+        self.drv = _driver()
+        try:
+            hw = load_target(manifest["target"]["name"])
+        except AotuneError:
+            hw = None
+        ok, why = device_available(hw) if hw is not None and self.drv is not None else (
+            False,
+            "no GPU: cuda-python is not installed (pip install 'aotune[gpu]')"
+            if self.drv is None
+            else f"target {manifest['target']['name']} is not a known GPU spec",
+        )  # fmt: skip
+        if not ok:
+            raise LibraryError(
+                f"{directory} holds {manifest['target'].get('sm', 'GPU')} kernels for "
+                f"{manifest['target']['name']}, and they cannot run here: {why}"
+            )
+        drv = self.drv
+        self.dev = _check(drv.cuDeviceGet(0), "cuDeviceGet")
+        self.ctx = _check(drv.cuCtxCreate(0, self.dev), "cuCtxCreate")
+        self.directory = directory
+
+    def function(self, entry: dict[str, Any]) -> Any:
+        """A callable ``fn(*pointers) -> 0`` launching ``entry`` on host arrays' addresses."""
+        drv, check = self.drv, self._check
+        module = check(
+            drv.cuModuleLoadData((self.directory / entry["cubin"]).read_bytes()), "load cubin"
+        )
+        fn = check(drv.cuModuleGetFunction(module, entry["entry"].encode()), "get function")
+        launch = entry["launch"]
+        if launch["dynamic_shared_bytes"]:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(drv.cuFuncSetAttribute(fn, attr, launch["dynamic_shared_bytes"]), "opt-in")
+        sizes = {p["role"]: 4 * math.prod(p["shape"]) for p in entry["params"]}
+        roles = [p["role"] for p in entry["params"]]
+
+        def call(*pointers: int) -> int:
+            host = dict(zip(roles, pointers))
+            dev = {}
+            try:
+                for role in entry["kernel_args"]:
+                    nbytes = sizes.get(role, 4)
+                    dev[role] = check(drv.cuMemAlloc(nbytes), "cuMemAlloc")
+                    if role in host and role != "out":
+                        check(drv.cuMemcpyHtoD(dev[role], host[role], nbytes), "copy in")
+                params = np.array([int(dev[r]) for r in entry["kernel_args"]], dtype=np.uint64)
+                args = np.array(
+                    [params[i : i + 1].ctypes.data for i in range(len(params))], dtype=np.uint64
+                )
+                check(
+                    drv.cuLaunchKernel(fn, *launch["grid"], *launch["block"],
+                                       launch["dynamic_shared_bytes"], 0, args.ctypes.data, 0),
+                    "cuLaunchKernel",
+                )  # fmt: skip
+                check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
+                check(drv.cuMemcpyDtoH(host["out"], dev["out"], sizes["out"]), "copy out")
+            finally:
+                for p in dev.values():
+                    drv.cuMemFree(p)
+            return 0
+
+        return call
+
+    @staticmethod
+    def strerror(rc: int) -> str:
+        """GPU calls raise on failure; no return code but 0."""
+        return "success" if rc == 0 else "unknown aotune error code"
+
+    def close(self) -> None:
+        """Release the context."""
+        if self.ctx is not None:
+            self.drv.cuCtxDestroy(self.ctx)
+            self.ctx = None
 
 
 def load(path: str | Path) -> Library:

@@ -156,7 +156,8 @@ class Mix:
     Arguments: (iters, params, scratch, out): ``params`` holds the floats a, b, c (each FMA chain
     is ``acc = acc * a + b`` from ``c``; a below 1 keeps it finite), ``scratch`` is
     ``SCRATCH_BYTES`` on a cache line, ``out`` receives each chain's final value (``OUT_BYTES``
-    per chain). Memory operations walk the halves of ``scratch`` at consecutive addresses.
+    per chain). Memory operations walk the halves of ``scratch`` at consecutive addresses, aligned
+    to their width (so ``scratch`` must be aligned to ``mem_bits / 8``).
     """
 
     adds: int = 0
@@ -252,7 +253,8 @@ class Chase:
 @dataclass(frozen=True)
 class Stream:
     """Volatile loads of ``bits`` each over ``[buf, buf + nbytes)``, ``passes`` times, ``unroll``
-    loads per iteration (``nbytes`` a multiple of ``unroll * bits / 8``).
+    loads per iteration (``buf`` aligned to ``bits / 8`` bytes, ``nbytes`` a multiple of
+    ``unroll * bits / 8``).
 
     Arguments: (passes, buf, nbytes).
     """

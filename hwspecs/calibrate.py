@@ -167,18 +167,19 @@ def fit_pipes(
     """(units, width in bits, worst relative error) of the pipes that best explain ``rates``:
     operations per cycle measured per operand width, where ``units`` pipes of ``width`` bits
     issue ``units * min(1, width / w)`` operations of ``w`` bits per cycle (a wider operation
-    takes several slots). Best in the squared log ratio; ties go to the narrowest width."""
+    takes several slots). Best in the squared log ratio; of equally good fits, the fewest
+    pipes, then the narrowest (rates at 128 bits alone say nothing about wider operations)."""
     if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates.values()):
         raise CalibrationError(f"pipe rates must be positive numbers, got {dict(rates)}")
     best: tuple[float, int, int] | None = None
     for units in range(1, max_units + 1):
         for width in widths:
             err = sum(math.log(units * min(1.0, width / w) / r) ** 2 for w, r in rates.items())
-            key = (round(err, 9), width, units)
+            key = (round(err, 9), units, width)
             if best is None or key < best:
                 best = key
     assert best is not None
-    _, width, units = best
+    _, units, width = best
     worst = max(abs(units * min(1.0, width / w) / r - 1.0) for w, r in rates.items())
     return units, width, worst
 
@@ -1339,6 +1340,11 @@ def spec_features(features: str) -> tuple[str, str]:
     if len(features) <= FEATURES_LIMIT:
         return features, "llvm: LLVM's host CPU features, each on or off"
     on = ",".join(f for f in features.split(",") if f.startswith("+"))
+    if len(on) > FEATURES_LIMIT:
+        raise CalibrationError(
+            f"LLVM reports {len(on)} characters of host CPU features that are on, more than the "
+            f"{FEATURES_LIMIT} a spec string may hold; the spec loader's limit must grow first"
+        )
     return on, (
         "llvm: LLVM's host CPU features that are on (the full on/off list is longer than a "
         "spec string may be; the rest follow from llvm_cpu)"

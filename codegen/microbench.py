@@ -154,7 +154,9 @@ class Mix:
     ``stores`` volatile stores of ``mem_bits`` each.
 
     Arguments: (iters, params, scratch, out): ``params`` holds the floats a, b, c (each FMA chain
-    is ``acc = acc * a + b`` from ``c``; a below 1 keeps it finite), ``scratch`` is
+    is ``acc = a * b + acc`` from ``c``: chained through the accumulator, as a micro-kernel's
+    FMAs are, which ISAs with a destructive accumulator (AArch64's FMLA) run without copies, and
+    which some cores forward sooner), ``scratch`` is
     ``SCRATCH_BYTES`` on a cache line, ``out`` receives each chain's final value (``OUT_BYTES``
     per chain). Memory operations walk the halves of ``scratch`` at consecutive addresses, aligned
     to their width (so ``scratch`` must be aligned to ``mem_bits / 8``).
@@ -203,7 +205,7 @@ class Mix:
             for _ in range(self.unroll):
                 adds = [_opaque(b, b.add(x, c64(1))) for x in adds]
                 fmas = [
-                    b.call(_fma(mod, float_type(w)), [x, *coef[w]]) for x, w in zip(fmas, self.fmas)
+                    b.call(_fma(mod, float_type(w)), [*coef[w], x]) for x, w in zip(fmas, self.fmas)
                 ]
                 for _ in range(self.loads):
                     at = b.add(scratch, c64(loads * mem_bytes % half))
@@ -356,6 +358,33 @@ class Rows:
 Kernel = Mix | Chase | Stream | Rows
 
 
+def loop_instructions(assembly: str, function: str) -> int:
+    """Instructions in the innermost loop of ``function`` in ``assembly`` (LLVM's text for any
+    target): a block that branches back to its own label (the probes' loops are single blocks),
+    directives not counted; the smallest such block when there are several."""
+    body: list[str] = []
+    inside = False
+    for line in assembly.splitlines():
+        text = line.split("//")[0].split("#")[0].strip()
+        if text.endswith(":") and text[:-1].strip('"') == function:
+            inside = True
+        elif inside and text.startswith(".Lfunc_end"):
+            break
+        elif inside and text:
+            body.append(text)
+    labels = {t[:-1]: i for i, t in enumerate(body) if t.endswith(":")}
+    loops = []
+    for i, t in enumerate(body):
+        target = t.replace(",", " ").split()[-1]
+        if not t.endswith(":") and target in labels and labels[target] < i:
+            span = body[labels[target] + 1 : i + 1]
+            if not any(x.endswith(":") for x in span):  # one block: the loop's own back edge
+                loops.append(sum(_is_instruction(x) for x in span))
+    if not loops:
+        raise CodegenError(f"no loop found in the machine code of {function}")
+    return min(loops)
+
+
 def _is_instruction(text: str) -> bool:
     """Whether an assembly line (comments stripped) is an instruction, not a label or
     directive."""
@@ -378,19 +407,13 @@ class MicroBench:
     """``kernels`` JIT-compiled for the host ``hw`` (the CPU that will run them)."""
 
     def __init__(self, kernels: Sequence[Kernel], hw: HwSpec) -> None:
-        text = module_ir(kernels, hw.isa.triple)
         with _LLVM_LOCK:
             tm = target_machine(hw, jit=True)
-            try:
-                mod = llvm.parse_assembly(text)
-                mod.verify()
-            except RuntimeError as e:
-                raise CodegenError(f"a microbenchmark's LLVM IR is invalid: {e}") from None
-            self._tm = tm
+            mod = _parsed(module_ir(kernels, hw.isa.triple))
             self._engine = llvm.create_mcjit_compiler(mod, tm)
             self._engine.finalize_object()
-            self._text = text
             self.addresses = {k.name: self._engine.get_function_address(k.name) for k in kernels}
+        self._assembly = assembly_for(kernels, hw)
         self._calls = {name: _CALL(addr) for name, addr in self.addresses.items()}
 
     def call(self, kernel: Kernel, *args: int) -> None:
@@ -398,31 +421,26 @@ class MicroBench:
         self._calls[kernel.name](*args, *([0] * (ARGS - len(args))))
 
     def loop_instructions(self, kernel: Kernel) -> int:
-        """Machine instructions in ``kernel``'s innermost loop (from its label to the branch back
-        to it), as this host runs it."""
-        body: list[str] = []
-        inside = False
-        for line in self.assembly().splitlines():
-            text = line.split("#")[0].split("//")[0].strip()
-            if text.rstrip(":").strip('"') == kernel.name and text.endswith(":"):
-                inside = True
-            elif inside and text.startswith(".Lfunc_end"):
-                break
-            elif inside and text:
-                body.append(text)
-        labels = {t[:-1]: i for i, t in enumerate(body) if t.endswith(":")}
-        loops = []
-        for i, t in enumerate(body):
-            target = t.replace(",", " ").split()[-1]
-            if not t.endswith(":") and target in labels and labels[target] < i:
-                insns = [x for x in body[labels[target] : i + 1] if _is_instruction(x)]
-                loops.append(len(insns))
-        if not loops:
-            raise CodegenError(f"no loop found in the machine code of {kernel.name}")
-        return min(loops)
+        """Machine instructions in ``kernel``'s innermost loop as this host runs it."""
+        return loop_instructions(self.assembly(), kernel.name)
 
     def assembly(self) -> str:
         """The module's assembly for this host (to check what a probe really runs)."""
-        with _LLVM_LOCK:
-            mod = llvm.parse_assembly(self._text)
-            return self._tm.emit_assembly(mod)
+        return self._assembly
+
+
+def _parsed(text: str) -> llvm.ModuleRef:
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as e:
+        raise CodegenError(f"a microbenchmark's LLVM IR is invalid: {e}") from None
+    return mod
+
+
+def assembly_for(kernels: Sequence[Kernel], hw: HwSpec) -> str:
+    """The assembly of ``kernels`` built for ``hw`` as ``MicroBench`` builds them (no IR
+    optimisation: the kernels are written as they must run), for any target, run or not."""
+    with _LLVM_LOCK:
+        tm = target_machine(hw)
+        return tm.emit_assembly(_parsed(module_ir(kernels, hw.isa.triple)))

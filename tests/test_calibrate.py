@@ -13,7 +13,17 @@ import tomllib
 import numpy as np
 import pytest
 from aotune.cli import main
-from aotune.codegen.microbench import OUT_BYTES, SCRATCH_BYTES, Chase, MicroBench, Mix, Rows, Stream
+from aotune.codegen.microbench import (
+    OUT_BYTES,
+    SCRATCH_BYTES,
+    Chase,
+    MicroBench,
+    Mix,
+    Rows,
+    Stream,
+    assembly_for,
+    loop_instructions,
+)
 from aotune.errors import CalibrationError, HwSpecError
 from aotune.hwspecs import calibrate as cal
 from aotune.hwspecs.host import host_can_run
@@ -344,14 +354,14 @@ def test_the_kernels_run_what_they_say():
     # machine code: the loop holds the step's instructions 8 times, plus its own control
     assert 8 * 9 <= bench.loop_instructions(mix) <= 8 * 9 + 4
     assert 16 <= bench.loop_instructions(chase) <= 16 + 4
-    # the chains' results: integer chains count, FMA chains follow acc = acc * a + b
+    # the chains' results: integer chains count, FMA chains follow acc = a * b + acc
     scratch = np.zeros((SCRATCH_BYTES + 8 * OUT_BYTES) // 4, np.float32)
     params = np.array([0.5, 0.25, 1.0, 0.0], np.float32)
     out = scratch.ctypes.data + SCRATCH_BYTES
     bench.call(mix, 3, params.ctypes.data, scratch.ctypes.data, out)
     acc = np.float32(1.0)
     for _ in range(24):
-        acc = np.float32(acc * np.float32(0.5) + np.float32(0.25))
+        acc = np.float32(np.float32(0.5) * np.float32(0.25) + acc)
     results = scratch[SCRATCH_BYTES // 4 :].reshape(8, OUT_BYTES // 4)
     assert results[0, : HOST.isa.vector_bits // 32] == pytest.approx(acc)
     assert results[1, 0] == pytest.approx(acc)
@@ -374,6 +384,19 @@ def test_the_kernels_run_what_they_say():
     rows_params = np.array([0.5, 0.25], np.float32)
     bench.call(rows, 1, buf.ctypes.data, 256, 2, 8, 2, rows_params.ctypes.data, acc_out.ctypes.data)
     assert np.isfinite(acc_out).all() and acc_out[0] != 0
+
+
+@pytest.mark.parametrize("target", ["neoverse-n1", "haswell", "skylake-avx512"])
+def test_the_kernels_compile_for_every_cpu_target_with_the_loops_they_say(target):
+    """Built for another ISA (not run): the probes' loops hold exactly their step's work."""
+    hw = load_target(target)
+    v = hw.isa.vector_bits
+    mix = Mix(adds=3, fmas=(v,) * 4 + (32,), loads=2, mem_bits=v, unroll=4)
+    kernels = [mix, Chase(16), Stream(v, 8), Rows(v, 30), Mix(stores=8, mem_bits=32, unroll=2)]
+    asm = assembly_for(kernels, hw)
+    assert 4 * 10 <= loop_instructions(asm, mix.name) <= 4 * 10 + 4
+    assert 16 <= loop_instructions(asm, "chase_u16") <= 16 + 4
+    assert 8 <= loop_instructions(asm, f"stream_{v}_u8") <= 8 + 4
 
 
 @ON_HOST

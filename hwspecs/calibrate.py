@@ -132,8 +132,9 @@ class Probe:
 
 @dataclass(frozen=True)
 class Calibration:
-    """A calibrated spec, each value's origin (field path -> text), the raw readings per probe,
-    and a few lines about the run (machine, load, duration) for the file's header."""
+    """A calibrated spec, each value's origin (field path -> text), per probe the fields it set,
+    what it does and its raw readings, and a few lines about the run (machine, load, duration)
+    for the file's header."""
 
     spec: HwSpec
     origin: Mapping[str, str]
@@ -1283,7 +1284,10 @@ def calibrate(
         for i, probe in enumerate(PROBES):
             if progress:
                 progress(probe.name, i + 1, total)
+            before = set(s.details)
             found = probe.run(s)
+            readings = {k: s.details.pop(k) for k in set(s.details) - before}
+            s.details[probe.name] = {"sets": sorted(found), "how": probe.how, **readings}
             expected = set(probe_paths(probe, host))
             if set(found) != expected:
                 raise CalibrationError(

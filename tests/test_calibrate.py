@@ -210,6 +210,19 @@ def test_the_cli_refuses_bad_output_paths_and_names_before_measuring(tmp_path, c
     assert existing.read_text() == "keep"
 
 
+def test_a_machine_that_cannot_be_calibrated_is_refused_in_one_line(monkeypatch, capsys):
+    import aotune.hwspecs.host as host
+
+    def no_host() -> None:
+        raise HwSpecError("host CPU 'x' has neither AVX2+FMA nor AVX-512")
+
+    monkeypatch.setattr(host, "detect_host", no_host)
+    assert main(["hw", "calibrate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: hw calibrate measures the machine it runs on and cannot")
+    assert err.count("\n") == 1
+
+
 # ---- the arithmetic of the probes --------------------------------------------------------------
 
 
@@ -429,6 +442,8 @@ def test_a_whole_calibration_writes_a_spec_that_tune_uses(tmp_path, capsys):
     assert main(["hw", "calibrate", "-o", str(path)]) == 0
     spec = load_spec_file(path)
     assert spec.name == "here" and spec.core.cores == HOST.core.cores
+    assert 0.2 <= spec.core.frequency_ghz <= 7.0
+    assert spec.cache(1).latency_cycles < spec.cache(2).latency_cycles
     assert set(origin_from_toml(path.read_text())) == set(field_paths(spec))
     capsys.readouterr()
     argv = ["tune", "matmul", "--shape", "64x48x32", "--target", str(path), "--json"]

@@ -623,15 +623,16 @@ def probe_stores(s: Session) -> dict[str, Finding]:
 
 
 def issue_mixes(s: Session) -> list[Mix]:
-    """Loops of independent work for every kind of unit at once (integer adds, FMAs at a width
-    every FMA pipe takes whole, scalar float loads), so that none of them is the limit before the
-    core's issue is: each has more chains than its units times its latency can use."""
+    """Loops of independent work for several kinds of unit at once (integer adds, FMAs at a width
+    every FMA pipe takes whole, scalar float loads and stores), each kind below what its units
+    take, so that the core's issue is the limit: each step gives every FMA chain one FMA, so a
+    step lasts at least an FMA latency, and the other work fills it."""
     narrow = 128 if s.vector_bits >= 128 else s.vector_bits
     return [
         Mix(adds=4, loads=2, mem_bits=32, unroll=8),
-        Mix(adds=3, loads=3, mem_bits=32, unroll=8),
         Mix(adds=8, fmas=(narrow,) * 8, loads=8, mem_bits=32, unroll=2),
-        Mix(adds=8, fmas=(narrow,) * 8, loads=12, mem_bits=32, unroll=2),
+        Mix(adds=8, fmas=(narrow,) * 6, loads=6, mem_bits=32, unroll=2),
+        Mix(adds=6, fmas=(narrow,) * 6, loads=4, stores=2, mem_bits=32, unroll=2),
     ]
 
 
@@ -645,7 +646,8 @@ def probe_issue(s: Session) -> dict[str, Finding]:
     for k in mixes:
         insns = s.bench_of(k).loop_instructions(k)
         c, t = s.cycles_per(lambda n, k=k: s.mix(k, n), insns)
-        ipc[f"{k.adds} adds + {len(k.fmas)} FMAs + {k.loads} loads"] = 1.0 / c
+        mix = f"{k.adds} adds + {len(k.fmas)} FMAs + {k.loads} loads + {k.stores} stores"
+        ipc[mix] = 1.0 / c
         runs.append(t)
     s.details["issue"] = {"instructions_per_cycle": ipc}
     best = max(ipc.values())
@@ -655,8 +657,8 @@ def probe_issue(s: Session) -> dict[str, Finding]:
             max(1, round(best)),
             1,
             16,
-            "loops of independent integer adds, FMAs and loads (instructions counted in the "
-            "loop's machine code, per step): "
+            "loops of independent integer adds, FMAs, loads and stores (instructions counted "
+            "in the loop's machine code), per step: "
             + ", ".join(f"{k}: {x:.2f}" for k, x in ipc.items())
             + f" per cycle, the best rounded; {_spread(runs)}",
         )

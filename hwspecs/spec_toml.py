@@ -149,7 +149,7 @@ def origin_from_toml(text: str) -> dict[str, str]:
         entry, entry_level = [], None
 
     array = False
-    for raw in text.splitlines():
+    for raw in text.split("\n"):  # not splitlines: a string value may hold U+2028
         line = raw.strip()
         if line.startswith("#"):
             pending.append(line[1:].strip())

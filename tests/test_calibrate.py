@@ -93,6 +93,7 @@ def test_any_valid_values_and_origin_texts_round_trip(ghz, bw, call, note, descr
         caches__L3__bandwidth_bytes_per_cycle=bw,
         overhead__call_seconds=call,
     )
+    description += "\u2028\x85 [x] # y = 1"  # line breaks to str.splitlines, TOML syntax
     c = dataclasses.replace(c, spec=dataclasses.replace(c.spec, description=description))
     origin = dict(c.origin)
     origin["core.frequency_ghz"] = "measured: " + note

@@ -77,10 +77,17 @@ def _toml_string(text: str) -> str:
     return "".join(out)
 
 
+def comment_text(text: str) -> str:
+    """``text`` as a comment holds it: whitespace runs made one space, and the control characters
+    TOML forbids in comments made U+FFFD."""
+    words = " ".join(text.split())
+    return "".join("\ufffd" if ord(c) < 0x20 or c == "\x7f" else c for c in words)
+
+
 def _comment(text: str) -> list[str]:
     """``text`` as ``# `` lines of at most WIDTH columns (words are never broken, so joining the
-    lines with spaces gives the text back)."""
-    words = " ".join(text.split())
+    lines with spaces gives ``comment_text(text)`` back)."""
+    words = comment_text(text)
     return [
         "# " + line
         for line in textwrap.wrap(words, WIDTH - 2, break_long_words=False, break_on_hyphens=False)

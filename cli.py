@@ -576,6 +576,7 @@ def cmd_hw(args: argparse.Namespace) -> int:
 def cmd_hw_calibrate(args: argparse.Namespace) -> int:
     """``aotune hw calibrate [-o FILE] [--force] [--name NAME] [--json]``."""
     from aotune.hwspecs import calibrate as cal
+    from aotune.hwspecs.spec_toml import value_at
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     name = cal.spec_name_for(args.output, args.name)
@@ -608,7 +609,7 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
     else:
         for path, origin in result.origin.items():
             kind = origin.split(":", 1)[0]
-            print(f"  {path:<38} {cal.value_at(result.spec, path)!s:<14.14} {kind}")
+            print(f"  {path:<38} {value_at(result.spec, path)!s:<14.14} {kind}")
         print(f"wrote {args.output}: use it with --target {args.output}")
     return 0
 

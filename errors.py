@@ -46,3 +46,7 @@ class CodegenError(AotuneError):
 
 class FinalCheckError(AotuneError):
     """A kernel cannot be run on this machine (e.g. the target is not the host)."""
+
+
+class CalibrationError(AotuneError):
+    """``hw calibrate`` cannot measure this machine, or a measurement makes no physical sense."""

@@ -165,6 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
     show = hw_sub.add_parser("show", help="show one target")
     show.add_argument("name")
     show.add_argument("--json", action="store_true")
+    cal = hw_sub.add_parser(
+        "calibrate", help="measure this machine once (~1 minute) and write its spec file"
+    )
+    cal.add_argument(
+        "-o", "--output", metavar="FILE", help="write the spec to FILE (without it: print it)"
+    )
+    cal.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    cal.add_argument("--name", help="the spec's name (default: FILE's name without .toml)")
+    cal.add_argument(
+        "--json", action="store_true", help="print the values, their origins and the readings"
+    )
     b = sub.add_parser("bench", help="run the benchmark suite")
     b.add_argument("--quick", action="store_true", help="a subset in under 2 minutes")
     b.add_argument("--json", action="store_true")
@@ -629,9 +640,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_hw(args: argparse.Namespace) -> int:
-    """``aotune hw list|show``."""
+    """``aotune hw list|show|calibrate``."""
     from aotune.hwspecs.spec import builtin_names, load_target
 
+    if args.hw_command == "calibrate":
+        return cmd_hw_calibrate(args)
     if args.hw_command == "show":
         spec = load_target(args.name)
         if getattr(args, "json", False):
@@ -643,6 +656,47 @@ def cmd_hw(args: argparse.Namespace) -> int:
     print("host  (detected: " + load_target("host").description + ")")
     for name in builtin_names():
         print(f"{name:<15} {load_target(name).description}")
+    return 0
+
+
+def cmd_hw_calibrate(args: argparse.Namespace) -> int:
+    """``aotune hw calibrate [-o FILE] [--force] [--name NAME] [--json]``."""
+    from aotune.hwspecs import calibrate as cal
+    from aotune.hwspecs.spec_toml import value_at
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    name = cal.spec_name_for(args.output, args.name)
+    if args.output is not None:
+        cal.check_output(args.output, args.force)
+    cal.check_can_calibrate()
+    err = _console(stderr=True)
+    with Progress(
+        TextColumn("{task.description:<22}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=args.json or not err.is_terminal,
+    ) as bar:
+        task = bar.add_task("calibrating", total=len(cal.PROBES) + 1)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(task, description=stage, completed=done, total=total)
+
+        result = cal.named(cal.calibrate(progress), name)
+    text = cal.spec_text(result)
+    if args.output is not None:
+        cal.write_spec(result, args.output, args.force)
+    if args.json:
+        print(json.dumps({**result.as_dict(), "file": args.output}, indent=1))
+    elif args.output is None:
+        print(text, end="")
+    else:
+        for path, origin in result.origin.items():
+            kind = origin.split(":", 1)[0]
+            print(f"  {path:<38} {value_at(result.spec, path)!s:<14.14} {kind}")
+        print(f"wrote {args.output}: use it with --target {args.output}")
     return 0
 
 

@@ -58,3 +58,7 @@ class BuildError(AotuneError):
 
 class LibraryError(AotuneError):
     """A built library cannot be loaded or a kernel of it was called with bad arguments."""
+
+
+class CalibrationError(AotuneError):
+    """``hw calibrate`` cannot measure this machine, or a measurement makes no physical sense."""

@@ -6,6 +6,13 @@ disassembled object code (``features.py``), which sees what LLVM really emitted:
 broadcasts, spills, extra unrolling. Coefficients (issue rates, latencies, bandwidths) come from the
 hwspec; nothing is measured.
 
+Constants: every property of a CPU is a spec field with its origin (``hwspecs/*.toml``, measured
+by ``aotune hw calibrate``). What stays in this module does not depend on the machine: counts of
+the instructions codegen emits (CALL_INSTRUCTIONS, A_SHARED_LOOP_REGISTERS, RUN_SETUP_INSTRUCTIONS,
+PACK_INSTRUCTIONS_PER_ELEMENT, the epilogue's), the form in which two bounds overlap (a 4-norm),
+and two shares of the cache-set model that were fitted on Zen 4 and are said to be so where they
+are defined (SHARED_SET_MEETING_SHARE, PANEL_L1_SHARE).
+
 Cost of one thread (the slowest one, since threads split the parallel loop):
     compute   = k steps * (max(FMA issue, load ports, issue width, store port, FMA latency,
                                unpacked-operand L1 misses) + DTLB misses) + per-call C I/O
@@ -144,7 +151,7 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
         mix.stores / c.store_ports,
         c.fma_latency_cycles / calls_in_flight,
     )
-    return cycles + 2.0 * mix.spills, load_cycles
+    return cycles + c.spill_cycles * mix.spills, load_cycles
 
 
 CALL_INSTRUCTIONS = (
@@ -169,36 +176,101 @@ def _calls_in_flight(mix: KStepMix, hw: HwSpec, kc: int) -> float:
     return max(1.0, hw.core.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS))
 
 
+@dataclass(frozen=True)
+class ThreadShare:
+    """The slowest thread's share of the parallel loop: what every term below is charged for."""
+
+    ranges: tuple[tuple[int, int], ...]
+    m_share: int  # rows of C the thread computes
+    n_share: int  # columns
+    m_tiles: int  # register tiles along them
+    n_tiles: int
+    k_blocks: int
+
+    @property
+    def threads(self) -> int:
+        """Threads that run a share."""
+        return len(self.ranges)
+
+    @property
+    def calls(self) -> int:
+        """Micro-kernel calls of the thread: tiles x k blocks."""
+        return self.m_tiles * self.n_tiles * self.k_blocks
+
+    @staticmethod
+    def of(s: CpuSchedule) -> ThreadShare:
+        """The widest share of ``s``'s parallel split."""
+        ranges = tuple(s.thread_ranges())
+        widest = max(hi - lo for lo, hi in ranges)
+        kt = -(-s.K // s.kc)
+        if s.par == "m":
+            return ThreadShare(ranges, widest, s.N, -(-widest // s.mr), -(-s.N // s.nr), kt)
+        return ThreadShare(ranges, s.M, widest, -(-s.M // s.mr), -(-widest // s.nr), kt)
+
+
 def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
-    """The model: seconds for one call of the kernel built from ``s``."""
-    c = hw.core
-    freq = c.frequency_ghz * 1e9
-    lanes, isz = s.lanes, 4
+    """The model: seconds for one call of the kernel built from ``s``.
+
+    The named terms, each for the slowest thread (batch entries run one after another):
+        compute  micro-kernel cycles: k steps at the issue/latency/miss bound plus per-call work
+        L1..L3   bytes each level serves the one above, over its bandwidth
+        memory   DRAM bytes of all threads over the memory bandwidth
+        packing  copies into panels and the zero-padded input
+        overhead the call and the threads' hand-over
+    seconds = max(compute, L1, L2, L3, memory) + packing + overhead.
+    """
+    freq = hw.core.frequency_ghz * 1e9
+    share = ThreadShare.of(s)
     mix = _with_split_loads(mix, s, hw)
-    Mt, Nt, Kt = -(-s.M // s.mr), -(-s.N // s.nr), -(-s.K // s.kc)
-    ranges = s.thread_ranges()
-    widest = max(hi - lo for lo, hi in ranges)
-    threads = len(ranges)
-    # the slowest thread's share of the parallel loop, in register tiles and in elements
-    if s.par == "m":
-        m_share, n_share = widest, s.N
-        Mt_t, Nt_t = -(-widest // s.mr), Nt
-    else:
-        m_share, n_share = s.M, widest
-        Mt_t, Nt_t = Mt, -(-widest // s.nr)
-    calls = Mt_t * Nt_t * Kt
+    compute_cycles, load_cycles = micro_kernel_cycles(s, hw, mix, share)
+    l2_bytes, l3_bytes, dram_bytes = traffic_bytes(s, hw, share)
+    nb = s.batch_count
+    parts = {
+        "compute": nb * (compute_cycles + epilogue_cycles(s, hw, share)) / freq,
+        "L1": nb * load_cycles / freq,
+        "L2": nb * l2_bytes / (hw.cache(2).bandwidth_bytes_per_cycle * freq),
+        "L3": (
+            nb * l3_bytes / (hw.cache(3).bandwidth_bytes_per_cycle * freq)
+            if len(hw.caches) >= 3
+            else 0.0
+        ),
+        "memory": nb * dram_bytes / (hw.memory.bandwidth_gbs * 1e9),
+    }
+    packing = (nb * packing_cycles(s, hw, share) + pad_copy_cycles(s, hw, share)) / freq
+    overhead = hw.overhead.call_seconds + (share.threads - 1) * hw.overhead.thread_seconds
+    seconds = max(parts.values()) + packing + overhead
+    breakdown = {**parts, "packing": packing, "overhead": overhead}
+    bottleneck = max(
+        ("compute", "L2", "L3", "memory", "packing", "overhead"), key=breakdown.__getitem__
+    )
+    if bottleneck == "compute" and parts["L1"] >= parts["compute"] * 0.999:
+        bottleneck = "L1"
+    return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
+
+
+def micro_kernel_cycles(
+    s: CpuSchedule, hw: HwSpec, mix: KStepMix, share: ThreadShare
+) -> tuple[float, float]:
+    """(cycles, of which load-port cycles) of the thread's micro-kernel calls, one batch entry.
+
+    Per tile class (full tiles and the m, n and corner tails): its k steps at the bound of
+    ``_cycles_per_kstep`` overlapped with the L1 misses of an unpacked operand, plus DTLB misses,
+    plus per call the C tile's loads and stores, the call itself, C stores that miss L1, a C tile
+    fetched from beyond L2, and C lines whose 128-byte pair another thread writes.
+    """
+    c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
-    conflict = _conflict_miss_cycles(s, hw, m_share, mix.instructions)
-    dtlb = _dtlb_miss_cycles(s, hw, m_share)
-    pair_shared = _c_line_pair_sharing(s, hw, ranges)
-    c_fetch = _c_tile_fetch_cycles(s, hw, m_share, n_share)  # the same for every tile class
+    conflict = _conflict_miss_cycles(s, hw, share.m_share, mix.instructions)
+    dtlb = _dtlb_miss_cycles(s, hw, share.m_share)
+    pair_shared = _c_line_pair_sharing(s, hw, share.ranges)
+    c_fetch = _c_tile_fetch_cycles(s, hw, share.m_share, share.n_share)  # every tile class's
     compute_cycles = load_cycles = 0.0
-    for tiles, rows, cols in _tile_classes(m_share, n_share, s.mr, s.nr):
+    for tiles, rows, cols in _tile_classes(share.m_share, share.n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
         cyc_k, load_k = _cycles_per_kstep(tile_mix, hw, s.kc)
         tile_vecs = rows * -(-cols // lanes)
-        call_cycles = 20.0 + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
-        call_cycles += _c_store_miss_cycles(s, hw, rows, cols, m_share, n_share)
+        call_cycles = c.call_cycles + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
+        call_cycles += _c_store_miss_cycles(s, hw, rows, cols, share.m_share, share.n_share)
         call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
         call_cycles += (
             pair_shared
@@ -206,22 +278,28 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
             * -(-cols * isz // hw.cache(1).line_bytes)
             * hw.caches[-1].latency_cycles
         )
-        compute_cycles += tiles * (s.K * (_overlapped(cyc_k, conflict) + dtlb) + Kt * call_cycles)
+        compute_cycles += tiles * (
+            s.K * (_overlapped(cyc_k, conflict) + dtlb) + share.k_blocks * call_cycles
+        )
         load_cycles += tiles * s.K * load_k
-    compute = compute_cycles / freq
-    l1_time = load_cycles / freq
+    return compute_cycles, load_cycles
 
-    def bw(level: int) -> float:
-        return hw.cache(level).bandwidth_bytes_per_cycle * freq
 
-    def fits(level: int, nbytes: float) -> bool:
-        return nbytes <= hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction
-
-    mblocks, nblocks = -(-m_share // s.mc), -(-n_share // s.nc)
-    # Elements per batch entry of each input tensor: a gathered operand (a convolution input) is
-    # smaller than its GEMM view, because its windows overlap.
+def _operand_elements(s: CpuSchedule) -> tuple[float, float]:
+    """Elements per batch entry of A and B: a gathered operand (a convolution input) is smaller
+    than its GEMM view, because its windows overlap."""
     a_elems = math.prod(s.a_gather.dims) / s.batch_count if s.a_gather else s.M * s.K
     b_elems = math.prod(s.b_gather.dims) / s.batch_count if s.b_gather else s.K * s.N
+    return a_elems, b_elems
+
+
+def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float, float, float]:
+    """(bytes into L1 from L2, into L2 from L3, from DRAM) of one batch entry: the thread's for
+    the caches, all threads' for DRAM."""
+    isz = 4
+    calls, m_share, n_share = share.calls, share.m_share, share.n_share
+    mblocks, nblocks = -(-m_share // s.mc), -(-n_share // s.nc)
+    a_elems, b_elems = _operand_elements(s)
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
     # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets.
     b_reused = (
@@ -231,50 +309,63 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     # windows touch fewer distinct elements than (row, k) pairs.
     a_tile = s.nr * _distinct_share(s.a_gather, s.mr, s.kc) if s.a_shared and s.a_gather else 1.0
     a_bytes_l2 = calls * s.mr * s.kc * a_tile * isz
-    b_bytes_l2 = (calls * s.kc * s.nr if not b_reused else Nt_t * Kt * mblocks * s.kc * s.nr) * isz
+    b_panels = calls if not b_reused else share.n_tiles * share.k_blocks * mblocks
+    b_bytes_l2 = b_panels * s.kc * s.nr * isz
     c_bytes = calls * s.mr * s.nr * isz * 2
-    l2_time = (a_bytes_l2 + b_bytes_l2 + c_bytes) / bw(2)
+    l2_bytes = a_bytes_l2 + b_bytes_l2 + c_bytes
     # Into L2 from L3: A blocks once per n block, B panels once per m block, C tiles every call
     # unless the C rows of an mc block stay in L2.
     a_bytes_l3 = m_share * s.K * isz * (1 if s.order == "mkn" else nblocks)
-    if (
-        s.a_gather and s.a_shared
-    ):  # each element belongs to one column: the thread's rows of A, once
+    if s.a_gather and s.a_shared:
+        # each element belongs to one column: the thread's rows of A, once
         a_bytes_l3 = a_elems * isz * m_share / s.M
-    elif (
-        s.a_gather and s.pack_a
-    ):  # packing gathers the window from the tensor: L3 serves each element once
+    elif s.a_gather and s.pack_a:
+        # packing gathers the window from the tensor: L3 serves each element once
         a_bytes_l3 = min(
             a_bytes_l3, a_elems * isz * m_share / s.M * (1 if s.order == "mkn" else nblocks)
         )
     b_bytes_l3 = n_share * s.K * isz * mblocks
     if s.b_gather and s.pack_b:
         b_bytes_l3 = min(b_bytes_l3, b_elems * isz * n_share / s.N * mblocks)
-    c_l3 = c_bytes if not fits(2, s.mc * n_share * isz) else m_share * n_share * isz * 2
-    levels = len(hw.caches)
-    l3_time = (a_bytes_l3 + b_bytes_l3 + c_l3) / bw(3) if levels >= 3 else 0.0
+    c_in_l2 = s.mc * n_share * isz <= hw.cache_bytes_per_core(2) * hw.cache(2).usable_fraction
+    c_l3 = m_share * n_share * isz * 2 if c_in_l2 else c_bytes
+    l3_bytes = a_bytes_l3 + b_bytes_l3 + c_l3
     # From DRAM (all threads share it): each tensor once, C read and written; a tensor that does
     # not fit the last level is fetched again on each sweep over it (A per n block, B per m block,
     # C per k block).
+    levels = len(hw.caches)
     llc = hw.cache(levels).size_kib * 1024 * hw.cache(levels).usable_fraction
     a_total, b_total, c_total = a_elems * isz, b_elems * isz, s.M * s.N * isz
-    mem_bytes = (
-        a_total * (1 if s.order == "mkn" or a_total <= llc else nblocks)
-        + b_total * (1 if s.order != "mkn" or b_total <= llc else -(-s.M // s.mc))
-        + 2 * c_total * (1 if c_total <= llc else Kt)
-    )
     if a_total + b_total + c_total <= llc:
         # the whole working set stays in the last level from one call to the next, as it does for
         # a layer whose input the previous layer just wrote (measured on Zen 4: NHWC depthwise,
         # 4.9 MB per call, ran in 85 us where DRAM bandwidth alone would take 122)
-        mem_bytes = 0.0
-    mem_time = mem_bytes / (hw.memory.bandwidth_gbs * 1e9)
-    # Packing: A's copy is element-wise, one element per max(store slot, 4 issue slots) cycle or
-    # its wait per line; a plain B's copies panel rows as vectors, at its source's bandwidth; a
-    # gathered operand pays its table loads and bounds checks per element, or, copied in contiguous
-    # runs, a vector per `lanes` elements plus the run's set-up.
-    per_elem = max(1.0 / c.store_ports, 4.0 / c.issue_width)
-    pack_cycles = 0.0
+        return l2_bytes, l3_bytes, 0.0
+    dram_bytes = (
+        a_total * (1 if s.order == "mkn" or a_total <= llc else nblocks)
+        + b_total * (1 if s.order != "mkn" or b_total <= llc else -(-s.M // s.mc))
+        + 2 * c_total * (1 if c_total <= llc else share.k_blocks)
+    )
+    return l2_bytes, l3_bytes, dram_bytes
+
+
+# instructions per element of an element-wise packing copy: index, load, store, loop step
+PACK_INSTRUCTIONS_PER_ELEMENT = 4.0
+
+
+def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Cycles the thread spends copying A and B blocks into panels, one batch entry.
+
+    A's copy is element-wise, one element per max(store slot, 4 issue slots) cycle or its wait per
+    line; a plain B's copies panel rows as vectors, at its source's bandwidth; a gathered operand
+    pays its table loads and bounds checks per element, or, copied in contiguous runs, a vector
+    per ``lanes`` elements plus the run's set-up.
+    """
+    c, isz, lanes = hw.core, 4, s.lanes
+    m_share, n_share, threads = share.m_share, share.n_share, share.threads
+    mblocks, nblocks = -(-m_share // s.mc), -(-n_share // s.nc)
+    per_elem = max(1.0 / c.store_ports, PACK_INSTRUCTIONS_PER_ELEMENT / c.issue_width)
+    cycles = 0.0
     if s.pack_a:
         packs = 1 if s.order == "mkn" else nblocks
         plain = _strided_pack_cycles_per_elem(
@@ -286,12 +377,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
             s.M * s.K * isz,
             threads,
         )
-        pack_cycles += (
-            m_share
-            * s.K
-            * packs
-            * _pack_cycles_per_elem(s.a_gather, s.a_pack_run, s.kc, hw, plain, lanes)
-        )
+        per_a = _pack_cycles_per_elem(s.a_gather, s.a_pack_run, s.kc, hw, plain, lanes)
+        cycles += m_share * s.K * packs * per_a
     if s.pack_b:
         packs = 1 if s.order == "nkm" else mblocks
         if s.b_pack_copies_vectors:
@@ -308,35 +395,28 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
                 threads,
             )
             per_b = _pack_cycles_per_elem(s.b_gather, s.b_pack_run, s.nr, hw, plain, lanes)
-        pack_cycles += n_share * s.K * packs * per_b
-    packing = pack_cycles / freq
-    pad_cycles = 0.0
-    if s.pad_copy is not None:  # the threads copy the whole input into its padded buffer (split, or
-        # each into its own), once per call (not per batch entry), before the kernel: reads and
-        # writes streamed at about L2 bandwidth
-        moved = (math.prod(s.pad_copy.shape) + s.pad_copy.elems) * isz
-        pad_cycles = max(
-            math.prod(s.pad_copy.shape) * 2.0 / lanes,
-            moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle,
-        )
-        pad_cycles /= 1 if s.pad_copy_per_thread else threads
-    overhead = hw.overhead.call_seconds + (threads - 1) * hw.overhead.thread_seconds
-    parts = {"compute": compute, "L1": l1_time, "L2": l2_time, "L3": l3_time, "memory": mem_time}
-    # batch entries are independent GEMMs run one after another; the epilogue costs a few vector
-    # ops per output vector, once
-    nb = s.batch_count
-    parts = {k: v * nb for k, v in parts.items()}
-    parts["compute"] += nb * s.M * s.N / lanes * _epilogue_ops(s) / c.issue_width / freq / threads
-    packing = packing * nb + pad_cycles / freq
-    bound = max(parts.values())
-    seconds = bound + packing + overhead
-    breakdown = {**parts, "packing": packing, "overhead": overhead}
-    bottleneck = max(
-        ("compute", "L2", "L3", "memory", "packing", "overhead"), key=breakdown.__getitem__
+        cycles += n_share * s.K * packs * per_b
+    return cycles
+
+
+def pad_copy_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Cycles of the zero-padded copy of the input, once per call (not per batch entry), before
+    the kernel: the threads split it, or each makes its own; a load and a store per vector, or
+    the bytes read and written at about L2 bandwidth, whichever is slower."""
+    if s.pad_copy is None:
+        return 0.0
+    moved = (math.prod(s.pad_copy.shape) + s.pad_copy.elems) * 4
+    cycles = max(
+        math.prod(s.pad_copy.shape) * 2.0 / s.lanes,
+        moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle,
     )
-    if bottleneck == "compute" and l1_time >= compute * 0.999:
-        bottleneck = "L1"
-    return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
+    return cycles / (1 if s.pad_copy_per_thread else share.threads)
+
+
+def epilogue_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Cycles of the fused epilogue of one batch entry: a few vector operations per output
+    vector, once, split over the threads."""
+    return s.M * s.N / s.lanes * _epilogue_ops(s) / hw.core.issue_width / share.threads
 
 
 def _panel_stays_in_l1(s: CpuSchedule, hw: HwSpec) -> bool:
@@ -416,23 +496,16 @@ def _vector_pack_cycles_per_elem(
     isz = 4
     whole = source_bytes == s.K * s.N * isz  # every thread reads all of it: held once where shared
     level = _level_holding(source_bytes, hw, threads if whole else 1)
-    if level is None:
+    if level is None:  # from DRAM, through the last level
         bandwidth = hw.memory.bandwidth_gbs / hw.core.frequency_ghz / threads
+        share = hw.caches[-1].copy_bandwidth_share
     else:
         bandwidth = hw.cache(level).bandwidth_bytes_per_cycle
-    per_elem = max(
-        1.0 / (hw.core.store_ports * s.lanes), isz / (VECTOR_PACK_BANDWIDTH_SHARE * bandwidth)
-    )
+        share = hw.cache(level).copy_bandwidth_share
+    per_elem = max(1.0 / (hw.core.store_ports * s.lanes), isz / (share * bandwidth))
     if s.b_sk * isz >= hw.memory.page_bytes and s.kc > hw.memory.dtlb_entries:
         per_elem += hw.memory.tlb_miss_cycles / s.nr
     return per_elem
-
-
-# The share of its source level's bandwidth a packing copy gets inside the kernel: alone it
-# streams B from L3 at ~0.25 cycles per element on Zen 4; in the kernel (emptied copies timed
-# against full ones, 128x1000x4032) it took ~0.5, sharing the level with the lines the micro-kernel
-# evicts. Fitted on those sampled configs: 0.5 ranks them best (Spearman 0.82-0.88; 1.0: 0.81-0.83).
-VECTOR_PACK_BANDWIDTH_SHARE = 0.5
 
 
 def _level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> int | None:
@@ -728,7 +801,12 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     if (
         rows * cols * 4 <= hw.cache_bytes_per_core(2)
         and _set_overflow_share(
-            s.c_sm * 4, rows, cols * 4, l2.line_bytes, _sets(l2), l2.associativity
+            s.c_sm * 4,
+            rows,
+            cols * 4,
+            l2.line_bytes,
+            _sets(l2),
+            l2.conflict_slack * l2.associativity,
         )
         <= 0.5
     ):
@@ -755,7 +833,7 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     per_set = np.full(b_sets, float(b_rows))
     per_set[0] += a_rows
     l1 = hw.cache(1)
-    capacity = CONFLICT_SLACK * l1.associativity * l1.usable_fraction
+    capacity = l1.conflict_slack * l1.associativity * l1.usable_fraction
     together = float(np.maximum(per_set - capacity, 0.0).sum() / per_set.sum())
     if not (a_rows and b_rows):
         return together
@@ -769,14 +847,6 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
 
 
 SHARED_SET_MEETING_SHARE = 0.25
-
-
-# A set-conflicting group of lines thrashes only beyond about 1.5 times the capacity its sets
-# nominally hold: the L2 refills an evicted line before its next use often enough. Fitted on Zen 4
-# (10 A rows at a 4 KiB stride run at FMA speed, 15 rows at ~77 cycles per k step, 25 at ~135);
-# 2.0 had put 15-row tiles at 30 (sample Spearman 1024^3 0.83 -> 0.88, 512^3 0.80 -> 0.89,
-# 2048^3 0.93 -> 0.92).
-CONFLICT_SLACK = 1.5
 
 
 def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:
@@ -795,7 +865,7 @@ def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) 
         row_bytes,
         l1.line_bytes,
         _sets(l1),
-        CONFLICT_SLACK * l1.associativity * l1.usable_fraction,
+        l1.conflict_slack * l1.associativity * l1.usable_fraction,
     )
 
 

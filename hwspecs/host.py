@@ -88,6 +88,16 @@ def _base_spec_name(cpu_name: str, features: dict[str, bool], arch: str) -> tupl
     )
 
 
+def closest_builtin() -> str:
+    """The built-in spec whose core model ``detect_host`` uses for this machine (its CPU's own
+    spec, one whose ``llvm_cpu`` is the host's, or the closest by vector ISA)."""
+    import llvmlite.binding as llvm
+
+    arch = llvm.get_process_triple().split("-")[0]
+    features = dict(llvm.get_host_cpu_features())
+    return _base_spec_name(llvm.get_host_cpu_name(), features, {"arm64": "aarch64"}.get(arch, arch))
+
+
 @functools.lru_cache(maxsize=1)
 def detect_host() -> HwSpec:
     """The host as a spec: sysfs topology and caches over the closest built-in core model."""

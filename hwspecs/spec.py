@@ -69,6 +69,11 @@ class CoreSpec:
     issue_width: int = _in(1, 32)
     # instructions in flight: lets independent FMA chains of consecutive tiles overlap
     reorder_window: int = _in(1, 4096)
+    # cycles a micro-kernel call costs beyond its C tile's loads and stores: the call and return,
+    # pointer set-up and the k loop's exit branch
+    call_cycles: float = _in(0.0, 1000.0)
+    # cycles a stack spill and its reload add to a k step (a store slot and a forwarded load)
+    spill_cycles: float = _in(0.0, 100.0)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,12 @@ class CacheSpec:
     bandwidth_bytes_per_cycle: float = _in(0.01, 4096.0)
     # share of the capacity a tile may claim (the rest is for others)
     usable_fraction: float = _in(0.01, 1.0)
+    # how many times its set's ways a group of lines that map to one set may span before it
+    # thrashes: above 1 where the next level refills an evicted line before its next use
+    conflict_slack: float = _in(1.0, 16.0)
+    # share of this level's bandwidth a vector copy out of it (packing) gets while the
+    # micro-kernel's own lines compete for the level
+    copy_bandwidth_share: float = _in(0.01, 1.0)
 
 
 @dataclass(frozen=True)

@@ -578,7 +578,7 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
     """Panel rows copied as vectors keep many lines in flight: the cost per element is the source
     level's bandwidth (halved: the copy shares it with the kernel's own traffic), whatever the
     panel width, plus a translation per row when a panel is deeper than the DTLB."""
-    from aotune.analysis.model import VECTOR_PACK_BANDWIDTH_SHARE, _vector_pack_cycles_per_elem
+    from aotune.analysis.model import _vector_pack_cycles_per_elem
 
     hw = load_target("znver4")
     space = build_cpu_space(matmul(1024, 1024, 1024), hw)
@@ -595,7 +595,7 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
     assert s16.b_pack_copies_vectors and s64.b_pack_copies_vectors
     from_l3 = _vector_pack_cycles_per_elem(s16, hw, 4 << 20, 1)
     assert from_l3 == pytest.approx(
-        4 / (VECTOR_PACK_BANDWIDTH_SHARE * hw.cache(3).bandwidth_bytes_per_cycle)
+        4 / (hw.cache(3).copy_bandwidth_share * hw.cache(3).bandwidth_bytes_per_cycle)
     )
     assert _vector_pack_cycles_per_elem(s64, hw, 4 << 20, 1) == pytest.approx(from_l3)
     assert _vector_pack_cycles_per_elem(s16, hw, 256 << 10, 1) == pytest.approx(

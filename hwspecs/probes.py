@@ -1,0 +1,1055 @@
+"""The probes of ``aotune hw calibrate``: how each reading is taken and what it means.
+
+Roadmap: ``Session`` holds one calibration run's state (the host as detected, the built-in spec it
+is closest to, the JIT-compiled kernels of ``codegen/microbench.py``, page-aligned buffers, and
+the clock, measured first, so that later probes count cycles). Each ``probe_*`` function measures
+some spec fields on a session and returns a ``Finding`` (value and origin) per field; the table of
+probes and the run itself are in ``hwspecs/calibrate.py``. The arithmetic that turns readings into
+values is in small pure functions, tested on synthetic readings.
+
+How a time is taken (``Session.best``): a warm-up run, then runs sized to ~4 ms each until the
+three fastest agree within 0.5% (or a cap on runs or seconds is reached); the fastest, less the cost
+of an empty call, is the reading. On a shared machine the fastest run is the one nothing
+interrupted; every value's comment says how closely the three fastest agreed and how far above
+the fastest the median run was (the machine's load while it was measured). A reading outside
+physical bounds is not used: the field falls back to the closest built-in spec, marked so.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from aotune.codegen.microbench import (
+    OUT_BYTES,
+    SCRATCH_BYTES,
+    Chase,
+    Kernel,
+    MicroBench,
+    Mix,
+    Rows,
+    Stream,
+)
+from aotune.errors import CalibrationError
+from aotune.hwspecs.spec import HwSpec
+from aotune.hwspecs.spec_toml import value_at
+
+HUGE_PAGE = 2 << 20  # buffers are aligned to this, so transparent huge pages can back them
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How hard each reading tries: run length, and when to stop repeating."""
+
+    run_seconds: float = 0.004  # one run: long against the timer and the call, short against load
+    min_runs: int = 11
+    max_runs: int = 100
+    agree: float = 0.005  # stop once the three fastest runs are this close
+    max_seconds: float = 2.0  # per reading
+    warmup_seconds: float = 0.3  # spinning before the first probe, so the clock is up
+
+
+QUICK = Effort(run_seconds=0.001, min_runs=3, max_runs=6, agree=0.05, max_seconds=0.1)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """One reading: the fastest run's seconds (less an empty call's), how many runs were made,
+    how far the third-fastest run was above the fastest, and how far the median was."""
+
+    seconds: float
+    runs: int
+    run_seconds: float
+    agree: float
+    median: float
+
+    def describe(self) -> str:
+        """How the reading was taken, for a value's comment."""
+        return (
+            f"fastest of {self.runs} runs of {_duration(self.run_seconds)} (3 fastest within "
+            f"{self.agree:.1%}, median +{self.median:.0%})"
+        )
+
+
+def _timed(run: Callable[[int], object], n: int) -> float:
+    t0 = time.perf_counter()
+    run(n)
+    return time.perf_counter() - t0
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} us"
+
+
+def timing_from_runs(times: Sequence[float], overhead: float = 0.0) -> Timing:
+    """The reading of ``times`` (seconds of each run, at least one), less ``overhead`` (the cost of
+    calling an empty kernel; never more than half the fastest run is taken off)."""
+    ordered = sorted(times)
+    fastest = ordered[0]
+    third = ordered[min(2, len(ordered) - 1)]
+    return Timing(
+        seconds=max(fastest - overhead, fastest / 2),
+        runs=len(ordered),
+        run_seconds=fastest,
+        agree=third / fastest - 1.0 if fastest > 0 else 0.0,
+        median=statistics.median(ordered) / fastest - 1.0 if fastest > 0 else 0.0,
+    )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A field's value and where it came from (``measured: ...``, ``os: ...``, ``llvm: ...``,
+    ``assumed: ...``)."""
+
+    value: Any
+    origin: str
+
+
+# ---- the arithmetic of the probes (pure functions, tested on synthetic readings) ----------------
+
+
+def cycles(seconds: float, ghz: float) -> float:
+    """Core cycles in ``seconds`` at ``ghz``."""
+    return seconds * ghz * 1e9
+
+
+POW2_WIDTHS = (64, 128, 256, 512, 1024)  # the schema's range for pipe widths
+
+
+def fit_pipes(
+    rates: Mapping[int, float], max_units: int = 8, widths: Sequence[int] = POW2_WIDTHS
+) -> tuple[int, int, float]:
+    """(units, width in bits, worst relative error) of the pipes that best explain ``rates``:
+    operations per cycle measured per operand width, where ``units`` pipes of ``width`` bits
+    issue ``units * min(1, width / w)`` operations of ``w`` bits per cycle (a wider operation
+    takes several slots). Best in the squared log ratio; of equally good fits, the fewest
+    pipes, then the narrowest (rates at 128 bits alone say nothing about wider operations)."""
+    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates.values()):
+        raise CalibrationError(f"pipe rates must be positive numbers, got {dict(rates)}")
+    best: tuple[float, int, int] | None = None
+    for units in range(1, max_units + 1):
+        for width in widths:
+            err = sum(math.log(units * min(1.0, width / w) / r) ** 2 for w, r in rates.items())
+            key = (round(err, 9), units, width)
+            if best is None or key < best:
+                best = key
+    assert best is not None
+    _, units, width = best
+    worst = max(abs(units * min(1.0, width / w) / r - 1.0) for w, r in rates.items())
+    return units, width, worst
+
+
+def step_knee(points: Mapping[int, float], base: float, rise: float) -> tuple[int, int] | None:
+    """(last n at base, first n above it) of a latency curve that steps up once ``n`` exceeds a
+    capacity: ``points`` n -> cycles per access; "above" means more than ``rise`` over ``base``.
+    None when the largest n is not above. A reading is the fastest of several runs, so noise
+    only ever raises one: a reading at base is trusted wherever it is, and the step is after
+    the largest n read at base."""
+    ns = sorted(points)
+    fast = [n for n in ns if points[n] <= base + rise]
+    if not fast or fast[-1] == ns[-1]:
+        return None
+    return fast[-1], ns[ns.index(fast[-1]) + 1]
+
+
+def tlb_from_curve(points: Mapping[int, float]) -> tuple[int, float, float] | None:
+    """(first-level DTLB entries, extra cycles of a miss, base cycles) from a chase over one line
+    per page: ``points`` pages -> cycles per access. A cyclic chase keeps every page in an LRU
+    TLB up to its capacity and none beyond, so the curve is a step; the entries are the last
+    page count on the low side, the miss cost the step's height (median of the high side).
+    None when the curve never steps up (the TLB holds every count tried)."""
+    ns = sorted(points)
+    base = min(points[n] for n in ns[: max(2, len(ns) // 4)])
+    knee = step_knee(points, base, max(1.0, 0.15 * base))
+    if knee is None:
+        return None
+    last_fast, first_slow = knee
+    high = [points[n] for n in ns if n >= first_slow]
+    return last_fast, statistics.median(high) - base, base
+
+
+def followed_strides(
+    strided: Mapping[int, float], scattered: Mapping[int, float], hit: float
+) -> int | None:
+    """The largest stride the prefetcher follows: a dependent walk at a fixed stride that takes
+    less than half-way from a hit (``hit`` cycles) to the same lines in random order
+    (``scattered``) is being prefetched. Strides count from the smallest up; the first one not
+    followed ends the run. None when even the smallest is not followed."""
+    best = None
+    for stride in sorted(strided):
+        if strided[stride] < hit + 0.5 * (scattered[stride] - hit):
+            best = stride
+        else:
+            break
+    return best
+
+
+def lead_needed(per_row: Mapping[int, float], reference: float, slack: float = 0.1) -> int | None:
+    """The fewest rows ahead a software prefetch must be issued for a row walk to run within
+    ``slack`` of ``reference`` (cycles per row when every row hits): ``per_row`` rows ahead ->
+    cycles per row. None when no distance gets there."""
+    for distance in sorted(per_row):
+        if per_row[distance] <= reference * (1.0 + slack):
+            return distance
+    return None
+
+
+def per_thread_cost(one: float, many: float, threads: int) -> float:
+    """Seconds each thread beyond the first adds to a call: (``many``-thread call - one-thread
+    call) / (threads - 1), never below zero."""
+    if threads < 2:
+        raise CalibrationError("a per-thread cost needs calls on at least two threads")
+    return max(0.0, (many - one) / (threads - 1))
+
+
+def chase_order(
+    points_per_page: int, pages: int, window_pages: int, rng: np.random.Generator
+) -> np.ndarray:
+    """A visiting order of ``pages * points_per_page`` points: windows of ``window_pages``
+    consecutive pages in random order, the points of each window in random order. Each point is
+    visited once per cycle (so no cache holding fewer points than the buffer keeps any of them
+    with LRU), with no stride for a prefetcher to follow, while the pages in use at a time fit
+    the TLB."""
+    window_pages = max(1, min(window_pages, pages))
+    per_window = window_pages * points_per_page
+    windows = -(-pages // window_pages)
+    parts = []
+    total = pages * points_per_page
+    for w in rng.permutation(windows):
+        start = w * per_window
+        count = min(per_window, total - start)
+        parts.append(start + rng.permutation(count))
+    return np.concatenate(parts)
+
+
+def geometric_sizes(lo: int, hi: int, factor: int = 2) -> list[int]:
+    """lo, lo * factor, ... up to hi (empty when lo > hi)."""
+    sizes = []
+    size = lo
+    while size <= hi:
+        sizes.append(size)
+        size *= factor
+    return sizes
+
+
+# ---- buffers -----------------------------------------------------------------------------------
+
+
+class _Buffer:
+    """Anonymous memory aligned to 2 MiB, with transparent huge pages asked for or refused, and
+    written once (untouched anonymous pages all read from one shared zero page)."""
+
+    def __init__(self, nbytes: int, huge: bool) -> None:
+        self._map = mmap.mmap(-1, nbytes + HUGE_PAGE)
+        advice = getattr(mmap, "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE", None)
+        if advice is not None:
+            try:
+                self._map.madvise(advice)
+            except OSError:
+                pass  # no THP in this kernel: 4 KiB pages either way
+        raw = np.frombuffer(self._map, dtype=np.uint8)
+        skip = -raw.ctypes.data % HUGE_PAGE
+        self.bytes = raw[skip : skip + nbytes]
+        self.bytes.fill(1)
+        self.addr = self.bytes.ctypes.data
+
+    def links(self) -> np.ndarray:
+        """The buffer as 64-bit words (chase links)."""
+        return self.bytes.view(np.uint64)
+
+    def close(self) -> None:
+        """Give the memory back."""
+        del self.bytes
+        try:
+            self._map.close()
+        except BufferError:
+            pass  # a view is still alive: the collector frees it with the view
+
+
+# ---- a calibration run -------------------------------------------------------------------------
+
+
+class Session:
+    """The state of one calibration run: the host as detected, the built-in spec it is closest
+    to, compiled kernels, buffers, the clock once measured, and what each probe found."""
+
+    def __init__(self, host: HwSpec, base: HwSpec, effort: Effort, seed: int = 0) -> None:
+        self.host, self.base, self.effort = host, base, effort
+        self.rng = np.random.default_rng(seed)
+        self.worst_agree = 0.0  # of the readings since the caller last reset it
+        self.found: dict[str, Finding] = {}
+        self.details: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self._benches: dict[str, MicroBench] = {}
+        self._buffers: list[_Buffer] = []
+        self._scratch = self.buffer(SCRATCH_BYTES + OUT_BYTES * 128, huge=False)
+        self._params = np.array([0.999, 0.001, 1.0, 0.0], dtype=np.float32)
+        self._overhead = 0.0
+
+    # -- kernels
+    def compile(self, kernels: Sequence[Kernel]) -> None:
+        """JIT-compile those of ``kernels`` not compiled yet, in one module."""
+        new = [k for k in dict.fromkeys(kernels) if k.name not in self._benches]
+        if new:
+            bench = MicroBench(new, self.host)
+            for k in new:
+                self._benches[k.name] = bench
+
+    def bench_of(self, kernel: Kernel) -> MicroBench:
+        """The compiled module holding ``kernel``."""
+        self.compile([kernel])
+        return self._benches[kernel.name]
+
+    def mix(self, kernel: Mix, iters: int) -> None:
+        """Run a ``Mix`` kernel for ``iters`` iterations on this thread."""
+        scratch = self._scratch.addr
+        self.bench_of(kernel).call(
+            kernel, iters, self._params.ctypes.data, scratch, scratch + SCRATCH_BYTES
+        )
+
+    def chase(self, start: int, steps: int) -> None:
+        """Follow ``steps`` links from address ``start`` (a multiple of 16)."""
+        k = Chase(16)
+        self.bench_of(k).call(k, steps // 16, start, self._scratch.addr + SCRATCH_BYTES)
+
+    def buffer(self, nbytes: int, huge: bool = True) -> _Buffer:
+        """A written, 2 MiB-aligned buffer that lives until the session ends."""
+        try:
+            buf = _Buffer(nbytes, huge)
+        except (OSError, ValueError, MemoryError) as e:
+            raise CalibrationError(
+                f"cannot allocate {nbytes >> 20} MiB for a probe ({e}); free some memory and rerun"
+            ) from None
+        self._buffers.append(buf)
+        return buf
+
+    def release(self, buf: _Buffer) -> None:
+        """Give a buffer back before the session ends."""
+        self._buffers.remove(buf)
+        buf.close()
+
+    def close(self) -> None:
+        """Give every buffer back."""
+        for buf in self._buffers:
+            buf.close()
+        self._buffers.clear()
+
+    # -- timing
+    def warm_up(self) -> None:
+        """Spin for a while so the core reaches its sustained clock, and measure what an empty
+        kernel call costs (taken off every reading)."""
+        k = Mix(adds=1, unroll=64)
+        start = time.perf_counter()
+        while time.perf_counter() - start < self.effort.warmup_seconds:
+            self.mix(k, 2000)
+        self._overhead = self.best(lambda: self.mix(k, 0), subtract=False).run_seconds
+
+    def best(self, call: Callable[[], object], subtract: bool = True) -> Timing:
+        """The reading of ``call``: repeated until the three fastest runs agree (see the module
+        docstring)."""
+        e = self.effort
+        call()
+        times: list[float] = []
+        start = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+            if len(times) >= e.min_runs:
+                if timing_from_runs(times).agree <= e.agree or len(times) >= e.max_runs:
+                    break
+                if time.perf_counter() - start > e.max_seconds:
+                    break
+        timing = timing_from_runs(times, self._overhead if subtract else 0.0)
+        self.worst_agree = max(self.worst_agree, timing.agree)
+        return timing
+
+    def best_sized(self, run: Callable[[int], object], start: int = 1) -> tuple[Timing, int]:
+        """(reading, n) of ``run(n)``, with n grown until one run takes ``run_seconds``.
+
+        Sizing trusts the fastest of a few tries at each n (one try may be interrupted), and a
+        reading whose fastest run came out far shorter than planned is sized again."""
+        target = self.effort.run_seconds
+        n = max(1, start)
+        for _attempt in range(3):
+            while True:
+                took = min(_timed(run, n) for _ in range(3))
+                if took >= target / 8 or n >= 1 << 40:
+                    break
+                n *= 8
+            n = max(1, round(n * target / max(took, 1e-7)))
+            t = self.best(lambda n=n: run(n))
+            if t.run_seconds >= target / 3:
+                break
+        return t, n
+
+    def cycles_per(self, run: Callable[[int], object], ops_per_unit: float) -> tuple[float, Timing]:
+        """(cycles per operation, reading) of ``run(n)``, which does ``n * ops_per_unit``
+        operations."""
+        t, n = self.best_sized(run)
+        return cycles(t.seconds, self.ghz) / (n * ops_per_unit), t
+
+    # -- values
+    @property
+    def ghz(self) -> float:
+        """The clock, once the clock probe has found it (cycles are counted at it)."""
+        if "core.frequency_ghz" not in self.found:
+            raise CalibrationError("a probe counted cycles before the clock was measured")
+        return float(self.found["core.frequency_ghz"].value)
+
+    def value(self, path: str) -> Any:
+        """A field's value as found so far (measured, or the host's as detected)."""
+        if path in self.found:
+            return self.found[path].value
+        return value_at(self.host, path)
+
+    def assumed(self, path: str, why: str) -> Finding:
+        """The closest built-in spec's value for ``path``, marked as assumed and why."""
+        return Finding(
+            value_at(self.base, path), f"assumed: from built-in spec {self.base.name}: {why}"
+        )
+
+    def checked(self, path: str, value: Any, lo: float, hi: float, how: str) -> Finding:
+        """``value`` measured as ``how`` says, or, outside the physical bounds [lo, hi], the closest
+        built-in spec's value, marked as a fallback."""
+        if lo <= value <= hi:
+            return Finding(value, f"measured: {how}")
+        return self.assumed(
+            path, f"the probe read {value}, outside the plausible {lo:g}..{hi:g} ({how})"
+        )
+
+    @property
+    def vector_bits(self) -> int:
+        """The widest vector the host has."""
+        return self.host.isa.vector_bits
+
+    @property
+    def vector_widths(self) -> list[int]:
+        """Every vector width the host has: 128 bits up to its widest."""
+        return [w for w in (128, 256, 512, 1024) if w <= self.vector_bits]
+
+
+# ---- the probes --------------------------------------------------------------------------------
+
+
+def probe_clock(s: Session) -> dict[str, Finding]:
+    """Cycles per second: a dependent chain of 1-cycle integer adds runs one add per cycle."""
+    k = Mix(adds=1, unroll=64)
+    s.compile([k])
+    # three readings, the fastest kept: the clock every later reading is converted with must not
+    # be one that a burst of other work slowed
+    readings = [s.best_sized(lambda n: s.mix(k, n)) for _ in range(3)]
+    t, n = min(readings, key=lambda r: r[0].seconds / r[1])
+    ghz = n * 64 / t.seconds / 1e9
+    if not 0.2 <= ghz <= 7.0:
+        raise CalibrationError(
+            f"the clock probe read {ghz:.2f} GHz, which no CPU runs at; is the machine "
+            "overloaded or throttled? rerun hw calibrate when it is quieter"
+        )
+    s.details["clock"] = {"ghz": ghz, "runs": t.runs, "agree": t.agree}
+    return {
+        "core.frequency_ghz": Finding(
+            round(ghz, 3),
+            f"measured: a dependent chain of 1-cycle integer adds ({n * 64:,} per run), the "
+            f"fastest of 3 readings, {t.describe()}: {ghz:.3f} billion adds per second",
+        )
+    }
+
+
+def probe_fma(s: Session) -> dict[str, Finding]:
+    """FMA latency (one dependent chain) and throughput (many chains) per vector width; the pipes
+    that explain the throughputs."""
+    chains = max(8, min(24, s.host.isa.vector_registers - 4))
+    lat_k = {w: Mix(fmas=(w,), unroll=32) for w in s.vector_widths}
+    thr_k = {w: Mix(fmas=(w,) * chains, unroll=2) for w in s.vector_widths}
+    s.compile([*lat_k.values(), *thr_k.values()])
+    latency, rate, runs = {}, {}, []
+    for w in s.vector_widths:
+        lat, t1 = s.cycles_per(lambda n, k=lat_k[w]: s.mix(k, n), 32)
+        per_fma, t2 = s.cycles_per(lambda n, k=thr_k[w]: s.mix(k, n), 2 * chains)
+        latency[w], rate[w] = lat, 1.0 / per_fma
+        runs += [t1, t2]
+    units, width, err = fit_pipes(rate)
+    s.details["fma"] = {"latency_cycles": latency, "per_cycle": rate, "fit_error": err}
+    v = s.vector_bits
+    rates = ", ".join(f"{w}-bit {r:.2f}" for w, r in rate.items())
+    lats = ", ".join(f"{w}-bit {x:.2f}" for w, x in latency.items())
+    how = (
+        f"{chains} independent FMA chains, {rates} FMAs per cycle; {_spread(runs)}; "
+        f"{units} pipes x {width} bits fit every width within {err:.0%}"
+    )
+    out = {
+        "core.fma_units": s.checked("core.fma_units", units, 1, 8, how),
+        "core.fma_width_bits": s.checked("core.fma_width_bits", width, 64, 1024, how),
+        "core.fma_latency_cycles": s.checked(
+            "core.fma_latency_cycles",
+            round(latency[v]),
+            2,
+            16,
+            f"one dependent chain of {v}-bit FMAs: {lats} cycles per FMA; {_spread(runs)}",
+        ),
+    }
+    if err > 0.25:
+        for path in ("core.fma_units", "core.fma_width_bits"):
+            out[path] = s.assumed(path, f"no pipe count and width fit the rates ({how})")
+    return out
+
+
+def probe_mixed_width(s: Session) -> dict[str, Finding]:
+    """Cycles per FMA instruction in rows of full-width FMAs plus one narrower tail FMA."""
+    v = s.vector_bits
+    tails = [t for t in (v // 2, v // 4) if t >= 64] + [32]
+    mixes = dict.fromkeys([(1, tails[0]), (1, tails[min(1, len(tails) - 1)]), (2, tails[0])])
+    mixes[(3, 32)] = None
+    regs = s.host.isa.vector_registers - 4
+    kernels = {}
+    for full, tail in mixes:
+        rows = max(1, regs // (full + 1))
+        kernels[(full, tail)] = (Mix(fmas=((v,) * full + (tail,)) * rows, unroll=2), rows)
+    s.compile([k for k, _ in kernels.values()])
+    per_insn: dict[str, float] = {}
+    runs = []
+    for (full, tail), (k, rows) in kernels.items():
+        lanes = f"{v // 32 * full}+{tail // 32}"
+        c, t = s.cycles_per(lambda n, k=k: s.mix(k, n), 2 * rows * (full + 1))
+        per_insn[lanes] = c
+        runs.append(t)
+    value = round(statistics.median(per_insn.values()), 2)
+    s.details["mixed_width_fma"] = {"cycles_per_fma": per_insn}
+    mixes_text = ", ".join(f"{k} columns {x:.2f}" for k, x in per_insn.items())
+    return {
+        "core.mixed_width_fma_cycles": s.checked(
+            "core.mixed_width_fma_cycles",
+            value,
+            0.05,
+            4.0,
+            f"rows of full {v}-bit FMAs plus one narrower tail FMA, independent rows filling "
+            f"the registers: {mixes_text} cycles per FMA instruction (median taken); "
+            f"{_spread(runs)}",
+        )
+    }
+
+
+def probe_loads(s: Session) -> dict[str, Finding]:
+    """Loads per cycle per width (scalar float, as the micro-kernel's broadcasts, and each vector
+    width) from an L1-resident buffer; the ports and width that explain them."""
+    widths = [32, *s.vector_widths]
+    kernels = {w: Mix(loads=32, mem_bits=w, unroll=2) for w in widths}
+    s.compile(list(kernels.values()))
+    rate, runs = {}, []
+    for w, k in kernels.items():
+        c, t = s.cycles_per(lambda n, k=k: s.mix(k, n), 64)
+        rate[w] = 1.0 / c
+        runs.append(t)
+    ports, width, err = fit_pipes(rate)
+    s.details["loads"] = {"per_cycle": rate, "fit_error": err}
+    how = (
+        "independent loads from a 2 KiB buffer: "
+        + ", ".join(f"{w}-bit {r:.2f}" for w, r in rate.items())
+        + f" per cycle; {_spread(runs)}; {ports} ports x {width} bits fit every width within "
+        f"{err:.0%}"
+    )
+    out = {
+        "core.load_ports": s.checked("core.load_ports", ports, 1, 8, how),
+        "core.load_width_bits": s.checked("core.load_width_bits", width, 64, 1024, how),
+    }
+    if err > 0.25:
+        for path in out:
+            out[path] = s.assumed(path, f"no port count and width fit the rates ({how})")
+    return out
+
+
+def probe_stores(s: Session) -> dict[str, Finding]:
+    """Stores per cycle per width into an L1-resident buffer."""
+    widths = [32, *s.vector_widths]
+    kernels = {w: Mix(stores=32, mem_bits=w, unroll=2) for w in widths}
+    s.compile(list(kernels.values()))
+    rate, runs = {}, []
+    for w, k in kernels.items():
+        c, t = s.cycles_per(lambda n, k=k: s.mix(k, n), 64)
+        rate[w] = 1.0 / c
+        runs.append(t)
+    s.details["stores"] = {"per_cycle": rate}
+    ports = max(1, round(max(rate.values())))
+    return {
+        "core.store_ports": s.checked(
+            "core.store_ports",
+            ports,
+            1,
+            8,
+            "independent stores to a 2 KiB buffer: "
+            + ", ".join(f"{w}-bit {r:.2f}" for w, r in rate.items())
+            + f" per cycle, the best rounded; {_spread(runs)}",
+        )
+    }
+
+
+def issue_mixes(s: Session) -> list[Mix]:
+    """Loops of independent work for several kinds of unit at once (integer adds, FMAs at a width
+    every FMA pipe takes whole, scalar float loads and stores), each kind below what its units
+    take, so that the core's issue is the limit: each step gives every FMA chain one FMA, so a
+    step lasts at least an FMA latency, and the other work fills it."""
+    narrow = 128 if s.vector_bits >= 128 else s.vector_bits
+    return [
+        Mix(adds=4, loads=2, mem_bits=32, unroll=8),
+        Mix(adds=8, fmas=(narrow,) * 8, loads=8, mem_bits=32, unroll=2),
+        Mix(adds=8, fmas=(narrow,) * 6, loads=6, mem_bits=32, unroll=2),
+        Mix(adds=6, fmas=(narrow,) * 6, loads=4, stores=2, mem_bits=32, unroll=2),
+    ]
+
+
+def probe_issue(s: Session) -> dict[str, Finding]:
+    """Instructions per cycle of loops that keep several kinds of unit busy at once; the loop's
+    instructions are counted in its machine code."""
+    mixes = issue_mixes(s)
+    s.compile(mixes)
+    ipc: dict[str, float] = {}
+    runs = []
+    for k in mixes:
+        insns = s.bench_of(k).loop_instructions(k)
+        c, t = s.cycles_per(lambda n, k=k: s.mix(k, n), insns)
+        mix = f"{k.adds} adds + {len(k.fmas)} FMAs + {k.loads} loads + {k.stores} stores"
+        ipc[mix] = 1.0 / c
+        runs.append(t)
+    s.details["issue"] = {"instructions_per_cycle": ipc}
+    best = max(ipc.values())
+    return {
+        "core.issue_width": s.checked(
+            "core.issue_width",
+            max(1, round(best)),
+            1,
+            16,
+            "loops of independent integer adds, FMAs, loads and stores (instructions counted "
+            "in the loop's machine code), per step: "
+            + ", ".join(f"{k}: {x:.2f}" for k, x in ipc.items())
+            + f" per cycle, the best rounded; {_spread(runs)}",
+        )
+    }
+
+
+TLB_PAGE_COUNTS = (8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 256, 384, 512)
+
+
+def probe_tlb(s: Session) -> dict[str, Finding]:
+    """First-level DTLB entries and miss cost: a cyclic chase over one line per page (4 KiB pages,
+    each line in its own L1 set so the data stays in L1), over growing page counts."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    l1 = s.host.cache(1)
+    lines_per_page = max(1, page // l1.line_bytes)
+    limit = max(16, (l1.size_kib * 1024 // l1.line_bytes) // 2)  # the chased lines stay in L1
+    grid = [n for n in TLB_PAGE_COUNTS if n <= limit]
+    buf = s.buffer(max(grid) * page, huge=False)
+
+    def cycles_at(pages: int) -> float:
+        order = s.rng.permutation(pages)
+        offsets = order * page + (order % lines_per_page) * l1.line_bytes
+        start = _link(buf, offsets)
+        c, t = s.cycles_per(lambda n: s.chase(start, 16 * n), 16)
+        timings.append(t)
+        return c
+
+    timings: list[Timing] = []
+    points = {n: cycles_at(n) for n in grid}
+    curve = tlb_from_curve(points)
+    if curve is not None:  # refine between the last page count at base and the first above
+        lo, hi = step_knee(points, curve[2], max(1.0, 0.15 * curve[2])) or (0, 0)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            points[mid] = cycles_at(mid)
+            curve = tlb_from_curve(points)
+            if curve is None:
+                break
+            lo, hi = step_knee(points, curve[2], max(1.0, 0.15 * curve[2])) or (lo, hi)
+    s.release(buf)
+    s.details["tlb"] = {"cycles_per_access": dict(sorted(points.items()))}
+    shown = ", ".join(f"{n}: {points[n]:.1f}" for n in sorted(points))
+    how = (
+        f"a cyclic chase over one line per {page}-byte page in random page order, the lines in "
+        f"distinct L1 sets; cycles per access by pages: {shown}; {_spread(timings)}"
+    )
+    if curve is None:
+        why = f"the TLB held every page count tried (up to {max(points)}: {how})"
+        return {p: s.assumed(p, why) for p in ("memory.dtlb_entries", "memory.tlb_miss_cycles")}
+    entries, miss, base = curve
+    s.details["tlb"].update({"entries": entries, "miss_cycles": miss, "hit_cycles": base})
+    return {
+        "memory.dtlb_entries": s.checked(
+            "memory.dtlb_entries",
+            entries,
+            4,
+            1 << 16,
+            f"the last page count at {base:.1f} cycles per access, {how}",
+        ),
+        "memory.tlb_miss_cycles": s.checked(
+            "memory.tlb_miss_cycles", round(miss), 1, 1000, f"the step's height: {how}"
+        ),
+    }
+
+
+def _link(buf: _Buffer, offsets: np.ndarray) -> int:
+    """Write a cyclic chain through ``offsets`` (bytes into ``buf``, in visiting order, multiples
+    of 8); the address of its first link."""
+    words = buf.links()
+    nxt = np.roll(offsets, -1)
+    words[offsets // 8] = np.uint64(buf.addr) + nxt.astype(np.uint64)
+    return buf.addr + int(offsets[0])
+
+
+def level_sizes(s: Session, level: int) -> list[int]:
+    """Buffer sizes (bytes) whose data lives in cache ``level`` for this core: half of L1 or L2;
+    for an outer level, 4x the level inside it and on by doubling up to 3/4 of its size."""
+    c = s.host.cache(level)
+    own = c.size_kib * 1024
+    if level == 1:
+        return [own // 2]
+    inner = s.host.cache_bytes_per_core(level - 1)
+    if level == 2:
+        return [max(own // 2, min(2 * inner, own * 3 // 4))]
+    sizes = geometric_sizes(4 * inner, own * 3 // 4)
+    return sizes or [(inner + own) // 2]
+
+
+def probe_cache_latency(s: Session) -> dict[str, Finding]:
+    """Load-to-use latency per cache level: a chase through a random cycle over points two lines
+    apart, in windows of pages that fit the TLB; the buffer sized for the level."""
+    out: dict[str, Finding] = {}
+    window = max(1, min(32, int(s.value("memory.dtlb_entries")) // 2))
+    page = os.sysconf("SC_PAGE_SIZE")
+    previous = 0.0
+    s.details["cache_latency"] = {}
+    for c in s.host.caches:
+        spacing = 2 * c.line_bytes  # one line per pair: the adjacent-line prefetch finds nothing
+        readings: dict[int, float] = {}
+        timings = []
+        for size in level_sizes(s, c.level):
+            size = max(page, size // page * page)
+            buf = s.buffer(size)
+            per_page = page // spacing
+            order = chase_order(per_page, size // page, window, s.rng)
+            start = _link(buf, order * spacing)
+            readings[size], t = s.cycles_per(lambda n, a=start: s.chase(a, 16 * n), 16)
+            timings.append(t)
+            s.release(buf)
+        best = min(readings.values())
+        s.details["cache_latency"][f"L{c.level}"] = {"cycles_by_bytes": readings}
+        shown = ", ".join(f"{_size(b)}: {x:.1f}" for b, x in readings.items())
+        how = (
+            f"a chase through a random cycle over points {spacing} bytes apart, {window}-page "
+            f"windows; cycles per access by buffer size: {shown} (the least taken); "
+            f"{_spread(timings)}"
+        )
+        path = f"caches.L{c.level}.latency_cycles"
+        out[path] = s.checked(path, round(best), max(1.0, previous + 0.5), 2000, how)
+        previous = float(out[path].value)
+    return out
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+def probe_cache_bandwidth(s: Session) -> dict[str, Finding]:
+    """Bytes per cycle one core loads from each cache level: volatile vector loads streaming a
+    buffer sized for the level."""
+    k = Stream(s.vector_bits, 8)
+    s.compile([k])
+    out: dict[str, Finding] = {}
+    s.details["cache_bandwidth"] = {}
+    port_bytes = s.value("core.load_ports") * s.value("core.load_width_bits") / 8
+    ceiling = port_bytes * 1.25
+    for c in s.host.caches:
+        readings: dict[int, float] = {}
+        timings = []
+        for size in level_sizes(s, c.level):
+            size = max(k.chunk_bytes, size // k.chunk_bytes * k.chunk_bytes)
+            buf = s.buffer(size)
+            c_per_byte, t = s.cycles_per(
+                lambda n, a=buf.addr, b=size: s.bench_of(k).call(k, n, a, b), size
+            )
+            readings[size] = 1.0 / c_per_byte
+            timings.append(t)
+            s.release(buf)
+        best = max(readings.values())
+        s.details["cache_bandwidth"][f"L{c.level}"] = {"bytes_per_cycle_by_bytes": readings}
+        shown = ", ".join(f"{_size(b)}: {x:.1f}" for b, x in readings.items())
+        how = (
+            f"one core streaming {s.vector_bits}-bit loads over a buffer: bytes per cycle by "
+            f"buffer size: {shown} (the most taken); {_spread(timings)}"
+        )
+        path = f"caches.L{c.level}.bandwidth_bytes_per_cycle"
+        out[path] = s.checked(path, round(best, 1), 0.1, ceiling, how)
+        ceiling = min(ceiling, float(out[path].value) * 1.1)
+    return out
+
+
+def probe_memory_bandwidth(s: Session) -> dict[str, Finding]:
+    """GB/s from DRAM with every core streaming its own part of a buffer far beyond the last
+    cache."""
+    from aotune.codegen.workers import workers
+    from aotune.hwspecs.host import available_memory_bytes
+
+    k = Stream(s.vector_bits, 8)
+    s.compile([k])
+    threads = s.host.core.cores
+    llc = s.host.caches[-1].size_kib * 1024
+    want = max(256 << 20, 8 * llc)
+    have = available_memory_bytes()
+    if have is not None:
+        want = min(want, have // 4)
+    step = k.chunk_bytes * threads
+    size = want // step * step
+    if size < 4 * llc:
+        return {
+            "memory.bandwidth_gbs": s.assumed(
+                "memory.bandwidth_gbs",
+                f"only {size >> 20} MiB could be spared for the probe, under 4x the last cache",
+            )
+        }
+    buf = s.buffer(size)
+    share = size // threads
+    addr = s.bench_of(k).addresses[k.name]
+    shares = [(1, buf.addr + i * share, share, 0, 0, 0, 0, 0) for i in range(threads)]
+    t = s.best(lambda: workers().run(addr, shares))
+    s.release(buf)
+    gbs = size / t.seconds / 1e9
+    s.details["memory_bandwidth"] = {"gbs": gbs, "bytes": size, "threads": threads}
+    return {
+        "memory.bandwidth_gbs": s.checked(
+            "memory.bandwidth_gbs",
+            round(gbs, 1),
+            0.5,
+            10_000,
+            f"{threads} threads (every core) streaming {s.vector_bits}-bit loads over their "
+            f"shares of {_size(size)}: {gbs:.1f} GB/s, {t.describe()}",
+        )
+    }
+
+
+def probe_prefetch_stride(s: Session) -> dict[str, Finding]:
+    """The largest stride the hardware prefetcher follows: a dependent walk at a fixed stride
+    against the same lines in random order, over lines that live in L2 (4x L1 of them)."""
+    page = int(s.value("memory.page_bytes"))
+    l1 = s.host.cache(1)
+    lines = 4 * l1.size_kib * 1024 // l1.line_bytes
+    strides = geometric_sizes(l1.line_bytes, page)
+    hit = float(s.value("caches.L1.latency_cycles"))
+    buf = s.buffer(lines * max(strides), huge=False)
+    window = max(1, min(32, int(s.value("memory.dtlb_entries")) // 2))
+    strided, scattered, timings = {}, {}, []
+    for stride in strides:
+        offsets = np.arange(lines, dtype=np.int64) * stride
+        # the same lines in random order, a window of pages at a time: as many TLB misses as the
+        # strided walk has, so the two differ only in what the prefetcher can do
+        per_page = max(1, page // stride)
+        shuffled = offsets[chase_order(per_page, lines // per_page, window, s.rng)]
+        for order, into in ((offsets, strided), (shuffled, scattered)):
+            start = _link(buf, order)
+            into[stride], t = s.cycles_per(lambda n, a=start: s.chase(a, 16 * n), 16)
+            timings.append(t)
+    s.release(buf)
+    s.details["prefetch_stride"] = {"strided": strided, "random": scattered, "hit": hit}
+    shown = ", ".join(f"{st}: {strided[st]:.1f} vs {scattered[st]:.1f}" for st in strides)
+    how = (
+        f"a dependent walk over {lines} lines at a fixed stride against the same lines in "
+        f"random order ({window}-page windows); cycles per access by stride in bytes: "
+        f"{shown}; followed where the walk takes less than half-way from an L1 hit "
+        f"({hit:g}) to the random order; "
+        f"{_spread(timings)}"
+    )
+    stride = followed_strides(strided, scattered, hit)
+    if stride is None:
+        return {
+            "memory.prefetch_stride_bytes": s.assumed(
+                "memory.prefetch_stride_bytes", f"no stride was followed ({how})"
+            )
+        }
+    return {
+        "memory.prefetch_stride_bytes": s.checked(
+            "memory.prefetch_stride_bytes", stride, l1.line_bytes, page, how
+        )
+    }
+
+
+AHEAD_DISTANCES = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+ROW_FMAS = (12, 24, 48, 96, 192, 384)  # FMAs per row the distance probe may do
+
+
+def row_fmas(row_bytes: float, ghz: float, gbs_per_core: float, fma_per_cycle: float) -> int:
+    """FMAs per row that keep a row walk's demand on memory (``row_bytes`` per row) at a quarter
+    of one core's share of the memory bandwidth, so that the walk waits on latency, not
+    bandwidth (the largest of ROW_FMAS when none does)."""
+    for fmas in ROW_FMAS:
+        cycles_per_row = fmas / fma_per_cycle
+        if row_bytes * ghz / cycles_per_row <= 0.25 * gbs_per_core:
+            return fmas
+    return ROW_FMAS[-1]
+
+
+def probe_prefetch_ahead(s: Session) -> dict[str, Finding]:
+    """How far ahead a software prefetch must go: a micro-kernel-like walk over rows a page apart
+    (a stride no hardware prefetcher follows) that come from memory, beyond the last cache, with
+    FMA work per row, prefetching each row some rows ahead; the fewest rows that keep it within
+    10% of the same walk over rows that all hit, in cycles."""
+    page = int(s.value("memory.page_bytes"))
+    stride = max(page, 2 * Rows.SLOT_BYTES)
+    slots = stride // Rows.SLOT_BYTES
+    llc = s.host.caches[-1].size_kib * 1024
+    rows = max(1024, 4 * llc // stride)
+    fma_rate = s.value("core.fma_units") * min(1.0, s.value("core.fma_width_bits") / s.vector_bits)
+    per_core = s.value("memory.bandwidth_gbs") / s.host.core.cores
+    fmas = row_fmas(2 * s.host.cache(1).line_bytes, s.ghz, per_core, fma_rate)
+    k = Rows(s.vector_bits, fmas)
+    s.compile([k])
+    buf = s.buffer(rows * stride + stride)
+    out_addr = buf.addr + rows * stride  # the accumulators land past the rows
+    params = np.array([0.999, 0.001], dtype=np.float32)
+
+    def per_row(row_stride: int, distance: int, n_slots: int) -> tuple[float, Timing]:
+        def run(passes: int) -> None:
+            s.bench_of(k).call(
+                k,
+                passes,
+                buf.addr,
+                row_stride,
+                distance,
+                rows,
+                n_slots,
+                params.ctypes.data,
+                out_addr,
+            )
+
+        return s.cycles_per(run, rows)
+
+    reference, t_ref = per_row(0, 0, 1)
+    readings, timings = {}, [t_ref]
+    for distance in AHEAD_DISTANCES:
+        readings[distance], t = per_row(stride, distance, slots)
+        timings.append(t)
+        if readings[distance] <= reference * 1.1:
+            break
+    s.release(buf)
+    s.details["prefetch_ahead"] = {
+        "reference": reference,
+        "cycles_per_row": readings,
+        "fmas_per_row": fmas,
+    }
+    shown = ", ".join(f"{d}: {x:.1f}" for d, x in readings.items())
+    how = (
+        f"{rows} rows {stride} bytes apart ({_size(rows * stride)}, beyond the last cache) read "
+        f"one {s.vector_bits}-bit vector each, {fmas} FMAs per row (a quarter of a core's share "
+        f"of the memory bandwidth); cycles per row by rows prefetched ahead: {shown}, "
+        f"{reference:.1f} when every row hits; {_spread(timings)}"
+    )
+    need = lead_needed(readings, reference)
+    if need is None:
+        return {
+            "memory.prefetch_ahead_cycles": s.assumed(
+                "memory.prefetch_ahead_cycles", f"no distance reached the hit speed ({how})"
+            )
+        }
+    ahead = max(1, round(max(1, need) * reference))
+    lead = (
+        f"{need} rows ahead at {reference:.1f} cycles per row"
+        if need
+        else f"no prefetch was needed at {reference:.1f} cycles per row (the reorder window "
+        "covered the wait), so one row's cycles are the lead: an upper bound"
+    )
+    return {
+        "memory.prefetch_ahead_cycles": s.checked(
+            "memory.prefetch_ahead_cycles", ahead, 1, 100_000, f"{lead}: {how}"
+        )
+    }
+
+
+def probe_handover(s: Session) -> dict[str, Finding]:
+    """How long a cache line takes to move between two cores (``codegen/workers.py``'s probe);
+    no spec field holds it yet, so it is reported only."""
+    from aotune.codegen.workers import workers
+
+    if s.host.core.cores < 2:
+        s.notes.append("core-to-core hand-over: not measured (one CPU)")
+        return {}
+    ns = min(workers().handoff_seconds(repeats=5) for _ in range(3)) * 1e9
+    s.details["handover"] = {"ns": ns}
+    s.notes.append(
+        f"Core-to-core hand-over of a cache line (codegen/workers.py's probe, fastest of 3): "
+        f"{ns:.0f} ns; on a VM it changes with the host's placement of the virtual CPUs."
+    )
+    return {}
+
+
+def probe_overhead(s: Session) -> dict[str, Finding]:
+    """What a call costs as the runner makes it: a 1 x 16 x 1 matmul (an empty kernel) through
+    ``HostKernel``, on one thread and on every core."""
+    from aotune.analysis.workload import matmul
+    from aotune.codegen.compile import compile_kernel
+    from aotune.codegen.runner import HostKernel, random_operands
+    from aotune.codegen.schedule import schedule_from_config
+    from aotune.constraints.cpu import build_cpu_space
+
+    cores = s.host.core.cores
+    calls_per_run = 100
+
+    def seconds_per_call(threads: int) -> tuple[float, Timing]:
+        space = build_cpu_space(matmul(threads, 16, 1), s.host)
+        sched = schedule_from_config(space, space.solve(allowed={"threads": [threads]}))
+        hk = HostKernel(compile_kernel(sched, s.host), s.host)
+        a, b, bias = random_operands(sched)
+        call = hk.call_on(a, b, bias)
+
+        def run() -> None:
+            for _ in range(calls_per_run):
+                call()
+
+        t = s.best(run, subtract=False)
+        return t.seconds / calls_per_run, t
+
+    one, t1 = seconds_per_call(1)
+    out = {
+        "overhead.call_seconds": s.checked(
+            "overhead.call_seconds",
+            float(f"{one:.3g}"),
+            1e-8,
+            1e-3,
+            f"a 1 x 16 x 1 matmul through codegen/runner.py's HostKernel call path, "
+            f"{calls_per_run} calls per run, {t1.describe()}: {one * 1e6:.2f} us per call",
+        )
+    }
+    s.details["overhead"] = {"call_seconds": one}
+    if cores < 2:
+        out["overhead.thread_seconds"] = s.assumed(
+            "overhead.thread_seconds", "one CPU: no second thread to measure"
+        )
+        return out
+    many, tn = seconds_per_call(cores)
+    per = per_thread_cost(one, many, cores)
+    s.details["overhead"].update({"all_threads_call_seconds": many, "thread_seconds": per})
+    out["overhead.thread_seconds"] = s.checked(
+        "overhead.thread_seconds",
+        float(f"{per:.3g}"),
+        0.0,
+        1e-3,
+        f"the same call split over {cores} threads (codegen/workers.py's pool), "
+        f"{tn.describe()}: {many * 1e6:.2f} us per call, {per * 1e6:.2f} us per thread beyond "
+        "the first",
+    )
+    return out
+
+
+def _spread(timings: Sequence[Timing]) -> str:
+    """The worst agreement and median excess of several readings, for a comment."""
+    if not timings:
+        return "no runs"
+    runs = sum(t.runs for t in timings)
+    return (
+        f"{len(timings)} readings of {runs} runs in all, each the fastest run (3 fastest within "
+        f"{max(t.agree for t in timings):.1%}, median at most "
+        f"+{max(t.median for t in timings):.0%})"
+    )

@@ -1,0 +1,455 @@
+"""``aotune hw calibrate``: the spec file it writes (values and origins read back, the -o/--force
+rules, bad results refused), each probe's arithmetic on synthetic readings, the microbenchmark
+kernels' machine code and results, and one smoke run of the quickest probes on this machine with
+loose physical bounds. Timings are never asserted: CI machines vary."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tomllib
+
+import numpy as np
+import pytest
+from aotune.cli import main
+from aotune.codegen.microbench import (
+    OUT_BYTES,
+    SCRATCH_BYTES,
+    Chase,
+    MicroBench,
+    Mix,
+    Rows,
+    Stream,
+    assembly_for,
+    loop_instructions,
+)
+from aotune.errors import CalibrationError, HwSpecError
+from aotune.hwspecs import calibrate as cal
+from aotune.hwspecs import probes
+from aotune.hwspecs.host import host_can_run
+from aotune.hwspecs.spec import load_spec_file, load_target, spec_from_dict
+from aotune.hwspecs.spec_toml import (
+    comment_text,
+    field_paths,
+    origin_from_toml,
+    spec_to_toml,
+    value_at,
+    with_value,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+HOST = load_target("host")
+ON_HOST = pytest.mark.skipif(not host_can_run(HOST)[0], reason="the host spec cannot run here")
+
+
+def hand_made(base: str = "znver4", **changes: object) -> cal.Calibration:
+    """A calibration built by hand: a built-in spec with some values changed, every value with an
+    origin of each kind."""
+    spec = load_target(base)
+    for path, value in changes.items():
+        spec = with_value(spec, path.replace("__", "."), value)
+    kinds = ("measured: a probe", "os: sysfs", "llvm: host features", "assumed: from znver4")
+    origin = {
+        p: f"{kinds[i % 4]} for {p}, 3 fastest within 0.4%" for i, p in enumerate(field_paths(spec))
+    }
+    return cal.Calibration(spec, origin, {}, ("Calibrated by hand in a test.", "Second note."))
+
+
+# ---- the spec file -----------------------------------------------------------------------------
+
+
+def test_a_calibration_writes_a_spec_that_loads_back_equal_comments_included(tmp_path):
+    c = cal.named(hand_made(core__frequency_ghz=3.671, caches__L2__latency_cycles=15), "my-cpu")
+    path = tmp_path / "my-cpu.toml"
+    cal.write_spec(c, str(path), force=False)
+    assert load_spec_file(path) == c.spec
+    text = path.read_text()
+    assert origin_from_toml(text) == dict(c.origin)
+    assert text.startswith("# Calibrated by hand in a test.\n#\n# Second note.\n")
+    assert "# measured: a probe for isa.arch" in text
+    assert all(len(line) <= 100 for line in text.splitlines() if line.startswith("#"))
+    # and tune --target FILE takes it
+    assert load_target(str(path)).name == "my-cpu"
+
+
+printable = st.text(
+    st.characters(min_codepoint=1, max_codepoint=0x2FFF, blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=300,
+).filter(lambda t: t.strip())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ghz=st.floats(0.1, 10.0),
+    bw=st.floats(0.01, 4096.0),
+    call=st.floats(0.0, 1.0),
+    note=printable,
+    description=st.text(max_size=200),
+)
+def test_any_valid_values_and_origin_texts_round_trip(ghz, bw, call, note, description):
+    c = hand_made(
+        core__frequency_ghz=ghz,
+        caches__L3__bandwidth_bytes_per_cycle=bw,
+        overhead__call_seconds=call,
+    )
+    description += "\u2028\x85 [x] # y = 1"  # line breaks to str.splitlines, TOML syntax
+    c = dataclasses.replace(c, spec=dataclasses.replace(c.spec, description=description))
+    origin = dict(c.origin)
+    origin["core.frequency_ghz"] = "measured: " + note
+    c = dataclasses.replace(c, origin=origin)
+    text = spec_to_toml(c.spec, c.origin, "\n\n".join(c.notes))
+    assert spec_from_dict(tomllib.loads(text), "t") == c.spec
+    back = origin_from_toml(text)
+    assert back == {k: comment_text(v) for k, v in origin.items()}
+
+
+def test_an_existing_file_is_kept_without_force_and_replaced_with_it(tmp_path):
+    path = tmp_path / "spec.toml"
+    path.write_text("mine")
+    c = hand_made()
+    with pytest.raises(CalibrationError, match="exists; pass --force"):
+        cal.check_output(str(path), force=False)
+    with pytest.raises(CalibrationError, match="exists; pass --force"):
+        cal.write_spec(c, str(path), force=False)
+    assert path.read_text() == "mine"
+    cal.write_spec(c, str(path), force=True)
+    assert load_spec_file(path) == c.spec
+    with pytest.raises(CalibrationError, match="is a directory"):
+        cal.check_output(str(tmp_path), force=True)
+    with pytest.raises(CalibrationError, match="does not exist"):
+        cal.check_output(str(tmp_path / "no" / "spec.toml"), force=False)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"core__frequency_ghz": math.nan}, "finite"),
+        ({"core__frequency_ghz": 0.0}, "out of range"),
+        ({"core__fma_width_bits": 96}, "power of two"),
+        ({"caches__L1__latency_cycles": -3}, "out of range"),
+        ({"memory__prefetch_stride_bytes": 8192}, "beyond a page"),
+        ({"isa__llvm_cpu": "no-such-cpu"}, "not a CPU LLVM knows"),
+    ],
+)
+def test_bad_results_are_refused_and_nothing_is_written(tmp_path, changes, message):
+    c = hand_made(**changes)
+    path = tmp_path / "spec.toml"
+    with pytest.raises((CalibrationError, HwSpecError), match=message):
+        cal.write_spec(c, str(path), force=False)
+    assert not path.exists()
+
+
+def test_a_value_without_origin_or_an_origin_without_value_is_refused():
+    c = hand_made()
+    missing = {k: v for k, v in c.origin.items() if k != "memory.dtlb_entries"}
+    with pytest.raises(HwSpecError, match="no origin for memory.dtlb_entries"):
+        spec_to_toml(c.spec, missing)
+    blank = {**c.origin, "core.cores": "  "}
+    with pytest.raises(HwSpecError, match="no origin for core.cores"):
+        spec_to_toml(c.spec, blank)
+    extra = {**c.origin, "core.turbo": "measured: nothing"}
+    with pytest.raises(HwSpecError, match="core.turbo"):
+        spec_to_toml(c.spec, extra)
+
+
+def test_field_paths_reach_every_value_and_replace_it_functionally():
+    spec = load_target("znver4")
+    paths = field_paths(spec)
+    assert "caches.L3.bandwidth_bytes_per_cycle" in paths and "core.frequency_ghz" in paths
+    for path in paths:
+        value = value_at(spec, path)
+        assert with_value(spec, path, value) == spec
+    changed = with_value(spec, "caches.L2.latency_cycles", 99)
+    assert changed.cache(2).latency_cycles == 99 and spec.cache(2).latency_cycles == 14
+    with pytest.raises(HwSpecError):
+        value_at(spec, "caches.L9.latency_cycles")
+    with pytest.raises(HwSpecError):
+        with_value(spec, "core.turbo", 1)
+
+
+def test_every_schema_field_has_one_probe_or_one_source(monkeypatch):
+    for name in ("znver4", "haswell", "neoverse-n1", "skylake-avx512"):
+        cal.check_coverage(load_target(name))
+    monkeypatch.delitem(cal.SOURCES, "memory.page_bytes")
+    with pytest.raises(CalibrationError, match="not set: memory.page_bytes"):
+        cal.check_coverage(load_target("znver4"))
+
+
+def test_spec_names_come_from_the_option_or_the_file_name():
+    assert cal.spec_name_for("out/my-cpu.toml", None) == "my-cpu"
+    assert cal.spec_name_for("weird name.toml", None) == "calibrated"
+    assert cal.spec_name_for(None, None) == "calibrated"
+    assert cal.spec_name_for("x.toml", "zen5-lab") == "zen5-lab"
+    with pytest.raises(CalibrationError, match="--name"):
+        cal.spec_name_for(None, "bad name")
+
+
+def test_a_feature_list_too_long_for_a_spec_string_keeps_the_features_that_are_on():
+    short = "+avx2,-avx512f,+fma"
+    assert cal.spec_features(short)[0] == short
+    long = ",".join(f"{'+-'[i % 2]}feature{i}" for i in range(140))
+    kept, origin = cal.spec_features(long)
+    assert len(long) > cal.FEATURES_LIMIT >= len(kept)
+    assert kept.split(",") == [f for f in long.split(",") if f.startswith("+")]
+    assert origin.startswith("llvm:")
+    with pytest.raises(CalibrationError, match="limit"):
+        cal.spec_features(",".join(f"+feature{i}" for i in range(200)))
+
+
+def test_the_cli_refuses_bad_output_paths_and_names_before_measuring(tmp_path, capsys):
+    existing = tmp_path / "mine.toml"
+    existing.write_text("keep")
+    for argv, message in (
+        (["hw", "calibrate", "-o", str(existing)], "exists; pass --force"),
+        (["hw", "calibrate", "-o", str(tmp_path)], "is a directory"),
+        (["hw", "calibrate", "--name", "a b"], "--name"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert existing.read_text() == "keep"
+
+
+def test_a_machine_that_cannot_be_calibrated_is_refused_in_one_line(monkeypatch, capsys):
+    import aotune.hwspecs.host as host
+
+    def no_host() -> None:
+        raise HwSpecError("host CPU 'x' has neither AVX2+FMA nor AVX-512")
+
+    monkeypatch.setattr(host, "detect_host", no_host)
+    assert main(["hw", "calibrate"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: hw calibrate measures the machine it runs on and cannot")
+    assert err.count("\n") == 1
+
+
+# ---- the arithmetic of the probes --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "rates, pipes",
+    [
+        ({128: 2.0, 256: 1.96, 512: 0.99}, (2, 256)),  # Zen 4: 512-bit FMAs on 256-bit pipes
+        ({128: 2.0, 256: 2.0, 512: 1.98}, (2, 512)),  # Skylake-SP with two 512-bit FMA units
+        ({128: 2.0}, (2, 128)),  # NEON
+        ({32: 2.0, 128: 2.0, 256: 1.95, 512: 1.0}, (2, 256)),  # loads, scalar included
+        ({128: 4.0, 256: 2.0}, (4, 128)),
+    ],
+)
+def test_pipe_fits_of_known_cores(rates, pipes):
+    units, width, err = probes.fit_pipes(rates)
+    assert (units, width) == pipes and err < 0.05
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    units=st.integers(1, 8),
+    width=st.sampled_from([64, 128, 256, 512, 1024]),
+    widths=st.sets(st.sampled_from([32, 128, 256, 512]), min_size=1),
+    noise=st.floats(-0.03, 0.03),
+)
+def test_pipe_fit_explains_the_rates_it_was_made_from(units, width, widths, noise):
+    rates = {w: units * min(1.0, width / w) * (1 + noise) for w in widths}
+    got_units, got_width, err = probes.fit_pipes(rates)
+    assert err <= 0.04
+    for w in widths:  # the fit predicts the same rate at every measured width
+        assert got_units * min(1.0, got_width / w) == pytest.approx(units * min(1.0, width / w))
+
+
+def test_pipe_fit_refuses_non_rates():
+    for bad in ({}, {128: 0.0}, {128: math.nan}, {128: -1.0}):
+        with pytest.raises(CalibrationError):
+            probes.fit_pipes(bad)
+
+
+def test_a_reading_is_the_fastest_run_less_the_call_with_its_spread():
+    t = probes.timing_from_runs([0.0040, 0.0041, 0.0050, 0.0042, 0.0100], overhead=0.0001)
+    assert t.seconds == pytest.approx(0.0039)
+    assert t.run_seconds == 0.0040 and t.runs == 5
+    assert t.agree == pytest.approx(0.0042 / 0.0040 - 1)
+    assert t.median == pytest.approx(0.0042 / 0.0040 - 1)
+    assert "fastest of 5 runs of 4.0 ms" in t.describe()
+    # an overhead larger than the run is never taken whole
+    assert probes.timing_from_runs([1e-6], overhead=5e-6).seconds == 0.5e-6
+
+
+def step_curve(entries: int, base: float, miss: float, counts: list[int]) -> dict[int, float]:
+    return {n: base + (miss if n > entries else 0.0) for n in counts}
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    entries=st.integers(8, 500),
+    base=st.floats(3.0, 6.0),
+    miss=st.floats(2.0, 40.0),
+    spikes=st.lists(st.integers(0, 16), max_size=3),
+)
+def test_the_tlb_step_gives_entries_and_miss_cost_despite_slowed_readings(
+    entries, base, miss, spikes
+):
+    counts = sorted({*probes.TLB_PAGE_COUNTS, entries, entries + 1})
+    points = step_curve(entries, base, miss, counts)
+    for i in spikes:  # noise only slows a reading: a slow one below the step is not trusted
+        if counts[i] < entries:
+            points[counts[i]] += 300.0
+    got = probes.tlb_from_curve(points)
+    assert got is not None
+    found_entries, found_miss, found_base = got
+    assert found_entries == entries
+    assert found_base == pytest.approx(base)
+    assert found_miss == pytest.approx(miss)
+
+
+def test_a_tlb_that_holds_every_count_tried_gives_no_reading():
+    assert probes.tlb_from_curve({n: 4.0 for n in (8, 16, 32, 64)}) is None
+    assert probes.step_knee({8: 4.0, 16: 11.0, 32: 4.0}, 4.0, 1.0) is None
+
+
+def test_prefetched_strides_are_the_run_from_the_smallest_up():
+    random = {64: 14.0, 128: 14.0, 256: 15.0, 512: 28.0, 1024: 28.0, 2048: 31.0, 4096: 33.0}
+    walk = {64: 4.3, 128: 4.4, 256: 4.5, 512: 8.3, 1024: 16.6, 2048: 10.0, 4096: 25.0}
+    assert probes.followed_strides(walk, random, hit=4.0) == 512  # 2048 alone does not count
+    assert probes.followed_strides({64: 14.0}, {64: 14.0}, hit=4.0) is None
+
+
+def test_the_lead_is_the_fewest_rows_that_reach_hit_speed():
+    assert probes.lead_needed({0: 300.0, 1: 250.0, 2: 205.0, 4: 199.0}, reference=193.0) == 2
+    assert probes.lead_needed({0: 195.0}, reference=193.0) == 0
+    assert probes.lead_needed({0: 400.0, 8: 390.0}, reference=193.0) is None
+
+
+def test_per_thread_cost_and_row_work():
+    assert probes.per_thread_cost(7e-6, 10e-6, 2) == pytest.approx(3e-6)
+    assert probes.per_thread_cost(7e-6, 6e-6, 4) == 0.0
+    with pytest.raises(CalibrationError):
+        probes.per_thread_cost(7e-6, 10e-6, 1)
+    # 128 bytes per row at 3.7 GHz against 10 GB/s per core: >= 190 cycles of FMAs per row
+    assert probes.row_fmas(128, 3.7, 10.0, 1.0) == 192
+    assert probes.row_fmas(128, 3.7, 1000.0, 1.0) == 12
+    assert probes.row_fmas(128, 3.7, 0.001, 1.0) == probes.ROW_FMAS[-1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    per_page=st.sampled_from([1, 2, 8, 32]),
+    pages=st.integers(1, 80),
+    window=st.integers(1, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_chase_order_visits_every_point_once_a_window_of_pages_at_a_time(
+    per_page, pages, window, seed
+):
+    order = probes.chase_order(per_page, pages, window, np.random.default_rng(seed))
+    assert sorted(order.tolist()) == list(range(per_page * pages))
+    per_window = min(window, pages) * per_page
+    ids = [int(p) // per_window for p in order]
+    runs = [w for i, w in enumerate(ids) if i == 0 or ids[i - 1] != w]
+    assert len(runs) == len(set(runs))  # each window's points are visited together
+
+
+def test_level_sizes_put_each_buffer_in_its_level():
+    assert probes.geometric_sizes(4, 40) == [4, 8, 16, 32] and probes.geometric_sizes(8, 4) == []
+    s = probes.Session.__new__(probes.Session)  # only the host is read
+    s.host = load_target("znver4")
+    assert probes.level_sizes(s, 1) == [16 << 10]
+    assert probes.level_sizes(s, 2) == [512 << 10]
+    assert probes.level_sizes(s, 3) == [4 << 20, 8 << 20, 16 << 20]
+
+
+# ---- the microbenchmark kernels ----------------------------------------------------------------
+
+
+@ON_HOST
+def test_the_kernels_run_what_they_say():
+    mix = Mix(adds=4, fmas=(HOST.isa.vector_bits, 32), loads=2, stores=1, mem_bits=32, unroll=8)
+    chase, stream, rows = Chase(16), Stream(HOST.isa.vector_bits, 8), Rows(128, 30)
+    bench = MicroBench([mix, chase, stream, rows], HOST)
+    # machine code: the loop holds the step's instructions 8 times, plus its own control
+    assert 8 * 9 <= bench.loop_instructions(mix) <= 8 * 9 + 4
+    assert 16 <= bench.loop_instructions(chase) <= 16 + 4
+    # the chains' results: integer chains count, FMA chains follow acc = a * b + acc
+    scratch = np.zeros((SCRATCH_BYTES + 8 * OUT_BYTES) // 4, np.float32)
+    params = np.array([0.5, 0.25, 1.0, 0.0], np.float32)
+    out = scratch.ctypes.data + SCRATCH_BYTES
+    bench.call(mix, 3, params.ctypes.data, scratch.ctypes.data, out)
+    acc = np.float32(1.0)
+    for _ in range(24):
+        acc = np.float32(np.float32(0.5) * np.float32(0.25) + acc)
+    results = scratch[SCRATCH_BYTES // 4 :].reshape(8, OUT_BYTES // 4)
+    assert results[0, : HOST.isa.vector_bits // 32] == pytest.approx(acc)
+    assert results[1, 0] == pytest.approx(acc)
+    ints = results[2:6].view(np.int64)[:, 0]
+    assert ints.tolist() == [3 + k + 24 for k in range(4)]
+    # the chase follows its links
+    links = np.zeros(64, np.uint64)
+    base = links.ctypes.data
+    order = [0, 5, 9, 2, 63, 17, 30, 8]
+    for here, there in zip(order, order[1:] + order[:1]):
+        links[here] = base + 8 * there
+    landing = np.zeros(1, np.uint64)
+    bench.call(chase, 3, base + 0, landing.ctypes.data)  # 48 links: 6 times round the cycle
+    assert int(landing[0]) == base + 8 * order[48 % len(order)]
+    # the stream and the row walk run over their buffers
+    raw = np.ones(4096 + 16, np.float32)
+    buf = raw[(-raw.ctypes.data % 64) // 4 :][:4096]  # vector loads need their own alignment
+    bench.call(stream, 2, buf.ctypes.data, buf.nbytes)
+    acc_out = np.zeros(32 * OUT_BYTES // 4, np.float32)
+    rows_params = np.array([0.5, 0.25], np.float32)
+    bench.call(rows, 1, buf.ctypes.data, 256, 2, 8, 2, rows_params.ctypes.data, acc_out.ctypes.data)
+    assert np.isfinite(acc_out).all() and acc_out[0] != 0
+
+
+@pytest.mark.parametrize("target", ["neoverse-n1", "haswell", "skylake-avx512"])
+def test_the_kernels_compile_for_every_cpu_target_with_the_loops_they_say(target):
+    """Built for another ISA (not run): the probes' loops hold exactly their step's work."""
+    hw = load_target(target)
+    v = hw.isa.vector_bits
+    mix = Mix(adds=3, fmas=(v,) * 4 + (32,), loads=2, mem_bits=v, unroll=4)
+    kernels = [mix, Chase(16), Stream(v, 8), Rows(v, 30), Mix(stores=8, mem_bits=32, unroll=2)]
+    asm = assembly_for(kernels, hw)
+    assert 4 * 10 <= loop_instructions(asm, mix.name) <= 4 * 10 + 4
+    assert 16 <= loop_instructions(asm, "chase_u16") <= 16 + 4
+    assert 8 <= loop_instructions(asm, f"stream_{v}_u8") <= 8 + 4
+
+
+@ON_HOST
+def test_the_quickest_probes_read_physical_values_here():
+    host, base = cal.check_can_calibrate()
+    s = probes.Session(host, base, probes.QUICK)
+    try:
+        s.warm_up()
+        clock = probes.probe_clock(s)["core.frequency_ghz"]
+        assert 0.2 <= clock.value <= 7.0 and clock.origin.startswith("measured:")
+        s.found["core.frequency_ghz"] = clock
+        fma = probes.probe_fma(s)
+        for path, (lo, hi) in {
+            "core.fma_units": (1, 8),
+            "core.fma_width_bits": (64, 1024),
+            "core.fma_latency_cycles": (2, 16),
+        }.items():
+            assert lo <= fma[path].value <= hi
+            assert fma[path].origin.startswith(("measured:", "assumed:"))
+    finally:
+        s.close()
+
+
+@ON_HOST
+@pytest.mark.skipif(
+    os.environ.get("AOTUNE_TEST_CALIBRATE") != "1",
+    reason="a whole calibration (~20 s); set AOTUNE_TEST_CALIBRATE=1",
+)
+def test_a_whole_calibration_writes_a_spec_that_tune_uses(tmp_path, capsys):
+    path = tmp_path / "here.toml"
+    assert main(["hw", "calibrate", "-o", str(path)]) == 0
+    spec = load_spec_file(path)
+    assert spec.name == "here" and spec.core.cores == HOST.core.cores
+    assert 0.2 <= spec.core.frequency_ghz <= 7.0
+    assert spec.cache(1).latency_cycles < spec.cache(2).latency_cycles
+    assert set(origin_from_toml(path.read_text())) == set(field_paths(spec))
+    capsys.readouterr()
+    argv = ["tune", "matmul", "--shape", "64x48x32", "--target", str(path), "--json"]
+    assert main(argv) == 0
+    assert '"name": "here"' in capsys.readouterr().out

@@ -693,9 +693,10 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
     elif args.output is None:
         print(text, end="")
     else:
-        for path, origin in result.origin.items():
-            kind = origin.split(":", 1)[0]
+        for path in result.spec.field_paths():
+            kind = result.origin[path].split(":", 1)[0]
             print(f"  {path:<38} {value_at(result.spec, path)!s:<14.14} {kind}")
+        print(f"  core model from {result.spec.core_model_from}")
         print(f"wrote {args.output}: use it with --target {args.output}")
     return 0
 

@@ -72,6 +72,11 @@ class Calibration:
     details: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # the spec carries the same origins as data (its [origin] table), whatever it came from
+        origin = tuple(sorted(self.origin.items()))
+        object.__setattr__(self, "spec", dataclasses.replace(self.spec, origin=origin))
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form (``hw calibrate --json``)."""
         return {
@@ -179,6 +184,21 @@ SOURCES: dict[str, tuple[str, str]] = {
         "cache",
     ),
     "memory.page_bytes": ("os", "sysconf(SC_PAGE_SIZE)"),
+    "core.call_cycles": (
+        "assumed",
+        "the cycles of a micro-kernel call beyond its loads and stores are not probed yet",
+    ),
+    "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
+    "caches.*.conflict_slack": (
+        "assumed",
+        "how far a set-conflicting group of lines may overflow its ways before it thrashes is "
+        "not probed yet",
+    ),
+    "caches.*.copy_bandwidth_share": (
+        "assumed",
+        "the share of a level's bandwidth a packing copy gets beside the micro-kernel is not "
+        "probed yet",
+    ),
 }
 
 
@@ -307,6 +327,10 @@ def calibrate(
         origin[path] = _source_origin(key, path, host, base, sysfs)
     origin["isa.llvm_features"] = features_origin
     elapsed = time.perf_counter() - started
+    origin["core_model"] = (
+        f"calibrated by aotune hw calibrate on {time.strftime('%Y-%m-%d')} "
+        f"({_cpu_model()}, {host.isa.llvm_cpu})"
+    )
     spec = dataclasses.replace(
         spec,
         name="calibrated",

@@ -95,7 +95,10 @@ def closest_builtin() -> str:
 
     arch = llvm.get_process_triple().split("-")[0]
     features = dict(llvm.get_host_cpu_features())
-    return _base_spec_name(llvm.get_host_cpu_name(), features, {"arm64": "aarch64"}.get(arch, arch))
+    name, _ = _base_spec_name(
+        llvm.get_host_cpu_name(), features, {"arm64": "aarch64"}.get(arch, arch)
+    )
+    return name
 
 
 @functools.lru_cache(maxsize=1)

@@ -142,14 +142,16 @@ class HwSpec:
     )
 
     def origin_of(self, path: str) -> str:
-        """Where the value at ``path`` (e.g. ``caches.latency_cycles``) came from: its own entry,
-        else its section's, else "not stated"."""
+        """Where the value at ``path`` (``core.frequency_ghz``, ``caches.L2.latency_cycles``) came
+        from: its own entry, else the same field of every level (``caches.latency_cycles``), else
+        its level's or its section's, else "not stated"."""
         table = dict(self.origin)
         parts = path.split(".")
-        for n in range(len(parts), 0, -1):
-            if ".".join(parts[:n]) in table:
-                return table[".".join(parts[:n])]
-        return "not stated"
+        candidates = [path]
+        if len(parts) == 3:  # caches.L2.latency_cycles
+            candidates += [f"{parts[0]}.{parts[2]}", f"{parts[0]}.{parts[1]}"]
+        candidates.append(parts[0])
+        return next((table[c] for c in candidates if c in table), "not stated")
 
     @property
     def core_model_from(self) -> str:
@@ -190,17 +192,17 @@ class HwSpec:
         return data
 
     def field_paths(self) -> list[str]:
-        """Every value's path (``core.frequency_ghz``; a cache level's fields once, as
-        ``caches.<field>``), in schema order."""
+        """Every value's path in file order: ``isa.arch``, ..., ``caches.L1.level``, ...,
+        ``overhead.thread_seconds`` (the top-level strings and the origin table excluded)."""
         paths = []
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name == "origin":
-                continue
-            if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
-                paths += [f"{f.name}.{g.name}" for g in dataclasses.fields(value[0])]
-            elif dataclasses.is_dataclass(value):
+            if dataclasses.is_dataclass(value):
                 paths += [f"{f.name}.{g.name}" for g in dataclasses.fields(value)]
+            elif f.name == "caches":
+                paths += [
+                    f"caches.L{c.level}.{g.name}" for c in value for g in dataclasses.fields(c)
+                ]
         return paths
 
     def origins_by_source(self) -> dict[str, list[str]]:

@@ -14,7 +14,7 @@ import math
 import re
 import textwrap
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from aotune.errors import HwSpecError
@@ -27,19 +27,11 @@ _KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=")
 def field_paths(spec: HwSpec) -> list[str]:
     """The path of every value in ``spec`` below its top-level strings, in file order:
     ``isa.arch``, ..., ``caches.L1.level``, ..., ``overhead.thread_seconds``."""
-    return [path for path, _ in _values(spec)]
+    return spec.field_paths()
 
 
-def _values(spec: HwSpec) -> Iterator[tuple[str, Any]]:
-    for f in dataclasses.fields(spec):
-        value = getattr(spec, f.name)
-        if dataclasses.is_dataclass(value):
-            for sub in dataclasses.fields(value):
-                yield f"{f.name}.{sub.name}", getattr(value, sub.name)
-        elif isinstance(value, tuple):
-            for item in value:
-                for sub in dataclasses.fields(item):
-                    yield f"{f.name}.{_entry_key(item)}.{sub.name}", getattr(item, sub.name)
+# keys of an origin map that name no single field: the spec the core model came from
+ORIGIN_EXTRA_KEYS = ("core_model",)
 
 
 def _entry_key(item: Any) -> str:
@@ -105,7 +97,7 @@ def spec_to_toml(spec: HwSpec, origin: Mapping[str, str], header: str = "") -> s
             f"no origin for {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; "
             "every value of a written spec must say where it came from"
         )
-    extra = sorted(set(origin) - set(paths))
+    extra = sorted(set(origin) - set(paths) - set(ORIGIN_EXTRA_KEYS))
     if extra:
         raise HwSpecError(f"origin names {', '.join(extra[:5])}, which are not fields of the spec")
     lines: list[str] = []
@@ -123,10 +115,13 @@ def spec_to_toml(spec: HwSpec, origin: Mapping[str, str], header: str = "") -> s
         if dataclasses.is_dataclass(value):
             lines += ["", f"[{f.name}]"]
             lines += _table(value, f.name, origin)
-        elif isinstance(value, tuple):
+        elif f.name == "caches":
             for item in value:
                 lines += ["", f"[[{f.name}]]"]
                 lines += _table(item, f"{f.name}.{_entry_key(item)}", origin)
+    # the same origins as data, so that ``aotune hw show FILE`` can say where each value came from
+    lines += ["", "[origin]"]
+    lines += [f"{_toml_string(k)} = {_toml_string(v)}" for k, v in sorted(origin.items())]
     return "\n".join(lines) + "\n"
 
 

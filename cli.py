@@ -17,6 +17,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from aotune.artifact.commands import (
+    add_build_parser,
+    add_db_flags,
+    add_db_parser,
+    cmd_build,
+    cmd_db,
+    open_db,
+)
 from aotune.errors import AotuneError, ConfigError
 from aotune.files import check_writable, write_new_file
 from aotune.search.options import SearchOptions
@@ -134,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--force", action="store_true", help="overwrite existing --emit-* files")
     t.add_argument("--json", action="store_true", help="print one JSON object")
+    add_db_flags(t)
     s = sub.add_parser(
         "space", help="show decision variables, constraints and the number of valid configs"
     )
@@ -176,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="configs measured per workload for model accuracy (default 64; 32 with --quick)",
     )
+    b.add_argument(
+        "--library",
+        action="store_true",
+        help="only the library rows: kernels built by 'aotune build' and called through "
+        "aotune.load, against the speed 'tune' measured",
+    )
+    add_build_parser(sub)
+    add_db_parser(sub)
     return parser
 
 
@@ -225,7 +242,7 @@ def _write_new(path: str, text: str | bytes, force: bool) -> None:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """``aotune tune``."""
-    from aotune.search import driver
+    from aotune.search import cached, driver
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
@@ -276,11 +293,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
-        result = driver.tune(w, hw, options, progress)
-        ok, why = driver.can_verify(hw)
-        verified, numpy_gflops = ([], None)
-        if ok and not args.no_verify:
-            verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
+        db = open_db(args)
+        try:
+            result, record, reused = cached.tune(w, hw, options, db, args.retune, progress)
+            ok, why = driver.can_verify(hw)
+            verified, numpy_gflops = ([], None)
+            if ok and not args.no_verify:
+                verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
+                if db is not None and record is not None:
+                    cached.store_check(db, record, verified, numpy_gflops)
+        finally:
+            if db is not None:
+                db.close()
     best = result.best
     for name, path in emits.items():
         _write_new(path, target.emit()[name](best.kernel), args.force)
@@ -296,7 +320,25 @@ def cmd_tune(args: argparse.Namespace) -> int:
             sys.stderr.write(f"warning: {warning}\n")
     skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
     doc = {
-        "workload": {"op": w.op, "shape": w.shape_dict, "dtype": w.dtype, "flops": w.flops},
+        "workload": {
+            "op": w.op,
+            "shape": w.shape_dict,
+            "dtype": w.dtype,
+            "flops": w.flops,
+            # the order a built library's function takes them: inputs, then the output
+            "tensors": [
+                {"name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+                for t in (
+                    *(w.tensor(a.tensor) for a in w.statement.inputs),
+                    w.tensor(w.statement.output.tensor),
+                )
+            ],
+        },
+        "database": {
+            "path": None if db is None else str(db.path),
+            "record": None if record is None else record.id,
+            "reused": reused,
+        },
         "target": target.describe(),
         "search": {
             "strategy": options.strategy,
@@ -355,11 +397,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({what})")
     if "core_model_from" in doc["target"] and doc["target"]["core_model_from"] != hw.name:
         out.print(f"core model from {escape(doc['target']['core_model_from'])}")
-    out.print(
-        f"search: {options.strategy}, {result.candidates_scored} configs estimated, "
-        f"{result.kernels_compiled} compiled and ranked from their assembly, "
-        f"{result.search_seconds:.1f} s, {result.measurements} measurements (kernel runs, counted)"
-    )
+    if reused:
+        out.print(
+            f"search: reused record {record.id} of {db.path} (searched earlier in "
+            f"{result.search_seconds:.1f} s); --retune searches again"
+        )
+    else:
+        out.print(
+            f"search: {options.strategy}, {result.candidates_scored} configs estimated, "
+            f"{result.kernels_compiled} compiled and ranked from their assembly, "
+            f"{result.search_seconds:.1f} s, {result.measurements} measurements (kernel runs, "
+            "counted)"
+        )
     table = Table(title="top candidates (predicted without running)")
     for col in ("rank", "config", "predicted", "bottleneck", "measured", "GFLOP/s", "correct"):
         table.add_column(col)
@@ -656,6 +705,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``aotune bench``."""
     from aotune.benchmarks.suite import print_table, run_suite
 
+    if args.library:
+        from aotune.benchmarks.library import print_library_table, run_library_bench
+
+        doc = run_library_bench(args.quick, log=None if args.json else _console(stderr=True).print)
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        else:
+            print_library_table(doc, _console())
+        return 0
+
     if args.samples is not None and args.samples < 5:
         raise ConfigError(
             f"--samples {args.samples}: model accuracy needs at least 5 measured configs "
@@ -695,6 +754,8 @@ COMMANDS = {
     "predict": cmd_predict,
     "hw": cmd_hw,
     "bench": cmd_bench,
+    "build": cmd_build,
+    "db": cmd_db,
 }
 
 

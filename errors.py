@@ -48,5 +48,17 @@ class FinalCheckError(AotuneError):
     """A kernel cannot be run on this machine (e.g. the target is not the host)."""
 
 
+class DatabaseError(AotuneError):
+    """The tuning database cannot be opened, read or written, or was made by a newer aotune."""
+
+
+class BuildError(AotuneError):
+    """A library cannot be built: bad kernel list or model, output directory, missing linker."""
+
+
+class LibraryError(AotuneError):
+    """A built library cannot be loaded or a kernel of it was called with bad arguments."""
+
+
 class CalibrationError(AotuneError):
     """``hw calibrate`` cannot measure this machine, or a measurement makes no physical sense."""

@@ -26,3 +26,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         tried = getattr(module, "TRIED", None)
         if getattr(module, "__name__", "").endswith("test_fuzz") and isinstance(tried, set):
             terminalreporter.write_line(f"fuzz: {len(tried)} distinct inputs tried")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Commands that use the default tuning database write under a temporary cache directory,
+    never the user's (subprocesses inherit it)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cache"))

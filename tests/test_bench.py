@@ -112,3 +112,24 @@ def test_numpy_blas_warns_only_when_the_environment_forced_a_narrower_kernel():
     here = numpy_blas().as_dict()
     assert set(here) == {"library", "kernel", "threads", "forced_by_env", "env"}
     assert here["threads"] >= 1
+
+
+@pytest.mark.skipif(
+    not host_can_run(HOST)[0] or not __import__("shutil").which("cc"),
+    reason="needs a C compiler and a host the kernels run on",
+)
+def test_library_row_times_the_built_kernel_beside_the_runner():
+    from aotune.analysis.workload import dense
+    from aotune.benchmarks.library import library_row
+    from aotune.search.options import SearchOptions
+
+    row = library_row(
+        "dense 24x40x33 gelu",
+        dense(24, 40, 33, bias=True, activation="gelu"),
+        HOST,
+        options=SearchOptions(budget=16, top_k=1),
+        rounds=1,
+        seconds=0.02,
+    )
+    assert row["runner_gflops"] > 0 and row["library_gflops"] > 0
+    assert row["ratio"] == pytest.approx(row["library_gflops"] / row["runner_gflops"])

@@ -274,6 +274,12 @@ def test_tune_json_contract(capsys):
         "shape": {"M": 96, "N": 80, "K": 40},
         "dtype": "float32",
         "flops": 2 * 96 * 80 * 40,
+        # inputs in statement order, then the output: the order a built library's function takes
+        "tensors": [
+            {"name": "A", "shape": [96, 40], "dtype": "float32"},
+            {"name": "B", "shape": [40, 80], "dtype": "float32"},
+            {"name": "C", "shape": [96, 80], "dtype": "float32"},
+        ],
     }
     assert doc["target"]["kind"] == "cpu" and isinstance(doc["target"]["isa"], str)
     assert doc["search"]["measurements"] == 0 and doc["search"]["candidates_scored"] > 0

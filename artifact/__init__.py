@@ -1,0 +1,1 @@
+"""Libraries built ahead of time: ``aotune build`` and ``aotune.load``; see :mod:`.build`."""

@@ -1,0 +1,361 @@
+"""``aotune build``: a kernel list or an ONNX model -> a library on disk, through the database.
+
+    input      inputs.read_input: named workloads (TOML) or a model's kernels and skipped ops
+    outdir     check_output_dir: new, empty, or holding only what an earlier build wrote
+               (its manifest lists every file with a hash); anything else needs --force
+    backend    targets.backend_for(hw).preflight: the tools, before any search
+    search     one task per distinct workload without a record (or all, with --retune),
+               fanned out (fanout.run_searches); each record is stored the moment it arrives
+    check      where this host runs the target and --verify: the final check of each record's
+               top-k (timed with numpy, once per record: the measurements are stored with it);
+               the library's kernel is the fastest correct one, else the best predicted
+    emit       backend.emit: objects, header, .so/.a (CPU), then manifest.json last
+    verify     backend.check: every function of the written library against numpy
+
+A build stopped at any point leaves a database with every finished search and no partial
+record; running the same command again resumes from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aotune
+from aotune.artifact.backends import Check, Chosen, backend_for
+from aotune.artifact.fanout import SearchTask, run_searches
+from aotune.artifact.inputs import KernelList, SkippedOp
+from aotune.errors import BuildError
+from aotune.hwspecs.spec import HwSpec
+from aotune.search import driver
+from aotune.search.cached import record_key, result_of, store_check
+from aotune.search.database import (
+    CandidateRecord,
+    TuneRecord,
+    TuningDatabase,
+    model_version,
+    spec_hash,
+)
+from aotune.search.options import SearchOptions
+from aotune.targets import target_for
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+# what a progress display is told: (kernel names, state); states below
+Event = Callable[[str, str], None]
+STATES = ("queued", "database", "searching", "searched", "checking", "done", "failed")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to build (the CLI's flags)."""
+
+    out_dir: Path
+    search: SearchOptions = SearchOptions()
+    jobs: int = 1
+    cluster: str | None = None
+    retune: bool = False
+    verify: bool = True
+    force: bool = False
+    cc: str | None = None
+    objects_only: bool = False
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """One function of the built library, as the report shows it."""
+
+    name: str
+    describe: str
+    flops: int
+    config: str
+    predicted_seconds: float
+    measured_seconds: float | None
+    numpy_gflops: float | None
+    reused: bool
+    record: int | None
+    nodes: tuple[str, ...]
+    check: Check | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "name": self.name,
+            "workload": self.describe,
+            "config": self.config,
+            "predicted_seconds": self.predicted_seconds,
+            "predicted_gflops": self.flops / self.predicted_seconds / 1e9,
+            "measured_seconds": self.measured_seconds,
+            "measured_gflops": (
+                self.flops / self.measured_seconds / 1e9 if self.measured_seconds else None
+            ),
+            "numpy_gflops": self.numpy_gflops,
+            "from_database": self.reused,
+            "record": self.record,
+            "nodes": list(self.nodes),
+            "check": None
+            if self.check is None
+            else {
+                "correct": self.check.ok,
+                "max_abs_error": self.check.max_abs_error,
+                "tolerance": self.check.tolerance,
+            },
+        }
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What a build made."""
+
+    target: HwSpec
+    out_dir: Path
+    source: str
+    kernels: tuple[KernelReport, ...]
+    skipped: tuple[SkippedOp, ...]
+    files: tuple[str, ...]
+    notes: tuple[str, ...]
+    seconds: float
+    searched: int
+    reused: int
+    database: str
+    check_skipped: str | None = None
+    library_check: str | None = None  # how the written library was checked, or why it was not
+    failed: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (``aotune build --json``)."""
+        return {
+            "target": {"name": self.target.name, "kind": self.target.kind},
+            "out_dir": str(self.out_dir),
+            "source": self.source,
+            "seconds": round(self.seconds, 3),
+            "searched": self.searched,
+            "from_database": self.reused,
+            "database": self.database,
+            "kernels": [k.as_dict() for k in self.kernels],
+            "skipped": [vars(s) for s in self.skipped],
+            "files": list(self.files),
+            "notes": list(self.notes),
+            "check_skipped": self.check_skipped,
+            "library_check": self.library_check,
+        }
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check_output_dir(out: Path, force: bool) -> list[Path]:
+    """Make sure writing into ``out`` overwrites nothing the user had (unless ``force``); the
+    files of an earlier build there, to be replaced."""
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"-o {out} is a file; give a directory (new or empty)")
+    if not out.exists():
+        return []
+    present = sorted(p for p in out.rglob("*") if p.is_file() or p.is_symlink())
+    if not present:
+        return []
+    listed: dict[str, str] = {}
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        try:
+            data = json.loads(manifest.read_text())
+            if data.get("aotune", {}).get("format") is not None:
+                listed = dict(data.get("files", {}))
+        except (ValueError, AttributeError, TypeError):
+            listed = {}
+    ours = []
+    for p in present:
+        rel = str(p.relative_to(out))
+        if rel == MANIFEST and listed:
+            ours.append(p)
+            continue
+        if rel in listed and p.is_file() and _sha256(p) == listed[rel]:
+            ours.append(p)
+            continue
+        if force:
+            continue
+        why = "was changed since aotune wrote it" if rel in listed else "was not written by aotune"
+        raise BuildError(
+            f"{out} holds {rel}, which {why}; choose a new or empty directory with -o, "
+            "or pass --force to build there anyway"
+        )
+    return ours
+
+
+def _short(w: Any) -> str:
+    """``conv2d 1x3x8x8x8x3x3 + relu``: op, sizes and the fused epilogue."""
+    sizes = "x".join(str(v) for _, v in w.shape)
+    return f"{w.op} {sizes}" + (f" then {w.epilogue}" if w.epilogue.active else "")
+
+
+def _labeled(config: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+def _pick(record: TuneRecord) -> CandidateRecord:
+    """The candidate the library uses: the fastest correct measured one, else the best ranked
+    one no check found wrong (an emulated check says correct or not, without a time)."""
+    timed = [c for c in record.candidates if c.measured_seconds is not None and c.correct]
+    if timed:
+        return min(timed, key=lambda c: c.measured_seconds or 0.0)
+    correct = [c for c in record.candidates if c.correct is not False]
+    if not correct:
+        raise BuildError(
+            f"no candidate of record {record.id} ({record.workload.get('describe')}) passed the "
+            "numpy check; this is a bug in aotune: please report it (--retune searches again)"
+        )
+    return correct[0]
+
+
+def build(
+    kernels: KernelList,
+    hw: HwSpec,
+    options: BuildOptions,
+    db: TuningDatabase,
+    event: Event | None = None,
+) -> BuildReport:
+    """Build the library of ``kernels`` for ``hw`` into ``options.out_dir`` (module docstring).
+
+    ``event(names, state)`` follows each distinct workload through the states in ``STATES``.
+    """
+    start = time.perf_counter()
+    event = event or (lambda names, state: None)
+    out = options.out_dir
+    old_files = check_output_dir(out, options.force)
+    backend = backend_for(hw)
+    state = backend.preflight(hw, options.cc, options.objects_only)
+
+    groups: dict[tuple[str, ...], list] = {}
+    for k in kernels.kernels:
+        groups.setdefault(record_key(k.workload, hw, options.search), []).append(k)
+    labels = {key: ", ".join(k.name for k in ks) for key, ks in groups.items()}
+    records: dict[tuple[str, ...], TuneRecord] = {}
+    reused: set[tuple[str, ...]] = set()
+    tasks = []
+    for key, ks in groups.items():
+        found = None if options.retune else db.find(key)  # type: ignore[arg-type]
+        if found is not None:
+            records[key] = found
+            reused.add(key)
+            event(labels[key], "database")
+        else:
+            event(labels[key], "queued")
+            tasks.append(
+                SearchTask("\0".join(key), labels[key], ks[0].workload, hw, options.search)
+            )
+
+    def started(t: SearchTask) -> None:
+        event(t.label, "searching")
+
+    def done(t: SearchTask, record: TuneRecord) -> None:
+        key = tuple(t.key.split("\0"))
+        records[key] = db.put(record, replace=options.retune)
+        event(t.label, "searched")
+
+    failed = run_searches(tasks, options.jobs, options.cluster, started, done)
+    if failed:
+        for t, _ in failed:
+            event(t.label, "failed")
+        t, e = failed[0]
+        raise BuildError(f"kernel {t.label}: {e}")
+
+    can_run, why = driver.can_verify(hw)  # natively, or a foreign ISA under emulation
+    check_skipped = None
+    if not can_run:
+        check_skipped = why
+    elif not options.verify:
+        check_skipped = "--no-verify given"
+    if check_skipped is None:
+        for key, ks in groups.items():
+            rec = records[key]
+            if any(c.correct is not None for c in rec.candidates):
+                continue  # checked when this record was made: not again
+            event(labels[key], "checking")
+            result = result_of(rec, ks[0].workload, hw)
+            verified, numpy_gflops = driver.verify(result, seed=options.search.seed)
+            store_check(db, rec, verified, numpy_gflops)
+            records[key] = db.get(rec.id)  # type: ignore[arg-type]
+
+    chosen = []
+    for key, ks in groups.items():
+        cand = _pick(records[key])
+        chosen += [Chosen(k, records[key], cand) for k in ks]
+
+    for p in old_files:  # an earlier build's files: replaced, and none of them left stale
+        p.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    emitted = backend.emit(chosen, hw, out, state, db)
+    files = {str(p.relative_to(out)): _sha256(p) for p in emitted.files}
+    manifest = {
+        "aotune": {
+            "version": aotune.__version__,
+            "format": MANIFEST_FORMAT,
+            "model_version": model_version(),
+        },
+        "source": kernels.source,
+        "target": {
+            **target_for(hw).describe(),
+            **emitted.fields.get("target", {}),
+            "spec_hash": spec_hash(hw),
+        },
+        **{k: v for k, v in emitted.fields.items() if k != "target"},
+        "kernels": emitted.entries,
+        "skipped": [vars(s) for s in kernels.skipped],
+        "files": files,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    for d in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
+        if not any(d.iterdir()):
+            d.rmdir()
+
+    checks, library_check = backend.check(out, chosen)
+    by_name = {e["name"]: e for e in emitted.entries}
+    reports = []
+    for ch in chosen:
+        key = tuple(ch.record.key)
+        reports.append(
+            KernelReport(
+                name=ch.request.name,
+                describe=_short(ch.request.workload),
+                flops=ch.request.workload.flops,
+                config=_labeled(by_name[ch.request.name]["config"]),
+                predicted_seconds=ch.candidate.predicted_seconds,
+                measured_seconds=ch.candidate.measured_seconds,
+                numpy_gflops=ch.candidate.numpy_gflops,
+                reused=key in reused,
+                record=ch.record.id,
+                nodes=ch.request.nodes,
+                check=checks.get(ch.request.name),
+            )
+        )
+    for key in groups:
+        event(labels[key], "done")
+    bad = tuple(r.name for r in reports if r.check is not None and not r.check.ok)
+    return BuildReport(
+        target=hw,
+        out_dir=out,
+        source=kernels.source,
+        kernels=tuple(reports),
+        skipped=kernels.skipped,
+        files=tuple([*files, MANIFEST]),
+        notes=tuple(emitted.notes),
+        seconds=time.perf_counter() - start,
+        searched=len(groups) - len(reused),
+        reused=len(reused),
+        database=str(db.path),
+        check_skipped=check_skipped,
+        library_check=library_check,
+        failed=bad,
+    )
+
+
+def default_jobs() -> int:
+    """One search process per core this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -1,0 +1,375 @@
+"""The ``aotune build`` and ``aotune db`` commands (parsers and handlers; ``cli.py`` mounts them).
+
+Output follows the CLI's rules: tables through rich, ``--json`` prints one object on stdout,
+progress on stderr only when it is a terminal, every AotuneError one ``error:`` line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aotune.errors import BuildError, ConfigError, DatabaseError
+from aotune.search.options import SearchOptions
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def add_db_flags(p: argparse.ArgumentParser, search: bool = True) -> None:
+    """``--db`` (and, for commands that search, ``--retune`` and ``--no-db``)."""
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="tuning database (default: $XDG_CACHE_HOME/aotune/tuning.db or "
+        "~/.cache/aotune/tuning.db)",
+    )
+    if search:
+        p.add_argument(
+            "--retune", action="store_true", help="search again and replace the stored record"
+        )
+        p.add_argument(
+            "--no-db", action="store_true", help="neither read nor write the tuning database"
+        )
+
+
+def add_build_parser(sub: Any) -> None:
+    """The ``build`` subcommand's arguments."""
+    b = sub.add_parser(
+        "build",
+        help="tune a kernel list or an ONNX model and write a library (.so, .a, header, manifest)",
+    )
+    b.add_argument("input", help="a TOML list of [[kernel]] tables, or an ONNX model (.onnx)")
+    b.add_argument("-o", "--out", default="build", help="output directory (default: build)")
+    b.add_argument(
+        "--target", default="host", help="hwspec name, path to a .toml, or 'host' (default)"
+    )
+    b.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="searches run at once in local processes (default: one per core)",
+    )
+    b.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        default=None,
+        help="run the searches on a Dask cluster, e.g. tcp://scheduler:8786",
+    )
+    b.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=DIMS",
+        help="ONNX: sizes of a dynamic model input, e.g. input=1x3x224x224 (repeatable)",
+    )
+    b.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the timed final check of each record's top-k (the written library is still "
+        "checked against numpy where this host runs it)",
+    )
+    b.add_argument(
+        "--force", action="store_true", help="write into a directory holding other files"
+    )
+    b.add_argument("--cc", default=None, help="C compiler that links the shared object")
+    b.add_argument(
+        "--objects-only", action="store_true", help="write objects and the header; link nothing"
+    )
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--strategy", default="cga", help="cga (default) or random")
+    b.add_argument(
+        "--budget", type=int, default=SearchOptions.budget, help="configs scored per workload"
+    )
+    b.add_argument("--top-k", type=int, default=3, help="candidates kept and checked (default 3)")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    add_db_flags(b)
+
+
+def add_db_parser(sub: Any) -> None:
+    """The ``db`` subcommand and its actions."""
+    d = sub.add_parser("db", help="the tuning database: list, show, export, import")
+    dsub = d.add_subparsers(dest="db_command", parser_class=type(d))
+    ls = dsub.add_parser("list", help="one line per record")
+    add_db_flags(ls, search=False)
+    ls.add_argument("--json", action="store_true")
+    show = dsub.add_parser("show", help="one record with its candidates")
+    show.add_argument("id", type=int)
+    add_db_flags(show, search=False)
+    show.add_argument("--json", action="store_true")
+    ex = dsub.add_parser("export", help="write every record as JSON lines")
+    ex.add_argument("file")
+    ex.add_argument("--force", action="store_true", help="overwrite FILE")
+    add_db_flags(ex, search=False)
+    im = dsub.add_parser("import", help="add the records of an export (existing ones are kept)")
+    im.add_argument("file")
+    add_db_flags(im, search=False)
+
+
+def open_db(args: argparse.Namespace) -> Any:
+    """The database the flags name, or None with ``--no-db``."""
+    from aotune.search.database import open_database
+
+    if getattr(args, "no_db", False):
+        if getattr(args, "db", None):
+            raise ConfigError("--db and --no-db contradict each other; give one")
+        return None
+    return open_database(args.db)
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, highlight=False, width=200)
+    return console
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """``aotune build``."""
+    from aotune.artifact.build import BuildOptions, build, default_jobs
+    from aotune.artifact.inputs import read_input
+    from aotune.artifact.onnx_import import parse_shape_args
+    from aotune.hwspecs.spec import load_target
+
+    if args.jobs is not None and args.jobs < 1:
+        raise BuildError(f"--jobs {args.jobs}: give 1 or more worker processes")
+    if args.cluster and args.jobs is not None:
+        raise BuildError("--jobs and --cluster contradict each other: the cluster has its workers")
+    search = SearchOptions(
+        strategy=args.strategy,
+        seed=args.seed,
+        budget=args.budget,
+        top_k=args.top_k,
+        compile_top=max(16, args.top_k),
+    )
+    shapes = parse_shape_args(args.shape)
+    kernels = read_input(Path(args.input), shapes)
+    hw = load_target(args.target)
+    db = open_db(args)
+    if db is None:
+        raise ConfigError("build keeps its searches in the tuning database; drop --no-db")
+    options = BuildOptions(
+        out_dir=Path(args.out),
+        search=search,
+        jobs=args.jobs or default_jobs(),
+        cluster=args.cluster,
+        retune=args.retune,
+        verify=not args.no_verify,
+        force=args.force,
+        cc=args.cc,
+        objects_only=args.objects_only,
+    )
+    err = _console(stderr=True)
+    states: dict[str, str] = {}
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    live = not args.json and err.is_terminal
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description:<32}"),
+        TextColumn("{task.fields[state]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+        disable=not live,
+    )
+    rows: dict[str, Any] = {}
+    shown = {
+        "queued": "queued",
+        "database": "from the database",
+        "searching": "searching (no runs)",
+        "searched": "searched",
+        "checking": "final check (timed with numpy)",
+        "done": "done",
+        "failed": "[red]failed[/]",
+    }
+
+    def event(names: str, state: str) -> None:
+        states[names] = state
+        if live:
+            if names not in rows:
+                rows[names] = bar.add_task(names, total=1, state="")
+            bar.update(
+                rows[names],
+                state=shown[state],
+                completed=1 if state in ("done", "database", "failed") else 0,
+            )
+            if state in ("searched", "database", "failed", "done"):
+                bar.stop_task(rows[names])  # its clock shows how long its search took
+        elif not args.json and state in ("database", "searched", "failed"):
+            err.print(f"{names}: {shown[state]}")
+
+    start = time.perf_counter()
+    try:
+        with bar:
+            report = build(kernels, hw, options, db, event)
+    except KeyboardInterrupt:
+        finished = sum(1 for s in states.values() if s in ("searched", "database", "done"))
+        sys.stderr.write(
+            f"interrupted after {time.perf_counter() - start:.0f} s: {finished} of {len(states)} "
+            f"workloads are searched and kept in {db.path}; run the same command again to "
+            "resume\n"
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        db.close()
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=1))
+    else:
+        _print_report(report, _console())
+    if report.failed:
+        sys.stderr.write(
+            f"error: the built library computes {', '.join(report.failed)} wrongly (checked "
+            "against numpy); this is a bug in aotune: please report it\n"
+        )
+        return EXIT_ERROR
+    return 0
+
+
+def _print_report(report: Any, out: Any) -> None:
+    from aotune.targets import target_for
+    from rich.markup import escape
+    from rich.table import Table
+
+    hw = report.target
+    triple = target_for(hw).describe()["triple"]
+    out.print(
+        f"[bold]{len(report.kernels)} kernels[/] for [bold]{hw.name}[/] ({triple}) from "
+        f"{escape(report.source)}: {report.searched} searched, {report.reused} from the "
+        f"database ({escape(report.database)}), {report.seconds:.1f} s"
+    )
+    table = Table(title="kernels (predicted without running; measured on this host)")
+    for col in (
+        "kernel",
+        "workload",
+        "config",
+        "predicted",
+        "GFLOP/s pred",
+        "GFLOP/s meas",
+        "vs numpy",
+        "library check",
+    ):
+        table.add_column(col)
+    for k in report.kernels:
+        d = k.as_dict()
+        meas = d["measured_gflops"]
+        if k.check is None:
+            check = "-"
+        elif k.check.ok:
+            check = f"ok (err {k.check.max_abs_error:.1e})"
+        else:
+            check = f"[red]WRONG[/] (err {k.check.max_abs_error:.1e} > {k.check.tolerance:.1e})"
+        table.add_row(
+            escape(k.name),
+            escape(k.describe),
+            escape(k.config),
+            f"{k.predicted_seconds * 1e3:.3f} ms",
+            f"{d['predicted_gflops']:.1f}",
+            f"{meas:.1f}" if meas else "-",
+            f"{meas / k.numpy_gflops:.2f}x" if meas and k.numpy_gflops else "-",
+            check,
+        )
+    out.print(table)
+    if report.skipped:
+        skipped = Table(title="ONNX ops not generated by aotune (the model still builds)")
+        for col in ("node", "op", "why"):
+            skipped.add_column(col)
+        for s in report.skipped:
+            skipped.add_row(escape(s.node), s.op_type, escape(s.reason))
+        out.print(skipped)
+    for note in report.notes:
+        out.print(f"note: {escape(note)}")
+    if report.check_skipped:
+        out.print(f"final check skipped: {escape(report.check_skipped)}")
+    if report.library_check:
+        out.print(f"library check: {escape(report.library_check)}")
+    out.print(f"wrote {escape(str(report.out_dir))}/: {', '.join(report.files)}")
+
+
+def _record_line(r: Any) -> dict[str, Any]:
+    best = r.candidates[0]
+    measured = [c for c in r.candidates if c.measured_seconds is not None]
+    return {
+        "id": r.id,
+        "workload": r.workload.get("describe", "?"),
+        "target": r.target,
+        "model_version": r.model_version,
+        "candidates": len(r.candidates),
+        "predicted_seconds": best.predicted_seconds,
+        "measured_seconds": min((c.measured_seconds for c in measured), default=None),
+        "search_seconds": r.search_seconds,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created)),
+    }
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    """``aotune db list|show|export|import``."""
+    from aotune.search.database import open_database
+
+    command = args.db_command or "list"
+    if command == "export":
+        path = Path(args.file)
+        if path.exists() and not args.force:
+            raise DatabaseError(
+                f"{path} exists; pass --force to overwrite it or choose another file"
+            )
+    with open_database(getattr(args, "db", None)) as db:
+        if command == "export":
+            try:
+                n = db.export_jsonl(path)
+            except OSError as e:
+                raise DatabaseError(f"cannot write {path}: {e.strerror}") from None
+            print(f"exported {n} records from {db.path} to {path}")
+            return 0
+        if command == "import":
+            added, present = db.import_jsonl(Path(args.file))
+            print(f"imported {added} records into {db.path} ({present} already there, kept)")
+            return 0
+        if command == "show":
+            rec = db.get(args.id)
+            if args.json:
+                print(json.dumps({"id": rec.id, **rec.as_dict()}, indent=1))
+                return 0
+            line = _record_line(rec)
+            print(f"record {rec.id}: {line['workload']}")
+            print(f"  target {rec.target} (spec {rec.spec_hash}), model {rec.model_version}")
+            print(
+                f"  searched in {rec.search_seconds:.1f} s on {line['created']}, options "
+                f"{rec.options}"
+            )
+            for c in rec.candidates:
+                meas = (
+                    f", measured {c.measured_seconds * 1e3:.3f} ms "
+                    f"({'correct' if c.correct else 'WRONG'})"
+                    if c.measured_seconds is not None
+                    else ""
+                )
+                cfg = ",".join(f"{k}={v}" for k, v in c.config.items())
+                print(
+                    f"  #{c.rank} {cfg}: predicted {c.predicted_seconds * 1e3:.3f} ms "
+                    f"({c.bottleneck}){meas}"
+                )
+            return 0
+        lines = [_record_line(r) for r in db.all()]
+        if args.json:
+            print(json.dumps({"database": str(db.path), "records": lines}, indent=1))
+            return 0
+        print(f"{db.path}: {len(lines)} records")
+        for ln in lines:
+            meas = (
+                f"{ln['measured_seconds'] * 1e3:.3f} ms"
+                if ln["measured_seconds"] is not None
+                else "-"
+            )
+            print(
+                f"{ln['id']:>5}  {ln['created']}  {ln['target']:<14} "
+                f"pred {ln['predicted_seconds'] * 1e3:9.3f} ms  meas {meas:>10}  {ln['workload']}"
+            )
+    return 0

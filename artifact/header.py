@@ -1,0 +1,88 @@
+"""The C header of a CPU library: one documented function per kernel, and the runtime's API."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import aotune
+from aotune.artifact import runtime
+
+GUARD = "AOTUNE_KERNELS_H"
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return "".join(f"[{d}]" for d in shape)
+
+
+def kernel_declaration(entry: dict[str, Any]) -> str:
+    """The comment and prototype of one kernel, from its manifest entry."""
+    lines = [f"/* {entry['name']}: {entry['workload']['describe']}"]
+    for p in entry["params"]:
+        lines.append(
+            f" *   {p['role']:<4} {p['name']:<6} float{_dims(p['shape'])}  row-major, "
+            f"{'written' if p['role'] == 'out' else 'read'}"
+        )
+    cfg = ",".join(f"{k}={v}" for k, v in entry["config"].items())
+    lines.append(f" * Tuned for {entry['target']['name']}:")
+    lines += [f" *   {cfg[i : i + 90]}" for i in range(0, len(cfg), 90)]
+    pred = entry["predicted_seconds"]
+    lines.append(
+        f" * Predicted {pred * 1e3:.4g} ms ({entry['workload']['flops'] / pred / 1e9:.1f} GFLOP/s)"
+        + (
+            f", measured {entry['measured_seconds'] * 1e3:.4g} ms on the build machine"
+            if entry.get("measured_seconds")
+            else ""
+        )
+        + "."
+    )
+    lines.append(" * Returns AOTUNE_OK, or an AOTUNE_ERR_* code (see aotune_strerror). */")
+    args = ", ".join(
+        f"{'float' if p['role'] == 'out' else 'const float'} *{p['name']}" for p in entry["params"]
+    )
+    lines.append(f"int {entry['name']}({args});")
+    return "\n".join(lines)
+
+
+def header_text(entries: Sequence[dict[str, Any]], target: dict[str, Any]) -> str:
+    """The whole header for a library of ``entries`` built for ``target``."""
+    codes = "\n".join(
+        f"#define {name:<20} {code}  /* {text} */"
+        for code, (name, text) in enumerate(runtime.ERRORS)
+    )
+    kernels = "\n\n".join(kernel_declaration(e) for e in entries)
+    return f"""/* aotune_kernels.h: kernels generated ahead of time by aotune {aotune.__version__}
+ * for {target["name"]} ({target["triple"]}). Do not edit: 'aotune build' writes this file.
+ *
+ * Every function computes one whole kernel call on float32 arrays, C order (row-major),
+ * any alignment (64-byte aligned inputs are fastest). The library starts and owns its worker
+ * threads; calls from several threads are safe and take turns. Link the shared object with
+ * -laotune_kernels, or the archive with libaotune_kernels.a -lpthread -lm.
+ */
+#ifndef {GUARD}
+#define {GUARD}
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+{codes}
+
+/* Threads one call may use, the caller included (n >= 1; default: the CPUs online).
+ * Returns AOTUNE_OK or AOTUNE_ERR_THREADS. */
+int aotune_set_num_threads(int n);
+/* The current setting. */
+int aotune_get_num_threads(void);
+/* Stops and joins the worker threads; a later call starts them again. */
+void aotune_shutdown(void);
+/* A sentence for a return code. */
+const char *aotune_strerror(int rc);
+
+{kernels}
+
+#ifdef __cplusplus
+}}
+#endif
+
+#endif /* {GUARD} */
+"""

@@ -1,0 +1,241 @@
+"""What ``aotune build`` builds: named workloads from a TOML list or an ONNX model.
+
+A TOML list has one ``[[kernel]]`` table per function, with ``name``, ``op`` and the keys of
+``aotune tune``'s options under their flag names::
+
+    [[kernel]]
+    name = "bert_ffn1"
+    op = "dense"
+    shape = "128x3072x768"
+    bias = true
+    activation = "gelu"
+
+    [[kernel]]
+    name = "attn_scores"
+    op = "einsum"
+    spec = "bij,bkj->bik"
+    dims = "b=12,i=128,j=64,k=128"      # or a table: dims = { b = 12, i = 128, ... }
+
+Every name must be a C identifier (it becomes the function's symbol), unique in the list, and not
+in aotune's own namespace (``aotune_``). Workloads are checked exactly as ``tune`` checks them; an
+error names the file, the kernel and the fix. ONNX models go through :mod:`.onnx_import`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aotune.analysis.workload import Workload, build_workload
+from aotune.errors import AotuneError, BuildError
+
+C_KEYWORDS = frozenset(
+    """auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic
+    _Generic _Noreturn _Static_assert _Thread_local bool true false alignas alignof nullptr
+    static_assert thread_local typeof main""".split()
+)
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# key -> (type(s) TOML may give, the build_workload keyword it feeds)
+TOML_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": ((str,), ""),
+    "op": ((str,), ""),
+    "shape": ((str, list), "shape"),
+    "spec": ((str,), "spec"),
+    "dims": ((str, dict), "dims"),
+    "bias": ((bool,), "bias"),
+    "activation": ((str,), "activation"),
+    "layout": ((str,), "layout"),
+    "stride": ((int,), "stride"),
+    "pad": ((int,), "pad"),
+    "dilation": ((int,), "dilation"),
+    "groups": ((int,), "groups"),
+}
+
+
+@dataclass(frozen=True)
+class KernelRequest:
+    """One function of the library: its C name, what it computes, and where it came from."""
+
+    name: str
+    workload: Workload
+    source: str  # e.g. "kernels.toml, kernel 3" or the ONNX nodes it computes
+    nodes: tuple[str, ...] = ()  # ONNX: the nodes (op fused into the epilogue included)
+
+
+@dataclass(frozen=True)
+class SkippedOp:
+    """An ONNX node aotune does not generate (the model still builds; the report lists it)."""
+
+    node: str
+    op_type: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class KernelList:
+    """Everything a build makes, from one input file."""
+
+    source: str
+    kernels: tuple[KernelRequest, ...]
+    skipped: tuple[SkippedOp, ...] = ()
+
+
+@functools.lru_cache(maxsize=1)
+def _c_libraries() -> tuple[Any, ...]:
+    import ctypes
+
+    found = []
+    for soname in ("libc.so.6", "libm.so.6"):
+        try:
+            found.append(ctypes.CDLL(soname))
+        except OSError:  # not glibc: nothing to compare against
+            continue
+    return tuple(found)
+
+
+def _c_library_function(name: str) -> bool:
+    """Whether the C library (libc, libm) defines ``name`` (malloc, expf, sysconf, ...)."""
+    return any(hasattr(lib, name) for lib in _c_libraries())
+
+
+def check_c_name(name: object, where: str) -> str:
+    """``name`` if it can be a C function's name in the library, else a BuildError saying why."""
+    if not isinstance(name, str) or not _IDENT.fullmatch(name):
+        raise BuildError(
+            f"{where}: name {name!r} is not a C identifier; use letters, digits and _, "
+            "not starting with a digit (e.g. bert_ffn1)"
+        )
+    if name in C_KEYWORDS:
+        raise BuildError(f"{where}: name {name!r} is a C keyword; choose another name")
+    if _c_library_function(name):
+        raise BuildError(
+            f"{where}: name {name!r} is a function of the C library (libc or libm); a library "
+            "exporting it would replace it in every program it is linked into: choose another name"
+        )
+    if name.lower().startswith("aotune_") or name.startswith("__"):
+        raise BuildError(
+            f"{where}: name {name!r} is reserved (aotune_* and __* are the library's own "
+            "symbols); choose another name"
+        )
+    return name
+
+
+def check_unique(kernels: list[KernelRequest], source: str) -> None:
+    """A BuildError naming the first name given twice."""
+    seen: dict[str, str] = {}
+    for k in kernels:
+        if k.name in seen:
+            raise BuildError(
+                f"{source}: the name {k.name!r} is used twice ({seen[k.name]} and {k.source}); "
+                "every kernel needs a name of its own"
+            )
+        seen[k.name] = k.source
+
+
+def _shape_text(value: str | list, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise BuildError(f'{where}: shape must be a string like "128x768x3072" or integers')
+    return ",".join(str(v) for v in value)
+
+
+def _dims_text(value: str | dict, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    bad = [k for k, v in value.items() if isinstance(v, bool) or not isinstance(v, int)]
+    if bad:
+        raise BuildError(f"{where}: dims.{bad[0]} must be an integer size")
+    return ",".join(f"{k}={v}" for k, v in value.items())
+
+
+def kernel_from_table(table: Any, where: str) -> KernelRequest:
+    """One ``[[kernel]]`` table as a request; errors name ``where`` and the key."""
+    if not isinstance(table, dict):
+        raise BuildError(f"{where} is not a table; write each kernel as a [[kernel]] table")
+    unknown = [k for k in table if k not in TOML_KEYS]
+    if unknown:
+        raise BuildError(
+            f"{where}: unknown key {unknown[0]!r}; a kernel takes {', '.join(TOML_KEYS)}"
+        )
+    for key in ("name", "op"):
+        if key not in table:
+            raise BuildError(f"{where}: missing {key!r}; every [[kernel]] needs a name and an op")
+    name = check_c_name(table["name"], where)
+    where = f"{where} ({name})"
+    for key, value in table.items():
+        types, _ = TOML_KEYS[key]
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            wanted = " or ".join(
+                {str: "a string", list: "an array", dict: "a table", bool: "true/false"}.get(
+                    t, "an integer"
+                )
+                for t in types
+            )
+            raise BuildError(f"{where}: {key} must be {wanted}, got {value!r}")
+    kwargs: dict[str, Any] = {}
+    for key, value in table.items():
+        kw = TOML_KEYS[key][1]
+        if not kw:
+            continue
+        if key == "shape":
+            value = _shape_text(value, where)
+        elif key == "dims":
+            value = _dims_text(value, where)
+        kwargs[kw] = value
+    shape = kwargs.pop("shape", None)
+    try:
+        workload = build_workload(table["op"], shape, **kwargs)
+    except AotuneError as e:
+        raise BuildError(f"{where}: {e}") from None
+    return KernelRequest(name, workload, where)
+
+
+def read_toml(path: Path) -> KernelList:
+    """The kernels of a TOML list (see the module docstring for the format)."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise BuildError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise BuildError(
+            f"{path} is not a text file; give a TOML kernel list or an ONNX model (.onnx)"
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        raise BuildError(f"{path} is not valid TOML ({e}); fix the line it names") from None
+    other = [k for k in data if k != "kernel"]
+    if other:
+        raise BuildError(
+            f"{path}: unknown top-level key {other[0]!r}; the file holds [[kernel]] tables only"
+        )
+    tables = data.get("kernel")
+    if not tables:
+        raise BuildError(f"{path} lists no kernels; add [[kernel]] tables with name, op and shape")
+    if not isinstance(tables, list):
+        raise BuildError(f"{path}: write kernels as [[kernel]] (an array of tables)")
+    kernels = [kernel_from_table(t, f"{path.name}, kernel {i}") for i, t in enumerate(tables, 1)]
+    check_unique(kernels, str(path))
+    return KernelList(str(path), tuple(kernels))
+
+
+def read_input(path: Path, shapes: dict[str, tuple[int, ...]] | None = None) -> KernelList:
+    """A TOML kernel list or an ONNX model, by content (``shapes``: ONNX dynamic inputs)."""
+    if not path.exists():
+        raise BuildError(f"{path} does not exist; give a TOML kernel list or an ONNX model")
+    if path.is_dir():
+        raise BuildError(f"{path} is a directory; give a TOML kernel list or an ONNX model file")
+    if path.suffix.lower() == ".onnx" or (
+        path.suffix.lower() != ".toml" and b"\0" in path.read_bytes()[:4096]
+    ):
+        from aotune.artifact.onnx_import import read_onnx
+
+        return read_onnx(path, shapes or {})
+    if shapes:
+        raise BuildError("--shape name=dims applies to ONNX models, not to a TOML kernel list")
+    return read_toml(path)

@@ -1,0 +1,89 @@
+"""Linking objects into ``lib<name>.so`` and ``lib<name>.a`` with the system's tools.
+
+The C compiler (``--cc``, else ``$CC``, else cc/gcc/clang) links the shared object; ``ar``
+makes the archive. For a target that is not this machine's architecture, the GNU cross tools
+``<arch>-linux-gnu-gcc`` / ``-ar`` are used where installed; without them the build still
+produces the objects and the header, and says so (a program links them on the target).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from aotune.errors import BuildError
+
+LINK_LIBS = ("-lpthread", "-lm")  # what a program linking the objects or the archive adds
+
+
+@dataclass(frozen=True)
+class Linker:
+    """The tools a build links with (None where missing)."""
+
+    cc: str | None
+    ar: str | None
+    native: bool  # the target is this machine's architecture
+
+    def note(self, arch: str) -> str | None:
+        """A line for the report when something cannot be made, else None."""
+        if self.cc and self.ar:
+            return None
+        missing = " and ".join(
+            what for what, tool in (("a C compiler", self.cc), ("ar", self.ar)) if not tool
+        )
+        how = (
+            "install gcc (apt-get install gcc) and build again"
+            if self.native
+            else f"install the {arch} cross tools (apt-get install gcc-{arch}-linux-gnu) to "
+            "link here, or link the objects on the target"
+        )
+        return f"no {missing} for {arch}: wrote the objects and the header only; {how}"
+
+
+def find_linker(arch: str, host_arch: str, cc: str | None) -> Linker:
+    """The tools for ``arch`` on this machine (``cc``: the compiler the user named)."""
+    native = arch == host_arch
+    if cc:
+        found = shutil.which(cc)
+        if not found:
+            raise BuildError(f"--cc {cc}: no such compiler on PATH; install it or name another")
+        prefix = None
+    else:
+        prefix = "" if native else f"{arch}-linux-gnu-"
+        names = ("cc", "gcc", "clang") if native else ("gcc",)
+        found = next((shutil.which(prefix + n) for n in names if shutil.which(prefix + n)), None)
+    ar = shutil.which((prefix or "") + "ar") if prefix is not None else shutil.which("ar")
+    return Linker(found, ar, native)
+
+
+def link(linker: Linker, objects: list[Path], out_dir: Path, lib: str) -> list[Path]:
+    """Link ``objects`` into ``lib<lib>.so`` and ``lib<lib>.a`` in ``out_dir`` where the tools
+    exist; the files written."""
+    written = []
+    rel = [str(o.relative_to(out_dir)) for o in objects]
+    if linker.cc:
+        so = out_dir / f"lib{lib}.so"
+        # the runtime needs pthreads; epilogues (gelu, sigmoid) call expf from libm
+        _run_in(out_dir, [linker.cc, "-shared", "-o", so.name, *rel, *LINK_LIBS], so.name)
+        written.append(so)
+    if linker.ar:
+        a = out_dir / f"lib{lib}.a"
+        a.unlink(missing_ok=True)  # ar adds to an existing archive
+        _run_in(out_dir, [linker.ar, "rcs", a.name, *rel], a.name)
+        written.append(a)
+    return written
+
+
+def _run_in(cwd: Path, cmd: list[str], target: str) -> None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
+    except OSError as e:
+        raise BuildError(f"cannot run {cmd[0]} to make {target}: {e.strerror}") from None
+    if done.returncode != 0:
+        first = (done.stderr or done.stdout).strip().splitlines()
+        raise BuildError(
+            f"{cmd[0]} failed to make {target}: "
+            f"{first[0] if first else 'exit ' + str(done.returncode)}"
+        )

@@ -1,0 +1,296 @@
+"""``aotune.load(path)``: a built library as Python callables over numpy arrays (ctypes).
+
+    lib = aotune.load("build/")                 # the directory (or its manifest.json)
+    out = lib.bert_ffn1(a, b, bias)             # a new 64-byte-aligned output
+    lib.bert_ffn1(a, b, bias, out=c)            # into c
+    lib.set_num_threads(1); lib.shutdown()
+
+Arguments are checked before the call: numpy arrays of dtype float32, C-contiguous, exactly the
+manifest's shapes, a writeable output; anything else raises a LibraryError that says which
+argument and what it must be (no silent conversion: a copy would hide a slow path). The call runs
+in the library's native code with the GIL released. A GPU library's kernels are launched
+through cuda-python where a GPU of its kind is present (inputs copied in, the output copied
+back); elsewhere loading it raises a LibraryError that says why it cannot run here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aotune.errors import AotuneError, LibraryError
+
+
+def _aligned_empty(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
+    n = math.prod(shape)
+    raw = np.empty(n + align // 4, dtype=np.float32)
+    offset = (-raw.ctypes.data % align) // 4
+    return raw[offset : offset + n].reshape(shape)
+
+
+def _dlopen_fresh(path: Path) -> ctypes.CDLL:
+    """``path`` loaded as a library of its own, even where this process loaded a library of that
+    name before (the dynamic loader would hand back the old one, and a rebuilt library would
+    keep the old kernels): a private copy is loaded and its name removed at once."""
+    import os
+    import shutil
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix="aotune-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
+            shutil.copyfileobj(src, dst)
+        return ctypes.CDLL(tmp, mode=ctypes.RTLD_LOCAL)
+    except OSError as e:
+        raise LibraryError(f"cannot load {path}: {e}") from None
+    finally:
+        os.unlink(tmp)  # the mapping stays until the process ends
+
+
+class LibraryKernel:
+    """One kernel of a loaded library, callable as ``kernel(in0, in1, [bias], out=None)``."""
+
+    def __init__(self, lib: Library, entry: dict[str, Any], fn: Any) -> None:
+        self.library, self.entry, self._fn = lib, entry, fn
+        self.name = entry["name"]
+        self.inputs = [p for p in entry["params"] if p["role"] != "out"]
+        self.output = next(p for p in entry["params"] if p["role"] == "out")
+        self._out_shape = tuple(self.output["shape"])
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{p['name']}{tuple(p['shape'])}" for p in self.entry["params"])
+        return f"<aotune kernel {self.name}({args})>"
+
+    def _check(self, p: dict[str, Any], x: Any, writable: bool = False) -> int:
+        what = f"{self.name}: argument {p['name']} ({p['role']})"
+        shape = tuple(p["shape"])
+        if not isinstance(x, np.ndarray):
+            raise LibraryError(
+                f"{what} must be a numpy array of float32 {shape}, got {type(x).__name__}"
+            )
+        if x.dtype != np.float32:
+            raise LibraryError(
+                f"{what} has dtype {x.dtype}; the kernel takes float32 (use x.astype(np.float32))"
+            )
+        if x.shape != shape:
+            raise LibraryError(f"{what} has shape {x.shape}; the kernel was built for {shape}")
+        if not x.flags.c_contiguous:
+            raise LibraryError(
+                f"{what} is not C-contiguous; pass np.ascontiguousarray(x) (the kernel reads "
+                "row-major arrays)"
+            )
+        if writable and not x.flags.writeable:
+            raise LibraryError(f"{what} is read-only; pass a writeable output array")
+        return x.ctypes.data
+
+    def __call__(self, *inputs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Run the kernel; returns ``out`` (a new aligned array when not given)."""
+        if len(inputs) != len(self.inputs):
+            names = ", ".join(p["name"] for p in self.inputs)
+            raise LibraryError(
+                f"{self.name} takes {len(self.inputs)} input arrays ({names}) and out=, "
+                f"got {len(inputs)}"
+            )
+        ptrs = [self._check(p, x) for p, x in zip(self.inputs, inputs)]
+        if out is None:
+            out = _aligned_empty(self._out_shape)
+        ptrs.append(self._check(self.output, out, writable=True))
+        rc = self._fn(*ptrs)
+        if rc != 0:
+            raise LibraryError(f"{self.name} returned {rc}: {self.library.strerror(rc)}")
+        return out
+
+
+class Library:
+    """A library ``aotune build`` wrote: its manifest and its kernels (attributes by name)."""
+
+    def __init__(self, path: str | Path) -> None:
+        p = Path(path)
+        manifest = p if p.is_file() else p / "manifest.json"
+        if not manifest.exists():
+            raise LibraryError(
+                f"{p} holds no manifest.json; give the directory 'aotune build -o DIR' wrote"
+            )
+        try:
+            self.manifest = json.loads(manifest.read_text())
+            target = self.manifest["target"]
+            entries = self.manifest["kernels"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise LibraryError(f"{manifest} is not an aotune manifest ({e})") from None
+        self.directory = manifest.parent
+        self.target = target
+        self.kernels: dict[str, LibraryKernel] = {}
+        if target.get("kind") == "gpu":
+            self._gpu = GpuLauncher(self.directory, self.manifest)
+            for e in entries:
+                self.kernels[e["name"]] = LibraryKernel(self, e, self._gpu.function(e))
+            return
+        if target.get("kind") != "cpu":
+            raise LibraryError(
+                f"{self.directory} holds kernels of unknown kind {target.get('kind')}"
+            )
+        self._gpu = None
+        from aotune.hwspecs.host import detect_host
+
+        host = detect_host()
+        if target["arch"] != host.isa.arch:
+            raise LibraryError(
+                f"{self.directory} was built for {target['name']} ({target['arch']}); this "
+                f"machine is {host.isa.arch}: load it on a {target['arch']} machine"
+            )
+        have = {f[1:] for f in host.isa.llvm_features.split(",") if f.startswith("+")}
+        lacking = [f for f in target.get("cpu_features", []) if f not in have]
+        if lacking:
+            raise LibraryError(
+                f"{self.directory} was built for {target['name']}, whose CPU features this "
+                f"machine lacks ({', '.join(lacking[:4])}); build with --target host"
+            )
+        so = self.manifest.get("shared_object")
+        if not so:
+            raise LibraryError(
+                f"{self.directory} has no shared object (the build found no C compiler); "
+                "build again where gcc or clang is installed"
+            )
+        self._dll = _dlopen_fresh(self.directory / so)
+        self._dll.aotune_strerror.restype = ctypes.c_char_p
+        self._dll.aotune_strerror.argtypes = [ctypes.c_int]
+        self._dll.aotune_set_num_threads.argtypes = [ctypes.c_int]
+        for e in entries:
+            fn = getattr(self._dll, e["name"])
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p] * len(e["params"])
+            self.kernels[e["name"]] = LibraryKernel(self, e, fn)
+
+    def __getattr__(self, name: str) -> LibraryKernel:
+        kernels = self.__dict__.get("kernels", {})
+        if name in kernels:
+            return kernels[name]
+        raise AttributeError(
+            f"the library has no kernel {name!r}; it has {', '.join(kernels) or 'none'}"
+        )
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.kernels))
+
+    def __repr__(self) -> str:
+        return f"<aotune library {self.directory} ({', '.join(self.kernels)})>"
+
+    def strerror(self, rc: int) -> str:
+        """The library's text for a return code."""
+        if self._gpu is not None:
+            return self._gpu.strerror(rc)
+        return self._dll.aotune_strerror(rc).decode()
+
+    def set_num_threads(self, n: int) -> None:
+        """Threads each call may use, the caller included (CPU libraries)."""
+        if self._gpu is not None:
+            raise LibraryError("set_num_threads applies to CPU libraries; this one runs on a GPU")
+        rc = self._dll.aotune_set_num_threads(int(n))
+        if rc != 0:
+            raise LibraryError(f"set_num_threads({n}): {self.strerror(rc)}")
+
+    @property
+    def num_threads(self) -> int:
+        """The current thread setting (CPU libraries; 1 for a GPU library's host side)."""
+        return 1 if self._gpu is not None else int(self._dll.aotune_get_num_threads())
+
+    def shutdown(self) -> None:
+        """Stop the library's worker threads (a later call starts them again), or release a GPU
+        library's context."""
+        if self._gpu is not None:
+            self._gpu.close()
+        else:
+            self._dll.aotune_shutdown()
+
+
+class GpuLauncher:
+    """A GPU library's cubins on device 0, launched through cuda-python's driver API: each call
+    copies the inputs in, launches with the manifest's grid, block and shared memory, and copies
+    the output back. Made only where a GPU of the library's sm and its driver are present."""
+
+    def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
+        from aotune.codegen.cuda_device import _check, _driver, device_available
+        from aotune.hwspecs.spec import load_target
+
+        self._check = _check
+        self.drv = _driver()
+        try:
+            hw = load_target(manifest["target"]["name"])
+        except AotuneError:
+            hw = None
+        ok, why = device_available(hw) if hw is not None and self.drv is not None else (
+            False,
+            "no GPU: cuda-python is not installed (pip install 'aotune[gpu]')"
+            if self.drv is None
+            else f"target {manifest['target']['name']} is not a known GPU spec",
+        )  # fmt: skip
+        if not ok:
+            raise LibraryError(
+                f"{directory} holds {manifest['target'].get('sm', 'GPU')} kernels for "
+                f"{manifest['target']['name']}, and they cannot run here: {why}"
+            )
+        drv = self.drv
+        self.dev = _check(drv.cuDeviceGet(0), "cuDeviceGet")
+        self.ctx = _check(drv.cuCtxCreate(0, self.dev), "cuCtxCreate")
+        self.directory = directory
+
+    def function(self, entry: dict[str, Any]) -> Any:
+        """A callable ``fn(*pointers) -> 0`` launching ``entry`` on host arrays' addresses."""
+        drv, check = self.drv, self._check
+        module = check(
+            drv.cuModuleLoadData((self.directory / entry["cubin"]).read_bytes()), "load cubin"
+        )
+        fn = check(drv.cuModuleGetFunction(module, entry["entry"].encode()), "get function")
+        launch = entry["launch"]
+        if launch["dynamic_shared_bytes"]:
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check(drv.cuFuncSetAttribute(fn, attr, launch["dynamic_shared_bytes"]), "opt-in")
+        sizes = {p["role"]: 4 * math.prod(p["shape"]) for p in entry["params"]}
+        roles = [p["role"] for p in entry["params"]]
+
+        def call(*pointers: int) -> int:
+            host = dict(zip(roles, pointers))
+            dev = {}
+            try:
+                for role in entry["kernel_args"]:
+                    nbytes = sizes.get(role, 4)
+                    dev[role] = check(drv.cuMemAlloc(nbytes), "cuMemAlloc")
+                    if role in host and role != "out":
+                        check(drv.cuMemcpyHtoD(dev[role], host[role], nbytes), "copy in")
+                params = np.array([int(dev[r]) for r in entry["kernel_args"]], dtype=np.uint64)
+                args = np.array(
+                    [params[i : i + 1].ctypes.data for i in range(len(params))], dtype=np.uint64
+                )
+                check(
+                    drv.cuLaunchKernel(fn, *launch["grid"], *launch["block"],
+                                       launch["dynamic_shared_bytes"], 0, args.ctypes.data, 0),
+                    "cuLaunchKernel",
+                )  # fmt: skip
+                check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
+                check(drv.cuMemcpyDtoH(host["out"], dev["out"], sizes["out"]), "copy out")
+            finally:
+                for p in dev.values():
+                    drv.cuMemFree(p)
+            return 0
+
+        return call
+
+    @staticmethod
+    def strerror(rc: int) -> str:
+        """GPU calls raise on failure; no return code but 0."""
+        return "success" if rc == 0 else "unknown aotune error code"
+
+    def close(self) -> None:
+        """Release the context."""
+        if self.ctx is not None:
+            self.drv.cuCtxDestroy(self.ctx)
+            self.ctx = None
+
+
+def load(path: str | Path) -> Library:
+    """Load the library ``aotune build`` wrote to ``path`` (see the module docstring)."""
+    return Library(path)

@@ -1,0 +1,387 @@
+"""An ONNX model -> the kernels aotune generates for it, and the ops it leaves to the user.
+
+Shapes come from ONNX shape inference after the model's dynamic input dims are fixed (``--shape
+name=dims``; a dim that stays unknown is an error naming the input). Then, node by node:
+
+    MatMul   2-D x 2-D -> matmul; [..., M, K] x [K, N] -> matmul over the flattened rows;
+             equal batch dims on both sides -> batch_matmul
+    Gemm     alpha = 1; transA/transB become the einsum's layout ("km", "nk"); C of length N with
+             beta = 1 is the fused bias
+    Conv     2-D, NCHW, equal strides, dilations and symmetric pads (or auto_pad); group = C = K
+             is depthwise_conv2d, other groups are grouped conv2d
+    then     an Add of a constant vector of length N (the output's last dim) becomes the fused bias
+             and a following Relu, Sigmoid or Gelu (tanh form) the fused activation, as long as the
+             intermediate has no other reader and is not a model output
+
+Everything else is a :class:`SkippedOp` with the reason, never an error. Nodes with the same
+workload share one kernel (tuned once), named after the first of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from aotune.analysis.workload import (
+    Epilogue,
+    Workload,
+    batch_matmul,
+    conv2d,
+    depthwise_conv2d,
+    einsum,
+    matmul,
+)
+from aotune.artifact.inputs import (
+    C_KEYWORDS,
+    KernelList,
+    KernelRequest,
+    SkippedOp,
+    _c_library_function,
+)
+from aotune.errors import BuildError, WorkloadError
+from aotune.search.database import workload_key
+
+ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}  # Gelu: only approximate="tanh"
+
+
+def parse_shape_args(items: list[str]) -> dict[str, tuple[int, ...]]:
+    """``["input=1x3x224x224", ...]`` -> {"input": (1, 3, 224, 224)}; errors show the form."""
+    out: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, eq, dims = item.partition("=")
+        try:
+            values = tuple(int(d) for d in re.split(r"[x,]", dims.strip().lower()))
+        except ValueError:
+            values = ()
+        if not eq or not name.strip() or not values or min(values) < 1:
+            raise BuildError(
+                f"--shape {item!r} is not name=dims with positive sizes, e.g. input=1x3x224x224"
+            )
+        out[name.strip()] = values
+    return out
+
+
+def _load(path: Path) -> Any:
+    import onnx
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:  # noqa: BLE001 -- protobuf raises its own DecodeError and others
+        raise BuildError(
+            f"{path} is not an ONNX model ({type(e).__name__}); give a .onnx file "
+            "saved by onnx.save or an exporter, or a TOML kernel list"
+        ) from None
+    if not model.graph.node:
+        raise BuildError(f"{path} is not an ONNX model with a graph (it has no nodes)")
+    return model
+
+
+def _fix_inputs(model: Any, shapes: dict[str, tuple[int, ...]], path: Path) -> None:
+    """Write the user's sizes into the dynamic dims of the model's inputs (in place)."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {i.name: i for i in model.graph.input if i.name not in inits}
+    unknown = sorted(set(shapes) - set(inputs))
+    if unknown:
+        raise BuildError(
+            f"--shape names {unknown[0]!r}, which is not an input of {path.name}; "
+            f"its inputs are {', '.join(inputs) or 'none'}"
+        )
+    for name, inp in inputs.items():
+        dims = inp.type.tensor_type.shape.dim
+        given = shapes.get(name)
+        if given is not None:
+            if len(given) != len(dims):
+                raise BuildError(
+                    f"--shape {name}=...: input {name!r} has {len(dims)} dims, "
+                    f"got {len(given)} sizes"
+                )
+            for d, v in zip(dims, given):
+                if d.HasField("dim_value") and d.dim_value != v:
+                    raise BuildError(
+                        f"--shape {name}=...: the model fixes a dim of {name!r} to {d.dim_value}, "
+                        f"not {v}"
+                    )
+                d.dim_value = v
+            continue
+        dynamic = [
+            (d.dim_param or "?") for d in dims if not d.HasField("dim_value") or d.dim_value < 1
+        ]
+        if dynamic or not inp.type.tensor_type.HasField("shape"):
+            shown = "x".join(
+                str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "?") for d in dims
+            )
+            example = "x".join(str(d.dim_value) if d.dim_value > 0 else "1" for d in dims)
+            raise BuildError(
+                f"input {name!r} of {path.name} has dynamic dims ({shown or 'no shape'}); give "
+                f"its sizes with --shape {name}=SIZES, e.g. --shape {name}={example or '1x8'}"
+            )
+
+
+def _shapes(model: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]]:
+    """(tensor name -> static shape, initializer name -> numpy array) after shape inference."""
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception as e:  # noqa: BLE001 -- onnx raises InferenceError and friends
+        raise BuildError(f"ONNX shape inference failed: {str(e).splitlines()[0]}") from None
+    shapes: dict[str, tuple[int, ...]] = {}
+    g = inferred.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    for name, arr in consts.items():
+        shapes[name] = tuple(arr.shape)
+    for node in g.node:  # Constant nodes are initializers too
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    consts[node.output[0]] = numpy_helper.to_array(a.t)
+                    shapes[node.output[0]] = tuple(consts[node.output[0]].shape)
+    return shapes, consts
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def c_name(text: str, taken: set[str]) -> str:
+    """A C identifier made from an ONNX node name, unique among ``taken``."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_") or "kernel"
+    if (
+        name[0].isdigit()
+        or name in C_KEYWORDS
+        or name.lower().startswith("aotune_")
+        or _c_library_function(name)
+    ):
+        name = f"k_{name}"
+    base, i = name, 2
+    while name in taken:
+        name = f"{base}_{i}"
+        i += 1
+    taken.add(name)
+    return name
+
+
+class _Importer:
+    def __init__(self, model: Any, shapes: dict[str, tuple[int, ...]], consts: dict[str, Any]):
+        self.graph = model.graph
+        self.shapes, self.consts = shapes, consts
+        self.outputs = {o.name for o in model.graph.output}
+        self.readers: dict[str, list[Any]] = {}
+        for node in self.graph.node:
+            for name in node.input:
+                self.readers.setdefault(name, []).append(node)
+        self.skipped: list[SkippedOp] = []
+        self.consumed: set[int] = set()  # ids of nodes fused into an earlier kernel
+
+    def label(self, node: Any) -> str:
+        return node.name or f"{node.op_type}({', '.join(node.output)})"
+
+    def skip(self, node: Any, reason: str) -> None:
+        self.skipped.append(SkippedOp(self.label(node), node.op_type, reason))
+
+    def only_reader(self, tensor: str) -> Any | None:
+        """The node that alone reads ``tensor``, when nothing else (no model output) does."""
+        readers = self.readers.get(tensor, [])
+        if len(readers) != 1 or tensor in self.outputs:
+            return None
+        return readers[0]
+
+    def fuse(self, node: Any, out_dim: int, bias_ok: bool, bias: bool) -> tuple[Epilogue, list]:
+        """The epilogue that follows ``node`` (Add of a length-N constant, then an activation)."""
+        fused = []
+        tensor = node.output[0]
+        nxt = self.only_reader(tensor)
+        if nxt is not None and nxt.op_type == "Add" and bias_ok and not bias:
+            other = [n for n in nxt.input if n != tensor]
+            if len(other) == 1 and other[0] in self.consts:
+                vec = self.consts[other[0]]
+                if vec.ndim >= 1 and vec.shape[-1] == out_dim and math.prod(vec.shape) == out_dim:
+                    bias = True
+                    fused.append(nxt)
+                    tensor = nxt.output[0]
+                    nxt = self.only_reader(tensor)
+        activation = "none"
+        if nxt is not None:
+            a = _attrs(nxt)
+            if nxt.op_type in ACTIVATIONS:
+                activation = ACTIVATIONS[nxt.op_type]
+            elif nxt.op_type == "Gelu" and a.get("approximate", b"none") in (b"tanh", "tanh"):
+                activation = "gelu"
+            if activation != "none":
+                fused.append(nxt)
+        return Epilogue(bias, activation), fused
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        return self.shapes.get(name)
+
+    def matmul(self, node: Any) -> Workload | str:
+        a, b = (self.shape(n) for n in node.input[:2])
+        if a is None or b is None:
+            return "input shapes unknown after shape inference"
+        if len(a) < 2 or len(b) < 2:
+            return f"a 1-D operand ({a} x {b}) is not generated"
+        M, K = a[-2], a[-1]
+        K2, N = b[-2], b[-1]
+        if K != K2:
+            return f"inner sizes differ ({a} x {b})"
+        if len(b) == 2:
+            return matmul(math.prod(a[:-1]), N, K)
+        if a[:-2] == b[:-2]:
+            return batch_matmul(math.prod(a[:-2]), M, N, K)
+        return f"broadcast batch dims ({a} x {b}) are not generated"
+
+    def gemm(self, node: Any) -> tuple[Workload, bool] | str:
+        at = _attrs(node)
+        a, b = (self.shape(n) for n in node.input[:2])
+        if a is None or b is None:
+            return "input shapes unknown after shape inference"
+        if float(at.get("alpha", 1.0)) != 1.0:
+            return f"alpha = {at['alpha']} (only alpha = 1 is generated)"
+        ta, tb = int(at.get("transA", 0)), int(at.get("transB", 0))
+        M, K = (a[1], a[0]) if ta else a
+        N = b[0] if tb else b[1]
+        w = einsum(
+            ("km" if ta else "mk") + "," + ("nk" if tb else "kn") + "->mn",
+            {"m": M, "n": N, "k": K},
+            op="gemm",
+            shape=(("M", M), ("N", N), ("K", K)),
+        )
+        bias = False
+        if len(node.input) > 2 and node.input[2]:
+            c = self.consts.get(node.input[2])
+            if (
+                c is None
+                or math.prod(c.shape) != N
+                or c.shape[-1] != N
+                or float(at.get("beta", 1.0)) != 1.0
+            ):
+                self.skipped.append(
+                    SkippedOp(
+                        self.label(node),
+                        "Gemm",
+                        "its C term is not fused (only a constant bias of length N with beta = 1 "
+                        "is); the kernel computes A x B",
+                    )
+                )
+            else:
+                bias = True
+        return w, bias
+
+    def conv(self, node: Any) -> Workload | str:
+        at = _attrs(node)
+        x, wt = (self.shape(n) for n in node.input[:2])
+        if x is None or wt is None:
+            return "input shapes unknown after shape inference"
+        if len(x) != 4:
+            return f"only 2-D convolutions are generated (input {x})"
+        N, C, H, W = x
+        K, Cg, R, S = wt
+        strides = list(at.get("strides", [1, 1]))
+        dil = list(at.get("dilations", [1, 1]))
+        group = int(at.get("group", 1))
+        pads = list(at.get("pads", [0, 0, 0, 0]))
+        auto = at.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto == "VALID":
+            pads = [0, 0, 0, 0]
+        elif auto in ("SAME_UPPER", "SAME_LOWER"):
+            pads = []
+            for size, k, s, d in zip((H, W), (R, S), strides, dil):
+                total = max(0, (-(-size // s) - 1) * s + d * (k - 1) + 1 - size)
+                pads.append((total // 2, total - total // 2))
+            pads = [pads[0][0], pads[1][0], pads[0][1], pads[1][1]]
+        if len(set(strides)) != 1 or len(set(dil)) != 1 or len(set(pads)) != 1:
+            return f"strides {strides}, dilations {dil}, pads {pads} must each be one value"
+        kw = {"stride": strides[0], "pad": pads[0], "dilation": dil[0]}
+        try:
+            if group == C and K == C and Cg == 1:
+                return depthwise_conv2d(N, C, H, W, R, S, **kw)
+            return conv2d(N, C, H, W, K, R, S, groups=group, **kw)
+        except WorkloadError as e:
+            return str(e)
+
+    def run(self) -> list[tuple[Any, Workload, list[Any]]]:
+        found = []
+        for node in self.graph.node:
+            if id(node) in self.consumed or node.op_type == "Constant":
+                continue
+            op = node.op_type
+            if op not in ("MatMul", "Gemm", "Conv"):
+                self.skip(
+                    node,
+                    "fused only right after a MatMul, Gemm or Conv (and its fused bias)"
+                    if op in ("Relu", "Sigmoid", "Gelu", "Add")
+                    else "not an op aotune generates",
+                )
+                continue
+            bias, fusable = False, True
+            if op == "MatMul":
+                got = self.matmul(node)
+            elif op == "Gemm":
+                got = self.gemm(node)
+                if not isinstance(got, str):
+                    got, bias = got
+            else:
+                got = self.conv(node)
+                if len(node.input) > 2 and node.input[2]:
+                    fusable = False  # the bias comes before any activation: neither is fused
+                    self.skip(
+                        node,
+                        "its per-channel bias is not fused (the NCHW output's last dim is a "
+                        "pixel, not a channel); the kernel computes the convolution alone",
+                    )
+            if isinstance(got, str):
+                self.skip(node, got)
+                continue
+            w, fused = got, []
+            if fusable:
+                out = self.shape(node.output[0]) or (0,)
+                # a bias is fused along the output's last dim, which is a channel only for GEMMs
+                ep, fused = self.fuse(node, out[-1], op != "Conv", bias)
+                if ep.active:
+                    w = dataclasses.replace(w, epilogue=ep)
+            for n in fused:
+                self.consumed.add(id(n))
+            found.append((node, w, fused))
+        return found
+
+
+def read_onnx(path: Path, shapes: dict[str, tuple[int, ...]]) -> KernelList:
+    """The kernels of an ONNX model and the ops it skips."""
+    model = _load(path)
+    _fix_inputs(model, shapes, path)
+    tensor_shapes, consts = _shapes(model)
+    imp = _Importer(model, tensor_shapes, consts)
+    found = imp.run()
+    by_key: dict[str, int] = {}
+    kernels: list[KernelRequest] = []
+    taken: set[str] = set()
+    for node, w, fused in found:
+        names = tuple(imp.label(n) for n in [node, *fused])
+        key = workload_key(w)
+        if key in by_key:  # the same computation again: one kernel serves both nodes
+            i = by_key[key]
+            k = kernels[i]
+            kernels[i] = dataclasses.replace(
+                k, nodes=k.nodes + names, source=f"{k.source}; {', '.join(names)}"
+            )
+            continue
+        name = c_name(node.name or f"{node.op_type.lower()}_{len(kernels)}", taken)
+        by_key[key] = len(kernels)
+        kernels.append(KernelRequest(name, w, f"{path.name}: {', '.join(names)}", names))
+    if not kernels:
+        raise BuildError(
+            f"{path.name} has no MatMul, Gemm or Conv that aotune generates "
+            f"({len(imp.skipped)} ops skipped); nothing to build"
+        )
+    return KernelList(str(path), tuple(kernels), tuple(imp.skipped))

@@ -1,0 +1,163 @@
+"""Searches that go through the tuning database: reuse a record, or search and record.
+
+search_record(workload, hw, options)   driver.tune as plain data (what a pool or Dask worker
+                                       sends back to the one database on the submitting side)
+tune(workload, hw, options, db, ...)   the record of this key if the database has one (unless
+                                       retune), else a search whose record is stored first
+result_of(record, workload, hw)        a stored record as a TuneResult: the top-k compiled
+                                       again from their configs (a few hundred ms, no search)
+store_check(db, record, verified, numpy_gflops)   the final check's measurements
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from aotune.analysis.model import Prediction
+from aotune.analysis.workload import Workload
+from aotune.errors import AotuneError, DatabaseError
+from aotune.hwspecs.spec import HwSpec
+from aotune.search import driver
+from aotune.search.database import (
+    CandidateRecord,
+    TuneRecord,
+    TuningDatabase,
+    model_version,
+    options_json,
+    spec_hash,
+    workload_json,
+    workload_key,
+)
+from aotune.search.options import SearchOptions
+from aotune.targets import target_for
+
+
+def record_key(workload: Workload, hw: HwSpec, options: SearchOptions) -> tuple[str, ...]:
+    """The database key of a search of ``workload`` on ``hw`` with ``options``."""
+    return (workload_key(workload), spec_hash(hw), model_version(), options_json(options))
+
+
+def record_of(result: driver.TuneResult) -> TuneRecord:
+    """A search result as plain data."""
+    w, hw, opts = result.workload, result.hw, result.options
+    key = record_key(w, hw, opts)
+    return TuneRecord(
+        workload_key=key[0],
+        spec_hash=key[1],
+        model_version=key[2],
+        options=key[3],
+        workload=workload_json(w),
+        target=hw.name,
+        candidates=tuple(
+            CandidateRecord(
+                rank=c.rank,
+                config=c.config.as_dict(),
+                predicted_seconds=c.prediction.seconds,
+                estimate_seconds=c.estimate.seconds,
+                bottleneck=c.prediction.bottleneck,
+                breakdown=dict(c.prediction.breakdown),
+            )
+            for c in result.candidates
+        ),
+        search_seconds=result.search_seconds,
+        candidates_scored=result.candidates_scored,
+        kernels_compiled=result.kernels_compiled,
+        created=time.time(),
+    )
+
+
+def search_record(workload: Workload, hw: HwSpec, options: SearchOptions) -> TuneRecord:
+    """Search ``workload`` on ``hw`` (nothing measured) and return the result as plain data."""
+    return record_of(driver.tune(workload, hw, options))
+
+
+def result_of(record: TuneRecord, workload: Workload, hw: HwSpec) -> driver.TuneResult:
+    """The record's candidates as a TuneResult, compiled again from their configs."""
+    target = target_for(hw)
+    space = target.build_space(workload)
+    cands = []
+    for c in record.candidates:
+        try:
+            cfg = space.config(c.config)
+            sched = target.schedule(space, cfg)
+        except AotuneError as e:
+            raise DatabaseError(
+                f"record {record.id}: config {c.config} does not fit the space ({e}); "
+                "run again with --retune"
+            ) from None
+        cands.append(
+            driver.Candidate(
+                c.rank,
+                cfg,
+                sched,
+                Prediction(c.estimate_seconds, (), c.bottleneck, "estimate"),
+                Prediction(c.predicted_seconds, tuple(c.breakdown.items()), c.bottleneck, "asm"),
+                target.compile(sched),
+            )
+        )
+    return driver.TuneResult(
+        workload,
+        hw,
+        space,
+        SearchOptions(**json.loads(record.options)),
+        tuple(cands),
+        record.search_seconds,
+        record.candidates_scored,
+        record.kernels_compiled,
+    )
+
+
+def tune(
+    workload: Workload,
+    hw: HwSpec,
+    options: SearchOptions,
+    db: TuningDatabase | None,
+    retune: bool = False,
+    progress: driver.Progress | None = None,
+) -> tuple[driver.TuneResult, TuneRecord | None, bool]:
+    """(result, its stored record, whether it was reused) for ``workload`` on ``hw``.
+
+    Without a database this is ``driver.tune``. With one, a stored record of the same key is
+    reused unless ``retune``, which searches again and replaces it.
+    """
+    if db is None:
+        return driver.tune(workload, hw, options, progress), None, False
+    key = record_key(workload, hw, options)
+    found = None if retune else db.find(key)  # type: ignore[arg-type]
+    if found is not None:
+        return result_of(found, workload, hw), found, True
+    result = driver.tune(workload, hw, options, progress)
+    stored = db.put(record_of(result), replace=retune)
+    if [c.config for c in stored.candidates] != [c.config.as_dict() for c in result.candidates]:
+        result = result_of(stored, workload, hw)  # another build stored this key first: use it
+    return result, stored, False
+
+
+def store_check(
+    db: TuningDatabase,
+    record: TuneRecord,
+    verified: list[driver.Verified],
+    numpy_gflops: float | None,
+) -> None:
+    """Keep the final check's measurements with the record's candidates."""
+    assert record.id is not None
+    by_rank = {c.rank: c for c in record.candidates}
+    db.measure(
+        record.id,
+        [
+            CandidateRecord(
+                **{
+                    **by_rank[v.candidate.rank].__dict__,
+                    # an emulated check (a foreign ISA under qemu) says correct or not, no time
+                    "measured_seconds": None if v.emulated else v.measurement.seconds,
+                    "gflops": v.gflops,
+                    "correct": v.measurement.correct,
+                    "max_abs_error": v.measurement.max_abs_error,
+                    "numpy_gflops": numpy_gflops,
+                }
+            )
+            for v in verified
+            if v.candidate.rank in by_rank
+        ],
+    )

@@ -1,0 +1,515 @@
+"""``aotune build`` inputs and bad input: TOML lists, an ONNX model made with onnx.helper, a
+cross build for neoverse-n1, and every bad input of issue 24 as one line + exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aotune.artifact.inputs import read_toml
+from aotune.artifact.onnx_import import read_onnx
+from aotune.cli import main
+from aotune.errors import BuildError
+
+from .c_programs import c_program, write_inputs
+
+CC = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+needs_cc = pytest.mark.skipif(CC is None, reason="no C compiler to link the library")
+FAST = ["--budget", "16", "--top-k", "1", "--no-verify"]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    """The CLI in this process: (exit code, stdout, stderr)."""
+    rc = main(list(args))
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def small_cnn(path: Path, batch: int | str = "N") -> None:
+    """A small model: Conv+Relu, a depthwise Conv, a strided Conv with a bias, Relu, Flatten,
+    Gemm (transB, bias C) + Relu. Inputs x [batch, 3, 8, 8], output y [batch, 10]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+
+    def init(name, shape):
+        return numpy_helper.from_array(rng.uniform(-0.5, 0.5, shape).astype(np.float32), name)
+
+    inits = [
+        init("w1", (8, 3, 3, 3)),
+        init("wd", (8, 1, 3, 3)),
+        init("w2", (8, 8, 3, 3)),
+        init("b2", (8,)),
+        init("wg", (10, 128)),
+        init("bg", (10,)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "wd"], ["d1"], name="dw", pads=[1, 1, 1, 1], group=8),
+        helper.make_node(
+            "Conv", ["d1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1], strides=[2, 2]
+        ),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Flatten", ["r2"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wg", "bg"], ["g"], name="fc", transB=1),
+        helper.make_node("Relu", ["g"], ["y"], name="relu3"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "small_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+# ---- TOML lists -------------------------------------------------------------------------------
+
+
+def test_toml_list_reads_every_tune_option(tmp_path):
+    (tmp_path / "k.toml").write_text(
+        """
+[[kernel]]
+name = "attn"
+op = "einsum"
+spec = "bij,bkj->bik"
+dims = { b = 2, i = 5, j = 7, k = 3 }
+
+[[kernel]]
+name = "grouped"
+op = "conv2d"
+shape = [1, 8, 9, 9, 8, 3, 3]
+groups = 2
+dilation = 2
+pad = 2
+layout = "nhwc"
+"""
+    )
+    ks = read_toml(tmp_path / "k.toml").kernels
+    assert [k.name for k in ks] == ["attn", "grouped"]
+    assert ks[0].workload.shape_dict == {"b": 2, "i": 5, "k": 3, "j": 7}
+    assert ks[1].workload.conv.groups == 2 and ks[1].workload.conv.layout == "NHWC"
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('[[kernel]]\nname = "a"\nop = "softmax"\nshape = "2x2x2"', "unknown operator 'softmax'"),
+        ('[[kernel]]\nname = "2fast"\nop = "matmul"', "'2fast' is not a C identifier"),
+        ('[[kernel]]\nname = "int"\nop = "matmul"', "'int' is a C keyword"),
+        ('[[kernel]]\nname = "aotune_x"\nop = "matmul"', "reserved"),
+        ('[[kernel]]\nname = "expf"\nop = "matmul"', "is a function of the C library"),
+        ('[[kernel]]\nname = "malloc"\nop = "matmul"', "is a function of the C library"),
+        (
+            '[[kernel]]\nname = "a"\nop = "matmul"\n[[kernel]]\nname = "a"\nop = "dense"',
+            "'a' is used twice",
+        ),
+        ('[[kernel]]\nname = "a"\nop = "matmul"\nshap = "2x2x2"', "unknown key 'shap'"),
+        ('[[kernel]]\nop = "matmul"', "missing 'name'"),
+        ('[[kernel]]\nname = "a"\nop = "matmul"\nbias = "yes"', "bias must be true/false"),
+        ('[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2"', "has 2 sizes"),
+        ("title = 'x'", "unknown top-level key 'title'"),
+        ("", "lists no kernels"),
+        ("[[kernel]\nname=", "is not valid TOML"),
+    ],
+)
+def test_bad_toml_lists_are_one_line_and_exit_2(tmp_path, capsys, body, message):
+    (tmp_path / "k.toml").write_text(body)
+    rc, out, err = run_cli(capsys, "build", str(tmp_path / "k.toml"), "-o", str(tmp_path / "o"))
+    assert rc == 2 and out == ""
+    assert message in one_error_line(err)
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+# ---- output directory, compiler, database -----------------------------------------------------
+
+
+def _list(tmp_path: Path) -> Path:
+    p = tmp_path / "k.toml"
+    p.write_text('[[kernel]]\nname = "mm"\nop = "matmul"\nshape = "13x40x24"\n')
+    return p
+
+
+def test_output_directory_with_foreign_files_needs_force(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(out), *FAST)
+    assert rc == 2 and "holds notes.txt, which was not written by aotune" in one_error_line(err)
+    assert "--force" in err and (out / "notes.txt").read_text() == "mine"
+    (tmp_path / "file").write_text("x")
+    rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(tmp_path / "file"))
+    assert rc == 2 and "is a file" in one_error_line(err)
+
+
+@needs_cc
+def test_rebuild_replaces_only_its_own_files(tmp_path, capsys):
+    out = tmp_path / "out"
+    db = str(tmp_path / "t.db")
+    assert run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(out), "--db", db, *FAST)[0] == 0
+    # a second build into the same directory replaces what the first wrote, without --force
+    (tmp_path / "k.toml").write_text(
+        '[[kernel]]\nname = "mm2"\nop = "matmul"\nshape = "13x40x24"\n'
+    )
+    rc, out_text, err = run_cli(
+        capsys, "build", str(tmp_path / "k.toml"), "-o", str(out), "--db", db, *FAST
+    )
+    assert rc == 0, err
+    assert not (out / "objects" / "mm.o").exists() and (out / "objects" / "mm2.o").exists()
+    # a file of aotune's that the user changed is theirs now
+    with (out / "aotune_kernels.h").open("a") as f:
+        f.write("/* my edit */\n")
+    rc, _, err = run_cli(capsys, "build", str(tmp_path / "k.toml"), "-o", str(out), "--db", db)
+    assert rc == 2 and "aotune_kernels.h, which was changed since aotune wrote it" in err
+    rc, _, err = run_cli(
+        capsys, "build", str(tmp_path / "k.toml"), "-o", str(out), "--db", db, "--force", *FAST
+    )
+    assert rc == 0, err
+
+
+def test_no_c_compiler_is_one_line_before_any_search(tmp_path):
+    import subprocess
+
+    bindir = tmp_path / "bin"  # a PATH with nothing on it
+    bindir.mkdir()
+    env = {**os.environ, "PATH": str(bindir)}
+    done = subprocess.run(
+        [sys.executable, "-m", "aotune", "build", str(_list(tmp_path)), "-o",
+         str(tmp_path / "o"), "--db", str(tmp_path / "t.db")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert "no C compiler found" in line and "--objects-only" in line
+    rc = subprocess.run(
+        [sys.executable, "-m", "aotune", "build", str(_list(tmp_path)), "-o",
+         str(tmp_path / "o"), "--cc", "no-such-cc"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert rc.returncode == 2 and "--cc no-such-cc: no such compiler" in rc.stderr
+
+
+def test_database_from_a_newer_aotune_or_not_a_database(tmp_path, capsys):
+    import sqlite3
+
+    newer = tmp_path / "newer.db"
+    conn = sqlite3.connect(newer)
+    conn.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '99')")
+    conn.commit()
+    conn.close()
+    for cmd in (["db", "list"], ["build", str(_list(tmp_path)), "-o", str(tmp_path / "o")]):
+        rc, _, err = run_cli(capsys, *cmd, "--db", str(newer))
+        assert rc == 2 and "written by a newer aotune (database schema 99" in one_error_line(err)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(os.urandom(4096))
+    rc, _, err = run_cli(capsys, "db", "list", "--db", str(junk))
+    assert rc == 2 and "is not an aotune tuning database" in one_error_line(err)
+
+
+# ---- ONNX -------------------------------------------------------------------------------------
+
+
+def test_onnx_model_kernels_and_skipped_ops(tmp_path):
+    small_cnn(tmp_path / "m.onnx", batch=2)
+    kl = read_onnx(tmp_path / "m.onnx", {})
+    names = [k.name for k in kl.kernels]
+    assert names == ["conv1", "dw", "conv2", "fc"]
+    by = {k.name: k.workload for k in kl.kernels}
+    assert by["conv1"].epilogue.activation == "relu"  # Relu fused into the convolution
+    assert by["dw"].op == "depthwise_conv2d"
+    assert by["conv2"].conv.stride == 2 and not by["conv2"].epilogue.active
+    assert by["fc"].epilogue.bias and by["fc"].epilogue.activation == "relu"
+    assert [(s.node, s.op_type) for s in kl.skipped] == [
+        ("conv2", "Conv"),
+        ("relu2", "Relu"),
+        ("flatten", "Flatten"),
+    ]
+
+
+def test_onnx_duplicate_shapes_make_one_kernel(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((16, 16), np.float32), "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="layer.0"),
+        helper.make_node("MatMul", ["h", "w"], ["y"], name="layer.1"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        [w],
+    )
+    onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
+    (k,) = read_onnx(tmp_path / "m.onnx", {}).kernels
+    assert k.name == "layer_0" and k.nodes == ("layer.0", "layer.1")
+
+
+def test_onnx_bad_input(tmp_path, capsys):
+    (tmp_path / "bad.onnx").write_bytes(b"\x08\x01garbage\xff\xfe" * 10)
+    rc, _, err = run_cli(capsys, "build", str(tmp_path / "bad.onnx"), "-o", str(tmp_path / "o"))
+    assert rc == 2 and "is not an ONNX model" in one_error_line(err)
+    small_cnn(tmp_path / "dyn.onnx")
+    rc, _, err = run_cli(capsys, "build", str(tmp_path / "dyn.onnx"), "-o", str(tmp_path / "o"))
+    line = one_error_line(err)
+    assert rc == 2 and "input 'x'" in line and "dynamic dims (Nx3x8x8)" in line
+    assert "--shape x=" in line
+    for shape, text in (
+        ("y=1x3x8x8", "--shape names 'y', which is not an input"),
+        ("x=1x3x8", "has 4 dims, got 3 sizes"),
+        ("x=1x3x9x8", "fixes a dim of 'x' to 8, not 9"),
+        ("x", "is not name=dims"),
+    ):
+        rc, _, err = run_cli(
+            capsys, "build", str(tmp_path / "dyn.onnx"), "--shape", shape, "-o", str(tmp_path)
+        )
+        assert rc == 2 and text in one_error_line(err), (shape, err)
+
+
+@needs_cc
+def test_onnx_model_builds_and_matches_the_onnx_reference(tmp_path, capsys):
+    """The built kernels, composed with numpy for the ops aotune skips, compute what the ONNX
+    reference evaluator computes for the whole model."""
+    import aotune
+    from onnx.reference import ReferenceEvaluator
+
+    small_cnn(tmp_path / "m.onnx")
+    rc, out, err = run_cli(
+        capsys, "build", str(tmp_path / "m.onnx"), "--shape", "x=2x3x8x8", "-o",
+        str(tmp_path / "lib"), "--db", str(tmp_path / "t.db"), "--jobs", "1", *FAST, "--json",
+    )  # fmt: skip
+    assert rc == 0, err
+    report = json.loads(out)
+    assert [k["name"] for k in report["kernels"]] == ["conv1", "dw", "conv2", "fc"]
+    assert [s["node"] for s in report["skipped"]] == ["conv2", "relu2", "flatten"]
+    assert all(k["check"]["correct"] for k in report["kernels"])
+    rc, text, _ = run_cli(
+        capsys, "build", str(tmp_path / "m.onnx"), "--shape", "x=2x3x8x8", "-o",
+        str(tmp_path / "lib"), "--db", str(tmp_path / "t.db"), *FAST,
+    )  # fmt: skip
+    assert rc == 0 and "not generated by aotune" in text and "Flatten" in text
+
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 3, 8, 8)).astype(np.float32)
+    lib = aotune.load(tmp_path / "lib")
+    h = lib.conv1(x, w["w1"])  # + relu, fused
+    h = lib.dw(h, w["wd"].reshape(8, 1, 3, 3))
+    h = lib.conv2(h, w["w2"]) + w["b2"].reshape(1, 8, 1, 1)  # the bias aotune skipped
+    h = np.maximum(h, 0).reshape(2, 128)  # Relu and Flatten: skipped
+    y = lib.fc(np.ascontiguousarray(h, dtype=np.float32), w["wg"], w["bg"])
+    (ref,) = ReferenceEvaluator(model).run(None, {"x": x})
+    np.testing.assert_allclose(y, ref, atol=1e-4)
+    lib.shutdown()
+
+
+# ---- cross-target ------------------------------------------------------------------------------
+
+
+def test_neoverse_n1_build_from_x86_gives_aarch64_objects_and_header(tmp_path, capsys):
+    rc, out, err = run_cli(
+        capsys, "build", str(_list(tmp_path)), "--target", "neoverse-n1", "-o",
+        str(tmp_path / "arm"), "--db", str(tmp_path / "t.db"), "--budget", "16", "--json",
+    )  # fmt: skip
+    assert rc == 0, err
+    report = json.loads(out)
+    objs = sorted((tmp_path / "arm" / "objects").glob("*.o"))
+    assert [o.name for o in objs] == ["aotune_runtime.o", "mm.o"]
+    for o in objs:
+        head = o.read_bytes()[:20]
+        # ELF magic, 64-bit, little-endian, relocatable (1), machine EM_AARCH64 (183)
+        assert head[:4] == b"\x7fELF" and head[4] == 2 and head[5] == 1
+        assert struct.unpack_from("<HH", head, 16) == (1, 183)
+    assert (
+        "int mm(const float *a, const float *b, float *c);"
+        in (tmp_path / "arm" / "aotune_kernels.h").read_text()
+    )
+    # the final check ran under qemu where it is installed (correct or not, never timed)
+    if report["check_skipped"] is None:
+        assert report["kernels"][0]["measured_seconds"] is None
+    else:
+        assert report["check_skipped"].startswith("target neoverse-n1 is aarch64")
+    assert report["library_check"] == "not run: the library is aarch64, this host is x86_64"
+    manifest = json.loads((tmp_path / "arm" / "manifest.json").read_text())
+    assert manifest["target"]["arch"] == "aarch64"
+    if shutil.which("aarch64-linux-gnu-gcc"):  # cross tools installed: the library is linked
+        so = (tmp_path / "arm" / "libaotune_kernels.so").read_bytes()[:20]
+        assert struct.unpack_from("<H", so, 18) == (183,)
+    else:
+        assert any("no a C compiler" in n or "cross tools" in n for n in report["notes"])
+    import aotune
+    from aotune.errors import LibraryError
+
+    with pytest.raises(LibraryError, match="built for neoverse-n1 .aarch64."):
+        aotune.load(tmp_path / "arm")
+
+
+def test_read_input_refuses_what_it_cannot_read(tmp_path):
+    with pytest.raises(BuildError, match="does not exist"):
+        from aotune.artifact.inputs import read_input
+
+        read_input(tmp_path / "missing.toml")
+
+
+@pytest.mark.skipif(
+    not (shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64")),
+    reason="needs the aarch64-linux-gnu cross tools and qemu-aarch64",
+)
+def test_neoverse_n1_library_runs_under_qemu(tmp_path, capsys):
+    """Built from x86 for neoverse-n1, linked into a static AArch64 C program, run under qemu:
+    every kernel (the runtime's threads included) matches numpy."""
+    import subprocess
+
+    from aotune.artifact.backends import numpy_reference
+
+    (tmp_path / "k.toml").write_text(
+        '[[kernel]]\nname = "ffn"\nop = "dense"\nshape = "24x40x33"\nbias = true\n'
+        'activation = "gelu"\n[[kernel]]\nname = "conv"\nop = "conv2d"\n'
+        'shape = "1,8,9,9,16,3,3"\npad = 1\n'
+    )
+    rc, _, err = run_cli(
+        capsys, "build", str(tmp_path / "k.toml"), "--target", "neoverse-n1", "-o",
+        str(tmp_path / "arm"), "--db", str(tmp_path / "t.db"), "--budget", "16", "--top-k", "1",
+    )  # fmt: skip
+    assert rc == 0, err
+    out = tmp_path / "arm"
+    manifest = json.loads((out / "manifest.json").read_text())
+    inputs = write_inputs(tmp_path, manifest)
+    (tmp_path / "prog.c").write_text(c_program(manifest))
+    subprocess.run(
+        ["aarch64-linux-gnu-gcc", "-static", "-std=c99", f"-I{out}", "prog.c", "-o", "prog",
+         str(out / "libaotune_kernels.a"), *manifest["link_flags"].split()],
+        cwd=tmp_path, check=True,
+    )  # fmt: skip
+    run = subprocess.run(
+        ["qemu-aarch64", "./prog"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert "null: 1 a pointer argument is NULL" in run.stdout
+    for req in read_toml(tmp_path / "k.toml").kernels:
+        got = np.fromfile(tmp_path / f"{req.name}.out.bin", dtype=np.float32)
+        ref = numpy_reference(req.workload, inputs[req.name])
+        assert np.abs(got.reshape(ref.shape) - ref).max() < 1e-4, req.name
+
+
+def test_onnx_matmul_and_gemm_forms_mean_what_onnx_means(tmp_path):
+    """Each mapped node's workload, evaluated by numpy on the node's inputs, equals the ONNX
+    reference evaluator's output for the node and the epilogue fused into it."""
+    import onnx
+    from aotune.artifact.backends import numpy_reference
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(5)
+    cases = [  # (nodes, inputs {name: shape}, initializers {name: shape}, output shape)
+        (
+            [helper.make_node("Gemm", ["a", "b", "c"], ["g"], transA=1),
+             helper.make_node("Sigmoid", ["g"], ["y"])],
+            {"a": (7, 5)}, {"b": (7, 6), "c": (6,)}, (5, 6),
+        ),
+        (
+            [helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Add", ["m", "c"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])],
+            {"a": (2, 3, 5)}, {"b": (5, 4), "c": (4,)}, (2, 3, 4),
+        ),
+        (
+            [helper.make_node("MatMul", ["a", "b"], ["y"])],
+            {"a": (3, 4, 5), "b": (3, 5, 2)}, {}, (3, 4, 2),
+        ),
+        (
+            [helper.make_node("Conv", ["a", "b"], ["c1"], strides=[2, 2], dilations=[1, 1],
+                              auto_pad="SAME_UPPER"),
+             helper.make_node("Relu", ["c1"], ["y"])],
+            {"a": (1, 3, 9, 9)}, {"b": (4, 3, 3, 3)}, (1, 4, 5, 5),
+        ),
+    ]  # fmt: skip
+    for i, (nodes, ins, inits, out_shape) in enumerate(cases):
+        values = {n: rng.uniform(-1, 1, s).astype(np.float32) for n, s in {**ins, **inits}.items()}
+        graph = helper.make_graph(
+            nodes,
+            f"g{i}",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in ins.items()],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+            [numpy_helper.from_array(values[n], n) for n in inits],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        onnx.save(model, str(tmp_path / f"m{i}.onnx"))
+        (k,) = read_onnx(tmp_path / f"m{i}.onnx", {}).kernels
+        (ref,) = ReferenceEvaluator(model).run(None, {n: values[n] for n in ins})
+        args = [values[n] for n in nodes[0].input[:2]]
+        if k.workload.epilogue.bias:
+            args.append(values["c"])
+        w = k.workload
+        shapes = [w.tensor(acc.tensor).shape for acc in w.statement.inputs]
+        shapes += [(w.tensor(w.statement.output.tensor).shape[-1],)]  # the bias, if any
+        ours = numpy_reference(w, [x.reshape(shape) for x, shape in zip(args, shapes)])
+        np.testing.assert_allclose(ours.reshape(ref.shape), ref, atol=1e-5, err_msg=str(i))
+
+
+def _ptxas() -> bool:
+    from aotune.codegen.cuda_tools import tool_path
+    from aotune.errors import AotuneError
+
+    try:
+        tool_path("ptxas")
+    except AotuneError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ptxas(), reason="ptxas (NVIDIA's wheel) is not installed")
+def test_gpu_build_writes_ptx_cubin_and_a_launch_manifest(tmp_path, capsys):
+    rc, out, err = run_cli(
+        capsys, "build", str(_list(tmp_path)), "--target", "a100", "-o", str(tmp_path / "g"),
+        "--db", str(tmp_path / "t.db"), "--budget", "16", "--top-k", "1", "--json",
+    )  # fmt: skip
+    assert rc == 0, err
+    report = json.loads(out)
+    (k,) = report["kernels"]
+    assert k["check"]["correct"]  # the written kernel's code, emulated on this CPU
+    g = tmp_path / "g"
+    manifest = json.loads((g / "manifest.json").read_text())
+    assert manifest["target"]["sm"] == "sm_80" and manifest["target"]["kind"] == "gpu"
+    (entry,) = manifest["kernels"]
+    assert entry["entry"] == "mm" and ".entry mm(" in (g / entry["ptx"]).read_text()
+    cubin = (g / entry["cubin"]).read_bytes()
+    assert cubin[:4] == b"\x7fELF" and struct.unpack_from("<H", cubin, 18) == (190,)  # EM_CUDA
+    launch = entry["launch"]
+    assert len(launch["grid"]) == 3 and len(launch["block"]) == 3
+    assert launch["registers"] > 0 and "dynamic_shared_bytes" in launch
+    assert [p["role"] for p in entry["params"]] == ["in0", "in1", "out"]
+    assert sorted(entry["kernel_args"]) == ["bias", "in0", "in1", "out"]
+    assert set(manifest["files"]) == {entry["ptx"], entry["cubin"]}
+    import aotune
+    from aotune.codegen.cuda_device import device_available
+    from aotune.errors import LibraryError
+    from aotune.hwspecs.spec import load_target
+
+    if not device_available(load_target("a100"))[0]:
+        with pytest.raises(LibraryError, match="cannot run here: no"):
+            aotune.load(g)

@@ -1,0 +1,301 @@
+"""The tuning database: transactions, WAL sharing, resuming after SIGKILL, export/import, reuse
+by ``tune``, and fan-out on a Dask LocalCluster giving the same configs as one process."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from aotune.analysis.workload import matmul
+from aotune.cli import main
+from aotune.hwspecs.spec import load_target
+from aotune.search.cached import record_key
+from aotune.search.database import (
+    SCHEMA_VERSION,
+    CandidateRecord,
+    TuneRecord,
+    open_database,
+)
+from aotune.search.options import SearchOptions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+FAST = ["--budget", "16", "--top-k", "1", "--no-verify"]
+
+
+def _record(i: int, n_cands: int = 2) -> TuneRecord:
+    return TuneRecord(
+        workload_key=f"w{i}",
+        spec_hash="s",
+        model_version="m",
+        options="o",
+        workload={"describe": f"workload {i}"},
+        target="haswell",
+        candidates=tuple(
+            CandidateRecord(r + 1, {"mr": r + 1, "nr": 16}, 1e-3 * (r + 1), 2e-3, "L1", {"L1": 1.0})
+            for r in range(n_cands)
+        ),
+        search_seconds=1.5,
+        candidates_scored=10,
+        kernels_compiled=2,
+    )
+
+
+def test_put_find_measure_and_keep_first_writer(tmp_path):
+    with open_database(tmp_path / "t.db") as db:
+        stored = db.put(_record(1))
+        assert stored.id is not None and db.find(stored.key) == stored
+        assert db.count() == 1
+        # another writer of the same key: the first record stays, both read it back
+        other = _record(1, n_cands=1)
+        assert db.put(other).candidates == stored.candidates
+        # --retune replaces it
+        assert len(db.put(other, replace=True).candidates) == 1
+        rec = db.find(other.key)
+        db.measure(
+            rec.id, [CandidateRecord(**{**vars(rec.candidates[0]), "measured_seconds": 2e-3})]
+        )
+        assert db.get(rec.id).candidates[0].measured_seconds == 2e-3
+        assert db._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        version = db._conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        assert int(version[0]) == SCHEMA_VERSION
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(0, 4), cands=st.integers(1, 3))
+def test_export_import_round_trip(tmp_path_factory, n, cands):
+    tmp = tmp_path_factory.mktemp("db")
+    with open_database(tmp / "a.db") as a:
+        for i in range(n):
+            a.put(_record(i, cands))
+        assert a.export_jsonl(tmp / "x.jsonl") == n
+    with open_database(tmp / "b.db") as b:
+        b.put(_record(0, cands))  # already there: kept, not duplicated
+        added, present = b.import_jsonl(tmp / "x.jsonl")
+        assert (added, present) == (max(0, n - 1), min(n, 1))
+        assert [r.as_dict() | {"created": 0} for r in b.all()][1:] == [
+            r.as_dict() | {"created": 0} for r in list(open_database(tmp / "a.db").all())[1:]
+        ]
+
+
+def test_import_checks_every_line_before_writing(tmp_path):
+    good = json.dumps(_record(1).as_dict())
+    (tmp_path / "x.jsonl").write_text(good + "\n{not json\n")
+    with open_database(tmp_path / "t.db") as db:
+        with pytest.raises(Exception, match="line 2 is not JSON"):
+            db.import_jsonl(tmp_path / "x.jsonl")
+        assert db.count() == 0
+    (tmp_path / "y.jsonl").write_text(json.dumps({**_record(1).as_dict(), "extra": 1}) + "\n")
+    with open_database(tmp_path / "t.db") as db:
+        with pytest.raises(Exception, match="unknown extra"):
+            db.import_jsonl(tmp_path / "y.jsonl")
+
+
+def _writer(path: str, first: int, count: int) -> None:
+    with open_database(path) as db:
+        for i in range(first, first + count):
+            db.put(_record(i % 7))  # overlapping keys between the two writers
+
+
+def test_two_writers_share_one_database(tmp_path):
+    path = str(tmp_path / "t.db")
+    open_database(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, s, 40)) for s in (0, 3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    with open_database(path) as db:
+        assert db.count() == 7
+        assert all(len(r.candidates) == 2 for r in db.all())  # no partial record
+    assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_tune_reuses_its_record(tmp_path, capsys):
+    db = str(tmp_path / "t.db")
+    args = ["tune", "matmul", "--shape", "24x40x16", *FAST, "--db", db, "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["database"]["reused"] is False and first["search"]["candidates_scored"] > 0
+    start = time.perf_counter()
+    assert main(args) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["database"] == {**first["database"], "reused": True}
+    assert second["best"]["config"] == first["best"]["config"]
+    assert time.perf_counter() - start < first["search"]["seconds"] + 5
+    assert main([*args, "--retune"]) == 0
+    assert json.loads(capsys.readouterr().out)["database"]["reused"] is False
+    assert main(["tune", "matmul", "--shape", "24x40x16", *FAST, "--no-db", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["database"]["path"] is None
+
+
+def test_db_commands(tmp_path, capsys):
+    db = str(tmp_path / "t.db")
+    assert main(["tune", "matmul", "--shape", "24x40x16", *FAST, "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["db", "list", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert "1 records" in out and "matmul 24x40x16" in out
+    assert main(["db", "show", "1", "--db", db]) == 0
+    assert "#1 " in capsys.readouterr().out
+    assert main(["db", "show", "1", "--db", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == 1
+    assert main(["db", "show", "9", "--db", db]) == 2
+    assert "no record 9" in capsys.readouterr().err
+    export = tmp_path / "x.jsonl"
+    assert main(["db", "export", str(export), "--db", db]) == 0
+    assert main(["db", "export", str(export), "--db", db]) == 2  # exists: needs --force
+    assert "--force" in capsys.readouterr().err
+    other = str(tmp_path / "other.db")
+    assert main(["db", "import", str(export), "--db", other]) == 0
+    assert "imported 1 records" in capsys.readouterr().out
+    assert main(["db", "list", "--db", other, "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["records"]) == 1
+
+
+KILL_LIST = """
+[[kernel]]
+name = "a"
+op = "matmul"
+shape = "48x40x24"
+[[kernel]]
+name = "b"
+op = "matmul"
+shape = "40x48x24"
+[[kernel]]
+name = "c"
+op = "dense"
+shape = "24x48x40"
+bias = true
+[[kernel]]
+name = "d"
+op = "batch_matmul"
+shape = "2x24x40x16"
+"""
+
+
+def test_build_killed_halfway_resumes(tmp_path):
+    """SIGKILL after the first stored record: the database opens, passes integrity_check,
+    holds only whole records, and the same command then finishes the rest."""
+    (tmp_path / "k.toml").write_text(KILL_LIST)
+    db = tmp_path / "t.db"
+    cmd = [sys.executable, "-m", "aotune", "build", "k.toml", "-o", "out", "--db", str(db)]
+    cmd += [*FAST, "--jobs", "1", "--objects-only", "--json"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    stored = 0
+    while time.time() < deadline and proc.poll() is None:
+        if db.exists():
+            try:
+                conn = sqlite3.connect(db, timeout=1)
+                stored = conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+                conn.close()
+            except sqlite3.Error:
+                stored = 0
+            if stored >= 1:
+                break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and 1 <= stored < 4
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    counts = conn.execute(
+        "SELECT r.id, COUNT(c.rank) FROM records r LEFT JOIN candidates c ON c.record_id = r.id "
+        "GROUP BY r.id"
+    ).fetchall()
+    conn.close()
+    assert all(n == 1 for _, n in counts)  # --top-k 1: each stored record is whole
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (
+        report["from_database"] >= len(counts) and report["searched"] + report["from_database"] == 4
+    )
+
+
+def test_build_interrupted_keeps_what_finished(tmp_path):
+    (tmp_path / "k.toml").write_text(KILL_LIST)
+    db = tmp_path / "t.db"
+    cmd = [sys.executable, "-m", "aotune", "build", "k.toml", "-o", "out", "--db", str(db)]
+    cmd += [*FAST, "--jobs", "1", "--objects-only"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            conn = sqlite3.connect(db, timeout=1)
+            n = conn.execute("SELECT COUNT(*) FROM records").fetchone()[0]
+            conn.close()
+        except sqlite3.Error:
+            n = 0
+        if n >= 1:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    text = err.decode()
+    assert "interrupted" in text and "run the same command again to resume" in text
+    assert "Traceback" not in text
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    with open_database(db) as d:
+        assert d.count() >= 1
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    )
+    yield cluster
+    cluster.close()
+
+
+def test_cluster_build_gives_the_configs_of_one_process(tmp_path, capsys, local_cluster):
+    (tmp_path / "k.toml").write_text(KILL_LIST)
+    common = ["build", str(tmp_path / "k.toml"), *FAST, "--objects-only", "--json"]
+    assert main([*common, "-o", str(tmp_path / "one"), "--db", str(tmp_path / "one.db"),
+                 "--jobs", "1"]) == 0  # fmt: skip
+    one = json.loads(capsys.readouterr().out)
+    assert main([*common, "-o", str(tmp_path / "dask"), "--db", str(tmp_path / "dask.db"),
+                 "--cluster", local_cluster.scheduler_address]) == 0  # fmt: skip
+    spread = json.loads(capsys.readouterr().out)
+    assert spread["searched"] == 4
+    assert [k["config"] for k in spread["kernels"]] == [k["config"] for k in one["kernels"]]
+    with open_database(tmp_path / "dask.db") as db:  # results came back to the one database
+        assert db.count() == 4
+
+
+def test_unreachable_cluster_is_one_line(tmp_path, capsys):
+    (tmp_path / "k.toml").write_text(KILL_LIST)
+    rc = main(["build", str(tmp_path / "k.toml"), "-o", str(tmp_path / "o"), "--db",
+               str(tmp_path / "t.db"), "--cluster", "tcp://127.0.0.1:9", *FAST])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_record_key_changes_with_spec_and_options():
+    w = matmul(8, 16, 24)
+    a = record_key(w, load_target("haswell"), SearchOptions())
+    assert a == record_key(matmul(8, 16, 24), load_target("haswell"), SearchOptions())
+    assert a != record_key(w, load_target("skylake-avx512"), SearchOptions())
+    assert a != record_key(w, load_target("haswell"), SearchOptions(seed=1))
+    assert a != record_key(matmul(8, 16, 25), load_target("haswell"), SearchOptions())
+
+
+def test_default_database_lives_in_the_cache_dir(tmp_path, monkeypatch):
+    from aotune.search.database import default_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_path() == Path(tmp_path) / "aotune" / "tuning.db"

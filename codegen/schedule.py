@@ -353,7 +353,10 @@ def b_prefetch_rows(hw: HwSpec, mr: int, nr: int, contiguous: bool) -> int:
     if contiguous:
         return 0
     vectors = -(-nr // hw.vector_lanes_f32)
-    cycles_per_step = mr * vectors / hw.core.fma_units
+    # the FMAs a core issues per cycle at this vector width (Zen 4: one 512-bit FMA on two
+    # 256-bit pipes), so the distance is in the core's own cycles, as hw calibrate measures it
+    fma_rate = hw.core.fma_units * min(1.0, hw.core.fma_width_bits / hw.isa.vector_bits)
+    cycles_per_step = mr * vectors / fma_rate
     return max(1, math.ceil(hw.memory.prefetch_ahead_cycles / cycles_per_step))
 
 

@@ -182,8 +182,9 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
     base = "mr=5,nr=48,kc=64,mc=20,nc=96,order=nkm,pack_a=0,unroll=1,par=m,threads=1"
     unpacked = schedule_from_config(space, space.parse_config(base + ",pack_b=0"))
     packed = schedule_from_config(space, space.parse_config(base + ",pack_b=1"))
-    # 300 cycles ahead at 5 x 3 FMAs per k step
-    steps = 5 * 3 / hw.core.fma_units
+    # prefetch_ahead_cycles ahead at 5 x 3 FMAs per k step, at the core's FMA rate for the width
+    fma_rate = hw.core.fma_units * min(1.0, hw.core.fma_width_bits / hw.isa.vector_bits)
+    steps = 5 * 3 / fma_rate
     assert (
         unpacked.b_prefetch_rows == -(-hw.memory.prefetch_ahead_cycles // steps)
         and packed.b_prefetch_rows == 0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -119,15 +118,12 @@ def tune(
         : options.compile_top
     ]
     schedules = [target.schedule(space, cfg) for cfg in shortlist]
-    kernels, loops = [], []
-    # a target whose compiler runs outside this process (ptxas) compiles on several threads;
-    # results keep the shortlist's order
-    with ThreadPoolExecutor(max_workers=getattr(target, "compile_workers", 1)) as pool:
-        for i, (kernel, feats) in enumerate(pool.map(target.compile_and_read, schedules)):
-            kernels.append(kernel)
-            loops.append(feats)
-            if progress:
-                progress("compile", i + 1, len(shortlist))
+    # the target compiles the shortlist as it can best (a GPU: ptxas beside LLVM, one nvdisasm
+    # for all); results keep the shortlist's order
+    step = (lambda done, total: progress("compile", done, total)) if progress else None
+    compiled_pairs = target.compile_and_read_many(schedules, step)
+    kernels = [kernel for kernel, _ in compiled_pairs]
+    loops = [feats for _, feats in compiled_pairs]
     compiled = sorted(
         zip(
             target.predict(schedules, loops),

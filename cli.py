@@ -165,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="configs measured per workload for model accuracy (default 64; 32 with --quick)",
     )
+    b.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="only the GPU rows (predicted for a100 and h100; no host timing)",
+    )
     return parser
 
 
@@ -597,6 +602,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         quick=args.quick,
         samples=args.samples,
         log=None if args.json else _console(stderr=True).print,
+        gpu_only=args.gpu_only,
     )
     if args.json:
         print(json.dumps(result, indent=1))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
@@ -114,16 +114,10 @@ def tune(
     # configs with one estimate differ only in decisions the estimate ignores, and almost always
     # compile to the same predicted time: one of each, so the compile slots see different kernels
     estimates = {cfg: seconds for seconds, cfg in scored}
-    shortlist = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)[
-        : options.compile_top
-    ]
-    schedules = [target.schedule(space, cfg) for cfg in shortlist]
-    # the target compiles the shortlist as it can best (a GPU: ptxas beside LLVM, one nvdisasm
-    # for all); results keep the shortlist's order
-    step = (lambda done, total: progress("compile", done, total)) if progress else None
-    compiled_pairs = target.compile_and_read_many(schedules, step)
-    kernels = [kernel for kernel, _ in compiled_pairs]
-    loops = [feats for _, feats in compiled_pairs]
+    ranked = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)
+    shortlist, schedules, kernels, loops = compile_shortlist(
+        target, space, ranked, options, progress
+    )
     compiled = sorted(
         zip(
             target.predict(schedules, loops),
@@ -145,6 +139,48 @@ def tune(
     return TuneResult(
         workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist)
     )
+
+
+# When fewer than top_k kernels of the shortlist are usable (GPU kernels that spill are not), the
+# next best estimates are compiled too, EXTRA_BATCHES batches of half a shortlist at most.
+EXTRA_BATCHES = 2
+
+
+def compile_shortlist(
+    target: Any,
+    space: Any,
+    ranked: list[Config],
+    options: SearchOptions,
+    progress: Progress | None = None,
+) -> tuple[list[Config], list[Any], list[Any], list[Any]]:
+    """Compile the ``compile_top`` best of ``ranked`` (best estimate first) and read their
+    features: (configs, schedules, kernels, features), in the order compiled. While fewer than
+    ``top_k`` of them are usable and more remain, compile the next ``compile_top // 2`` (up to
+    ``EXTRA_BATCHES`` times): the tier-1 estimate cannot see every spill that ptxas will report,
+    and a top-k of kernels that spill is none to ship."""
+    configs: list[Config] = []
+    schedules: list[Any] = []
+    kernels: list[Any] = []
+    loops: list[Any] = []
+    batch = options.compile_top
+    for _ in range(1 + EXTRA_BATCHES):
+        todo = ranked[len(configs) : len(configs) + batch]
+        if not todo:
+            break
+        new = [target.schedule(space, cfg) for cfg in todo]
+        done = len(configs)
+        # the target compiles a batch as it can best (a GPU: ptxas beside LLVM, one nvdisasm for
+        # all); results keep the batch's order
+        step = (lambda i, n, at=done: progress("compile", at + i, at + n)) if progress else None
+        for kernel, feats in target.compile_and_read_many(new, step):
+            kernels.append(kernel)
+            loops.append(feats)
+        configs += todo
+        schedules += new
+        if sum(1 for f in loops if target.usable(f)) >= options.top_k:
+            break
+        batch = max(1, options.compile_top // 2)
+    return configs, schedules, kernels, loops
 
 
 def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:

@@ -169,3 +169,36 @@ def test_a_gpu_search_compiles_its_shortlist_and_measures_nothing():
     for c in result.candidates:
         assert c.kernel.disassembly is not None and c.kernel.sass.instructions
         assert dataclasses.replace(c.kernel, disassembly=None).sass == c.kernel.sass
+
+
+class _SpillsUntil:
+    """A GPU target whose kernels count as unusable until the ``usable_from``-th compiled."""
+
+    def __init__(self, hw, usable_from: int) -> None:
+        self.inner, self.usable_from, self.compiled = target_for(hw), usable_from, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def compile_and_read_many(self, schedules, progress=None):
+        pairs = self.inner.compile_and_read_many(schedules, progress)
+        out = []
+        for kernel, feats in pairs:
+            self.compiled += 1
+            spills = 0 if self.compiled >= self.usable_from else 64
+            out.append((kernel, dataclasses.replace(feats, spill_bytes=spills)))
+        return out
+
+
+@pytest.mark.parametrize(("usable_from", "compiled"), [(1, 4), (5, 6), (7, 8), (99, 8)])
+def test_the_shortlist_grows_until_top_k_kernels_are_usable(usable_from, compiled):
+    hw = load_target("a100")
+    space = build_gpu_space(matmul(64, 48, 40), hw)
+    ranked = space.sample(12, seed=4)
+    target = _SpillsUntil(hw, usable_from)
+    options = SearchOptions(compile_top=4, top_k=2)
+    got = driver.compile_shortlist(target, space, ranked, options)
+    configs, schedules, kernels, feats = got
+    assert configs == ranked[:compiled] and len(schedules) == len(kernels) == compiled
+    usable = sum(1 for f in feats if target.usable(f))
+    assert usable >= 2 or compiled == 4 + driver.EXTRA_BATCHES * 2

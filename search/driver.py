@@ -130,11 +130,12 @@ def tune(
         # a kernel its target cannot use (a GPU kernel that spills) ranks after every usable one
         key=lambda c: (not target.usable(c[5]), c[0].seconds),
     )
+    picked = usable_top_k(
+        compiled, options.top_k, lambda c: target.usable(c[5]), lambda c: target.tile_of(c[3])
+    )
     top = tuple(
         Candidate(i + 1, cfg, sched, est, pred, kernel)
-        for i, (pred, est, cfg, sched, kernel, _) in enumerate(
-            spread_top_k(compiled, options.top_k, lambda c: target.tile_of(c[3]))
-        )
+        for i, (pred, est, cfg, sched, kernel, _) in enumerate(picked)
     )
     return TuneResult(
         workload, hw, space, options, top, time.perf_counter() - start, len(scored), len(shortlist)
@@ -181,6 +182,18 @@ def compile_shortlist(
             break
         batch = max(1, options.compile_top // 2)
     return configs, schedules, kernels, loops
+
+
+def usable_top_k(
+    ranked: list[T],
+    k: int,
+    usable: Callable[[T], bool],
+    tile_of: Callable[[T], tuple[int, ...]],
+) -> list[T]:
+    """``spread_top_k`` of the usable items of ``ranked``; an unusable item (a GPU kernel that
+    spills) fills a place only when no usable one is left for it."""
+    picked = spread_top_k([c for c in ranked if usable(c)], k, tile_of)
+    return picked + [c for c in ranked if not usable(c)][: k - len(picked)]
 
 
 def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:

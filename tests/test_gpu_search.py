@@ -202,3 +202,21 @@ def test_the_shortlist_grows_until_top_k_kernels_are_usable(usable_from, compile
     assert configs == ranked[:compiled] and len(schedules) == len(kernels) == compiled
     usable = sum(1 for f in feats if target.usable(f))
     assert usable >= 2 or compiled == 4 + driver.EXTRA_BATCHES * 2
+
+
+def test_a_spilling_kernel_never_takes_a_place_a_usable_one_could_have():
+    # (name, tile, usable), best predicted first: the second tile's only kernel spills
+    ranked = [("a", 1, True), ("s", 2, False), ("b", 1, True), ("c", 1, True), ("t", 3, False)]
+    pick = driver.usable_top_k(ranked, 3, lambda c: c[2], lambda c: (c[1],))
+    assert [c[0] for c in pick] == ["a", "b", "c"]
+    assert [
+        c[0] for c in driver.usable_top_k(ranked[:2], 2, lambda c: c[2], lambda c: (c[1],))
+    ] == [
+        "a",
+        "s",
+    ]  # no usable kernel left for the second place
+    mixed = [("a", 1, True), ("b", 1, True), ("d", 4, True)]
+    assert [c[0] for c in driver.usable_top_k(mixed, 2, lambda c: c[2], lambda c: (c[1],))] == [
+        "a",
+        "d",
+    ]  # tiles are still spread among usable kernels

@@ -3,9 +3,10 @@
 target = target_for(hw)                            # the CPU or GPU pieces, by the spec's kind
 space  = target.build_space(workload)               # CP-SAT, built once
 tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
-tier 2 = compile the best ``compile_top`` distinct estimates + capstone features
-         + model.predict_batch
-top-k  = best tier-2 predictions, one per register tile while others remain   # measurements: 0
+tier 2 = compile the best ``compile_top`` distinct estimates + features (capstone; SASS and
+         ptxas for a GPU) + model.predict_batch; more while fewer than top_k are usable
+top-k  = best usable tier-2 predictions, one per register tile while others remain
+         # measurements: 0
 verify = final check of the top-k vs numpy on the host, timed side by side
          # optional; a foreign-ISA target's top-k runs under qemu-user instead
          # (codegen/emulate.py): correct or not, never timed

@@ -309,13 +309,20 @@ def disassemble_many(cubins: list[bytes], entry: str, sm: int) -> list[Disassemb
     with tempfile.TemporaryDirectory(prefix="aotune-nvdisasm-") as tmp:
         path = Path(tmp) / "kernels.bin"
         path.write_bytes(b"".join(codes))
+        runs: list[subprocess.Popen] = []
         try:
-            runs = [_raw_listing(exe, path, sm, base) for base in (0, _SECOND_BASE)]
+            for base in (0, _SECOND_BASE):
+                runs.append(_raw_listing(exe, path, sm, base))
+            at_zero, moved = (_instructions(p) for p in runs)
         except OSError as e:
             raise CodegenError(
                 f"nvdisasm could not be run ({e.strerror}); reinstall it: {INSTALL_HINT}"
             ) from None
-        at_zero, moved = (_instructions(p) for p in runs)
+        finally:  # a run left behind by an error (or Ctrl-C) is ended, not orphaned
+            for p in runs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
     if at_zero is None or moved is None:
         return [disassemble(c, entry) for c in cubins]
     total = sum(len(c) for c in codes)

@@ -191,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the library rows: kernels built by 'aotune build' and called through "
         "aotune.load, against the speed 'tune' measured",
     )
+    b.add_argument(
+        "--gpu-only",
+        action="store_true",
+        help="only the GPU rows (predicted for a100 and h100; no host timing)",
+    )
     add_build_parser(sub)
     add_db_parser(sub)
     return parser
@@ -705,6 +710,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """``aotune bench``."""
     from aotune.benchmarks.suite import print_table, run_suite
 
+    if args.library and args.gpu_only:
+        raise ConfigError("--library and --gpu-only each choose a part of the suite; give one")
     if args.library:
         from aotune.benchmarks.library import print_library_table, run_library_bench
 
@@ -724,6 +731,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         quick=args.quick,
         samples=args.samples,
         log=None if args.json else _console(stderr=True).print,
+        gpu_only=args.gpu_only,
     )
     if args.json:
         print(json.dumps(result, indent=1))

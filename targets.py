@@ -54,12 +54,22 @@ class CpuTarget:
 
         return compile_kernel(schedule, self.hw)
 
-    compile_workers = 1  # LLVM compiles under one lock: threads would only wait
-
     def compile_and_read(self, schedule: Any) -> tuple[Any, Any]:
         """(kernel, features) of one schedule."""
         kernel = self.compile(schedule)
         return kernel, self.features(kernel)
+
+    def compile_and_read_many(
+        self, schedules: Sequence[Any], progress: Callable[[int, int], None] | None = None
+    ) -> list[tuple[Any, Any]]:
+        """(kernel, features) of each schedule, in order; ``progress(done, total)`` as they
+        come."""
+        out = []
+        for s in schedules:
+            out.append(self.compile_and_read(s))
+            if progress:
+                progress(len(out), len(schedules))
+        return out
 
     def features(self, kernel: Any) -> Any:
         """The micro-kernel loop's instruction mix (capstone)."""
@@ -165,12 +175,20 @@ class GpuTarget:
 
         return compile_gpu_kernel(schedule, self.hw)
 
-    compile_workers = 2  # ptxas and nvdisasm run as processes beside LLVM's next kernel
-
     def compile_and_read(self, schedule: Any) -> tuple[Any, Any]:
         """(kernel, features) of one schedule."""
         kernel = self.compile(schedule)
         return kernel, self.features(kernel)
+
+    def compile_and_read_many(
+        self, schedules: Sequence[Any], progress: Callable[[int, int], None] | None = None
+    ) -> list[tuple[Any, Any]]:
+        """(kernel, features) of each schedule, in order: ptxas beside LLVM, and one nvdisasm
+        run for the SASS of them all."""
+        from aotune.codegen.gpu_compile import compile_gpu_kernels
+
+        kernels = compile_gpu_kernels(schedules, self.hw, progress)
+        return [(k, self.features(k)) for k in kernels]
 
     def features(self, kernel: Any) -> Any:
         """SASS (or PTX) mix and ptxas's resources."""

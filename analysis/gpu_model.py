@@ -291,7 +291,8 @@ def mix_from_schedule(s: GpuSchedule) -> GpuMix:
 def estimated_registers(s: GpuSchedule, hw: GpuSpec) -> tuple[int, int]:
     """(registers, spill bytes) the schedule implies: accumulators, one value per owned row and
     column, and a margin; what does not fit in the architectural maximum spills."""
-    need = s.mwi * s.nwi + s.mwi + s.nwi + REGISTER_MARGIN
+    staged = (s.sa * s.bm * s.bk + s.sb * s.bn * s.bk) // s.threads
+    need = s.mwi * s.nwi + s.mwi + s.nwi + staged + REGISTER_MARGIN
     cap = min(hw.limits.max_registers_per_thread, hw.limits.registers_per_sm // max(1, s.threads))
     return min(need, cap), 4 * max(0, need - cap)
 

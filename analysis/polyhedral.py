@@ -239,3 +239,27 @@ def analyze(w: Workload) -> AccessInfo:
         lp.name for lp in w.loops if lp.kind == "reduction" and lp.name in out_info.invariant_loops
     )
     return AccessInfo(domain, tuple(infos), carried, tuple(loop_names))
+
+
+def range_violation(
+    variables: tuple[str, ...], condition: str, expr: str, low: int | None, high: int | None
+) -> dict[str, int] | None:
+    """A point of the integer set ``{ [variables] : condition }`` at which the affine ``expr``
+    (isl syntax: ``floor(e/k)`` and ``e mod k`` allowed) lies outside ``[low, high]`` (None: no
+    bound on that side), or None when isl proves there is none.
+
+    The bounds proof of a GPU kernel (``analysis/gpu_bounds.py``) asks this of every access:
+    ``low = 0`` and ``high = size - width`` of its buffer."""
+    outside = [f"({expr}) < {low}"] if low is not None else []
+    outside += [f"({expr}) > {high}"] if high is not None else []
+    if not outside:
+        return None
+    names = ", ".join(variables)
+    points = isl.Set(f"{{ [{names}] : ({condition}) and ({' or '.join(outside)}) }}")
+    if points.is_empty():
+        return None
+    p = points.sample_point()
+    return {
+        n: int(p.get_coordinate_val(isl.dim_type.set, i).to_python())
+        for i, n in enumerate(variables)
+    }

@@ -305,7 +305,9 @@ def gflops_side_by_side(
     return [k.schedule.flops / seconds / 1e9 for k, (seconds, _, _) in zip(kernels, timed)]
 
 
-def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) -> dict[str, Any]:
+def run_suite(
+    quick: bool = False, samples: int | None = None, log: Log = None, gpu_only: bool = False
+) -> dict[str, Any]:
     """Run the suite on the host; returns the JSON document ``aotune bench --json`` prints.
 
     ``samples`` configs per row are measured for model accuracy: 64 by default, 32 in the quick
@@ -315,12 +317,23 @@ def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) 
     Operator rows carry ``efficiency_vs_matmul_1024``: their chosen kernel's GFLOP/s over the
     tuned 1024^3 matmul's, the two timed side by side right after the row (the quick suite has no
     1024^3 row, so it leaves it out).
+
+    ``gpu_rows`` are the GPU targets' rows (``benchmarks/gpu.py``): predicted, never measured
+    (one with ``quick``); ``gpu_only`` runs those alone.
     """
+    from aotune.benchmarks.gpu import run_gpu_rows
+
     hw = load_target("host")
     blas = numpy_blas()
     warning = blas.warning(hw.isa.vector_bits)
     if warning and log:
         log(f"[bench] warning: {warning}")
+    if gpu_only:
+        return {
+            "machine": machine_description(hw),
+            "rows": [],
+            "gpu_rows": run_gpu_rows(quick, log),
+        }
     samples = samples if samples is not None else (QUICK_SAMPLES if quick else FULL_SAMPLES)
     timing = (0.0, 0.0) if quick else (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS)
     rows, reference = [], None
@@ -336,12 +349,23 @@ def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) 
             row["efficiency_vs_matmul_1024"] = op_gflops / ref_gflops
             row["side_by_side_gflops"] = {"operator": op_gflops, "matmul_1024": ref_gflops}
         rows.append(row)
-    return {"machine": machine_description(hw), "numpy_blas": blas.as_dict(), "rows": rows}
+    return {
+        "machine": machine_description(hw),
+        "numpy_blas": blas.as_dict(),
+        "rows": rows,
+        "gpu_rows": run_gpu_rows(quick, log),
+    }
 
 
 def print_table(result: dict[str, Any], console: Any) -> None:
-    """The suite's results as a rich table."""
+    """The suite's results as rich tables: the GPU rows (predicted), then the host's rows."""
+    from aotune.benchmarks.gpu import print_gpu_table
     from rich.table import Table
+
+    if result.get("gpu_rows"):
+        print_gpu_table(result["gpu_rows"], console)
+    if not result["rows"]:
+        return
 
     blas = result.get("numpy_blas") or {}
     table = Table(

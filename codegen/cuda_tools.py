@@ -6,6 +6,9 @@ distribution's file list, never by guessing PATH. ptxas comes from ``nvidia-cuda
 the 13.x ptxas no longer assembles sm_70); nvdisasm from ``nvidia-cuda-nvdisasm`` (only 13.x is on
 the package index, and it refuses sm_70 cubins: V100 kernels are then read from PTX alone, which
 ``disassemble`` reports rather than hides).
+
+nvdisasm spends about 0.25 s starting up whatever it reads, several times what one kernel's SASS
+costs it, so ``disassemble_many`` reads the code sections of many cubins in one raw-binary run.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import functools
 import importlib.metadata
 import json
 import re
+import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -222,3 +226,128 @@ def disassemble(cubin: bytes, entry: str) -> Disassembly:
                 )
             )
     raise CodegenError(f"nvdisasm found no function {entry!r} in the cubin")
+
+
+# sm_70 and later encode every SASS instruction in 128 bits
+SASS_INSTRUCTION_BYTES = 16
+
+
+def text_section(cubin: bytes, entry: str) -> bytes:
+    """The machine code of ``entry`` (its ``.text.<entry>`` section) from a cubin (ELF64)."""
+    try:
+        if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+            raise ValueError("not an ELF64 file")
+        (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+        headers = [
+            struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)
+        ]
+        names_at = headers[shstrndx][4]
+        wanted = f".text.{entry}".encode() + b"\0"
+        for name, _type, _flags, _addr, offset, size in headers:
+            if cubin[names_at + name : names_at + name + len(wanted)] == wanted:
+                return cubin[offset : offset + size]
+    except (ValueError, IndexError, struct.error) as e:
+        raise CodegenError(f"the cubin ptxas produced is not readable ELF ({e})") from None
+    raise CodegenError(f"the cubin has no code section for {entry!r}")
+
+
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+# where the second of two raw runs places the code: past any batch's end, so that the operands that
+# move between the runs are exactly the code addresses (branch and call targets)
+_SECOND_BASE = 1 << 40
+
+
+def _raw_listing(exe: Path, path: Path, sm: int, base: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(exe), "-json", "-b", f"SM{sm}", "-base", hex(base), str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _instructions(proc: subprocess.Popen) -> list[dict] | None:
+    try:
+        out, _ = proc.communicate(timeout=TOOL_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise CodegenError(f"nvdisasm ran past {TOOL_SECONDS} s on generated kernels") from None
+    if proc.returncode != 0:
+        return None
+    try:
+        return [i for fn in json.loads(out)[1] for i in fn.get("sass-instructions", ())]
+    except (json.JSONDecodeError, IndexError, TypeError, AttributeError) as e:
+        raise CodegenError(f"nvdisasm -json printed no readable JSON ({e})") from None
+
+
+def _local_targets(at_zero: str, moved: str, start: int) -> str:
+    """Operands with each code address (a hex number that moved with the base) made relative to
+    its function's ``start``, as nvdisasm prints them for a cubin."""
+    shifted = iter(_HEX.findall(moved))
+
+    def local(m: re.Match[str]) -> str:
+        other = next(shifted, m.group(0))
+        return m.group(0) if other == m.group(0) else hex(int(m.group(0), 16) - start)
+
+    return _HEX.sub(local, at_zero)
+
+
+def disassemble_many(cubins: list[bytes], entry: str, sm: int) -> list[Disassembly]:
+    """The SASS of ``entry`` in each cubin, as ``disassemble`` gives it, from nvdisasm runs over
+    their code sections laid end to end (``-b SM<sm>``: raw instructions, split back by each
+    section's length). Two runs at two base addresses tell the code addresses among the operands,
+    which are then made relative to each function as in a cubin's listing.
+
+    Where nvdisasm has no raw mode for the architecture (sm_70 on 13.x), each cubin goes through
+    ``disassemble``, which says why it has no SASS."""
+    if len(cubins) < 2:
+        return [disassemble(c, entry) for c in cubins]
+    codes = [text_section(c, entry) for c in cubins]
+    exe = tool_path("nvdisasm")
+    with tempfile.TemporaryDirectory(prefix="aotune-nvdisasm-") as tmp:
+        path = Path(tmp) / "kernels.bin"
+        path.write_bytes(b"".join(codes))
+        runs: list[subprocess.Popen] = []
+        try:
+            for base in (0, _SECOND_BASE):
+                runs.append(_raw_listing(exe, path, sm, base))
+            at_zero, moved = (_instructions(p) for p in runs)
+        except OSError as e:
+            raise CodegenError(
+                f"nvdisasm could not be run ({e.strerror}); reinstall it: {INSTALL_HINT}"
+            ) from None
+        finally:  # a run left behind by an error (or Ctrl-C) is ended, not orphaned
+            for p in runs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    if at_zero is None or moved is None:
+        return [disassemble(c, entry) for c in cubins]
+    total = sum(len(c) for c in codes)
+    if len(at_zero) * SASS_INSTRUCTION_BYTES != total or len(moved) != len(at_zero):
+        raise CodegenError(
+            f"nvdisasm listed {len(at_zero)} instructions for {total} bytes of sm_{sm} code; "
+            f"expected one per {SASS_INSTRUCTION_BYTES} bytes"
+        )
+    out, at = [], 0
+    for code in codes:
+        n = len(code) // SASS_INSTRUCTION_BYTES
+        out.append(
+            Disassembly(
+                tuple(
+                    SassInstruction(
+                        a.get("opcode", ""),
+                        _local_targets(
+                            a.get("operands", ""),
+                            b.get("operands", ""),
+                            at * SASS_INSTRUCTION_BYTES,
+                        ),
+                    )
+                    for a, b in zip(at_zero[at : at + n], moved[at : at + n])
+                )
+            )
+        )
+        at += n
+    return out

@@ -1,6 +1,10 @@
 """GpuSchedule -> GpuKernel: LLVM IR with NVVM intrinsics -> llvmlite's NVPTX backend -> PTX for
 the target's sm and PTX ISA version -> ptxas -> cubin, ptxas's resource report and the SASS.
 
+``compile_gpu_kernels`` compiles a tier-2 shortlist: LLVM in this process (one module at a time,
+under LLVM's lock) while ptxas assembles the previous kernel in its own process, then one
+disassembly of them all (nvdisasm's start-up is most of the cost of one kernel's SASS).
+
 Roadmap: the host module (the emulation of the same per-thread body) is generated beside the
 device one and compiled only when a kernel is checked (``gpu_emulator.py``).
 """
@@ -8,15 +12,23 @@ device one and compiled only when a kernel is checked (``gpu_emulator.py``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 from aotune.codegen.compile import _LLVM_LOCK, _init_llvm, optimize
-from aotune.codegen.cuda_tools import Disassembly, PtxasReport, assemble, disassemble
+from aotune.codegen.cuda_tools import (
+    Disassembly,
+    PtxasReport,
+    assemble,
+    disassemble,
+    disassemble_many,
+)
 from aotune.codegen.gpu_schedule import GpuSchedule
 from aotune.codegen.llvm_gpu import KernelEmitter
 from aotune.errors import CodegenError
@@ -57,10 +69,14 @@ class GpuKernel:
     schedule: GpuSchedule
     launch: Launch
     hw: GpuSpec = field(repr=False, compare=False)
+    disassembly: Disassembly | None = field(default=None, repr=False, compare=False)
 
     @functools.cached_property
     def sass(self) -> Disassembly:
-        """The SASS (nvdisasm), on first use."""
+        """The SASS (nvdisasm): the one read with other kernels (``compile_gpu_kernels``), else
+        disassembled on first use."""
+        if self.disassembly is not None:
+            return self.disassembly
         return disassemble(self.cubin, self.entry)
 
     @property
@@ -143,3 +159,26 @@ def compile_gpu_kernel(s: GpuSchedule, hw: GpuSpec, entry: str = "aotune_kernel"
         ("A", "B", "C", "bias"),
     )
     return GpuKernel(hw.name, entry, ir_text, ptx, assembled.cubin, assembled.report, s, launch, hw)
+
+
+# LLVM runs under one lock in this process; a second thread keeps ptxas busy beside it
+COMPILE_THREADS = 2
+
+
+def compile_gpu_kernels(
+    schedules: Sequence[GpuSchedule],
+    hw: GpuSpec,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[GpuKernel]:
+    """``compile_gpu_kernel`` for each schedule, in order, with their SASS read in one batch
+    (``progress(done, total)`` after each kernel is assembled)."""
+    kernels: list[GpuKernel] = []
+    with ThreadPoolExecutor(max_workers=COMPILE_THREADS) as pool:
+        for kernel in pool.map(lambda s: compile_gpu_kernel(s, hw), schedules):
+            kernels.append(kernel)
+            if progress:
+                progress(len(kernels), len(schedules))
+    if not kernels:
+        return []
+    listings = disassemble_many([k.cubin for k in kernels], kernels[0].entry, hw.arch.sm)
+    return [dataclasses.replace(k, disassembly=d) for k, d in zip(kernels, listings)]

@@ -411,7 +411,14 @@ class KernelEmitter:
                             **self.digits(b, cols[j], s.n_loops),
                             **batch,
                         }
-                        v = self.epilogue(b, m, v, pbias, cc)
+                        # the bias is read for every cell, before the store's bounds check: a
+                        # cell past C's edge reads element 0 instead (its value is never stored)
+                        inside = self.both(
+                            b,
+                            self.below(b, rows[i], s.M, s.bm),
+                            self.below(b, cols[j], s.N, s.bn),
+                        )
+                        v = self.epilogue(b, m, v, pbias, cc, inside)
                     vals.append(v)
                 if ok is None:
                     self.store_floats(b, pc, flat, vals, min(16, 4 * step))
@@ -422,9 +429,16 @@ class KernelEmitter:
         return fn
 
     def epilogue(
-        self, b: ir.IRBuilder, m: ir.Module, v: ir.Value, pbias: ir.Value, coords: dict
+        self,
+        b: ir.IRBuilder,
+        m: ir.Module,
+        v: ir.Value,
+        pbias: ir.Value,
+        coords: dict,
+        inside: ir.Value | None = None,
     ) -> ir.Value:
-        """``act(v + bias[C's last index])``, with the CPU kernel's formulas."""
+        """``act(v + bias[C's last index])``, with the CPU kernel's formulas; the bias read is
+        predicated on ``inside`` (the cell is within C)."""
         s = self.s
         if s.bias:
             last = len(s.c.shape) - 1
@@ -432,7 +446,7 @@ class KernelEmitter:
             for name, cf in s.c.coefficients[last]:
                 if name in coords:  # a loop of extent 1 is in no group: its index is 0
                     idx = b.add(idx, b.mul(coords[name], self.c(cf)))
-            v = b.fadd(v, b.load(b.gep(pbias, [idx], inbounds=True), align=4))
+            v = b.fadd(v, self.load(b, pbias, idx, inside, 1)[0])
         if s.activation == "relu":
             return b.select(b.fcmp_ordered(">", v, ir.Constant(F32, 0.0)), v, ir.Constant(F32, 0.0))
         if s.activation == "sigmoid":
@@ -464,6 +478,13 @@ class KernelEmitter:
     def device_module(self, triple: str, dynamic_shared: bool = False) -> str:
         """The NVPTX module: one ``ptx_kernel`` entry (A, B, C, bias) with a 1-D block of
         ``threads`` and a (M/bm, N/bn, batch) grid."""
+        m = self.device_ir(triple, dynamic_shared)
+        # the block size as ptxas's .maxntid: it then fits the registers to a block of that size
+        return _with_fn_attribute(str(m), self.entry, f'"nvvm.maxntid"="{self.s.threads}"')
+
+    def device_ir(self, triple: str, dynamic_shared: bool = False) -> ir.Module:
+        """The NVPTX module as llvmlite IR objects (what ``device_module`` prints, and what
+        ``analysis/gpu_bounds.py`` reads to prove its accesses in bounds)."""
         s = self.s
         m = ir.Module(name=self.entry)
         m.triple = triple
@@ -524,8 +545,7 @@ class KernelEmitter:
         b.position_at_end(done)
         call("region_store", self.c(0))
         b.ret_void()
-        # the block size as ptxas's .maxntid: it then fits the registers to a block of that size
-        return _with_fn_attribute(str(m), self.entry, f'"nvvm.maxntid"="{s.threads}"')
+        return m
 
     def host_module(self, triple: str) -> str:
         """The emulation module: ``<entry>_host_block(A, B, C, bias, bx, by, bz, smem, state)``

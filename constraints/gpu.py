@@ -102,6 +102,20 @@ def gemm_view(w: Workload, info: AccessInfo, r: Roles) -> GemmView:
 class GpuSpace(Space):
     """A Space plus what the GPU schedule and model need to read its configs."""
 
+    # every GA search starts from SEED_DRAW x population samples: most of their steps are one
+    # decision changed that breaks nothing, which a Python check settles without a CP-SAT solve
+    sample_by_replacement = True
+    # A GA search solves this small model (18 decisions with domains of 2-9 values) a few thousand
+    # times, each a feasibility question or a "fewest changes" repair. Presolve, the LP relaxation,
+    # probing and symmetry detection cost more than the search they would shorten (5-7x per solve
+    # here; the repairs reach the same optimum), so the search's solves go without them.
+    search_solver_parameters = {
+        "cp_model_presolve": False,
+        "linearization_level": 0,
+        "cp_model_probing_level": 0,
+        "symmetry_level": 0,
+    }
+
     workload: Workload | None = None
     hw: GpuSpec | None = None
     info: AccessInfo | None = None

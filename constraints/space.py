@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from aotune.constraints.expr import Expr, LoweringContext
 from aotune.errors import ConfigError, UnsatisfiableError
@@ -172,6 +172,13 @@ class Space:
     # decisions that trade off against one shared limit (a register tile's rows and columns against
     # the vector registers): local search moves them together, since one alone is seldom valid
     joint_moves: tuple[tuple[str, ...], ...] = ()
+    # sample() may take a drawn value without a solve when changing that one decision of the
+    # current config keeps it valid (a sufficient test, about 100x cheaper than a solve); a space
+    # that keeps this off samples exactly as it always has (the CPU's searches stay as they were)
+    sample_by_replacement: ClassVar[bool] = False
+    # CP-SAT parameters for the search's solves (solve, nearest, and so sample), set after the
+    # defaults; empty: every solve as it always was
+    search_solver_parameters: ClassVar[Mapping[str, object]] = {}
     _model: cp_model.CpModel = field(init=False, repr=False)
     _vars: dict[str, cp_model.IntVar] = field(init=False, repr=False)
 
@@ -333,7 +340,14 @@ class Space:
         ``hints``.
 
         Raises UnsatisfiableError if no config satisfies the restrictions.
+
+        Hints that name every decision and form a valid config within ``allowed`` are returned
+        as they are, without a solve: CP-SAT (no presolve, one worker) returns such a complete,
+        feasible hint as its solution, so the answer is the same at a fraction of the cost.
         """
+        hinted = self._valid_hint(allowed, hints)
+        if hinted is not None:
+            return hinted
         model = self._model
         if allowed or hints:
             model, cvars = self._restrictable_copy()
@@ -348,6 +362,7 @@ class Space:
         # presolve rewrites variables and drops the hints on them (a hinted par=n came back as par=m
         # every time), which turned every GA mutation into "take the solver's default value"
         solver.parameters.cp_model_presolve = not hints
+        self._tuned(solver)
         status = solver.solve(model)
         if status == cp_model.INFEASIBLE and not allowed:
             raise UnsatisfiableError(self.empty_space_message())
@@ -359,6 +374,18 @@ class Space:
             )
             raise UnsatisfiableError(f"{self.title}: {why}")
         return self._solution(solver)
+
+    def _valid_hint(
+        self, allowed: Mapping[str, Iterable[int]] | None, hints: Mapping[str, int] | None
+    ) -> Config | None:
+        """The hinted config, if the hints name every decision, keep to ``allowed`` and meet
+        every constraint."""
+        if not hints or any(n not in hints for n in self.names):
+            return None
+        if any(hints[n] not in set(vals) for n, vals in (allowed or {}).items()):
+            return None
+        cfg = Config(tuple((n, int(hints[n])) for n in self.names))
+        return cfg if self.is_valid(cfg) else None
 
     def empty_space_message(self) -> str:
         """Why no config exists at all: the constraints that conflict, with their rules."""
@@ -386,12 +413,18 @@ class Space:
             changed.append(~kept)
             model.add_hint(cvars[name], value)
         model.minimize(sum(changed))
-        solver = _one_worker_solver(time_limit)
+        solver = self._tuned(_one_worker_solver(time_limit))
         if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             raise UnsatisfiableError(
                 f"{self.title}: no config has {', '.join(f'{k}={v}' for k, v in fixed.items())}"
             )
         return self._solution(solver)
+
+    def _tuned(self, solver: cp_model.CpSolver) -> cp_model.CpSolver:
+        """``solver`` with this space's ``search_solver_parameters``."""
+        for name, value in self.search_solver_parameters.items():
+            setattr(solver.parameters, name, value)
+        return solver
 
     def _solution(self, solver: cp_model.CpSolver) -> Config:
         return Config(tuple((n, int(solver.value(self._vars[n]))) for n in self.names))
@@ -420,6 +453,9 @@ class Space:
         Each sample visits the variables in random order and fixes each to a uniformly random value
         of its domain when CP-SAT says the fixings so far stay feasible (two tries, else it is left
         to the solver), so every sample is valid by construction and spread over the whole space.
+        With ``sample_by_replacement`` a value whose one-decision change of the current config is
+        valid is taken without a solve (the solver is asked only when that change alone breaks a
+        constraint and others must move with it).
         """
         rng = random.Random(seed)
         seen: dict[Config, None] = {}
@@ -435,6 +471,10 @@ class Space:
                     value = rng.choice(v.domain)
                     if cfg[v.name] == value:
                         fixed[v.name] = [value]
+                        break
+                    moved = cfg.replaced({v.name: value})
+                    if self.sample_by_replacement and self.is_valid(moved):
+                        cfg, fixed[v.name] = moved, [value]
                         break
                     try:
                         cfg = self.solve({**fixed, v.name: [value]}, seed=rng.randrange(1 << 30))

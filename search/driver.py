@@ -3,9 +3,10 @@
 target = target_for(hw)                            # the CPU or GPU pieces, by the spec's kind
 space  = target.build_space(workload)               # CP-SAT, built once
 tier 1 = strategy.tune(space, estimate)             # every candidate, config-only model
-tier 2 = compile the best ``compile_top`` distinct estimates + capstone features
-         + model.predict_batch
-top-k  = best tier-2 predictions, one per register tile while others remain   # measurements: 0
+tier 2 = compile the best ``compile_top`` distinct estimates + features (capstone; SASS and
+         ptxas for a GPU) + model.predict_batch; more while fewer than top_k are usable
+top-k  = best usable tier-2 predictions, one per register tile while others remain
+         # measurements: 0
 verify = final check of the top-k vs numpy on the host, timed side by side
          # optional; a foreign-ISA target's top-k runs under qemu-user instead
          # (codegen/emulate.py): correct or not, never timed
@@ -15,9 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
@@ -117,19 +117,10 @@ def tune(
     # configs with one estimate differ only in decisions the estimate ignores, and almost always
     # compile to the same predicted time: one of each, so the compile slots see different kernels
     estimates = {cfg: seconds for seconds, cfg in scored}
-    shortlist = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)[
-        : options.compile_top
-    ]
-    schedules = [target.schedule(space, cfg) for cfg in shortlist]
-    kernels, loops = [], []
-    # a target whose compiler runs outside this process (ptxas) compiles on several threads;
-    # results keep the shortlist's order
-    with ThreadPoolExecutor(max_workers=getattr(target, "compile_workers", 1)) as pool:
-        for i, (kernel, feats) in enumerate(pool.map(target.compile_and_read, schedules)):
-            kernels.append(kernel)
-            loops.append(feats)
-            if progress:
-                progress("compile", i + 1, len(shortlist))
+    ranked = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)
+    shortlist, schedules, kernels, loops = compile_shortlist(
+        target, space, ranked, options, progress
+    )
     compiled = sorted(
         zip(
             target.predict(schedules, loops),
@@ -142,11 +133,12 @@ def tune(
         # a kernel its target cannot use (a GPU kernel that spills) ranks after every usable one
         key=lambda c: (not target.usable(c[5]), c[0].seconds),
     )
+    picked = usable_top_k(
+        compiled, options.top_k, lambda c: target.usable(c[5]), lambda c: target.tile_of(c[3])
+    )
     top = tuple(
         Candidate(i + 1, cfg, sched, est, pred, kernel)
-        for i, (pred, est, cfg, sched, kernel, _) in enumerate(
-            spread_top_k(compiled, options.top_k, lambda c: target.tile_of(c[3]))
-        )
+        for i, (pred, est, cfg, sched, kernel, _) in enumerate(picked)
     )
     return TuneResult(
         workload,
@@ -159,6 +151,60 @@ def tune(
         len(shortlist),
         measurements=executions() - runs_before,
     )
+
+
+# When fewer than top_k kernels of the shortlist are usable (GPU kernels that spill are not), the
+# next best estimates are compiled too, EXTRA_BATCHES batches of half a shortlist at most.
+EXTRA_BATCHES = 2
+
+
+def compile_shortlist(
+    target: Any,
+    space: Any,
+    ranked: list[Config],
+    options: SearchOptions,
+    progress: Progress | None = None,
+) -> tuple[list[Config], list[Any], list[Any], list[Any]]:
+    """Compile the ``compile_top`` best of ``ranked`` (best estimate first) and read their
+    features: (configs, schedules, kernels, features), in the order compiled. While fewer than
+    ``top_k`` of them are usable and more remain, compile the next ``compile_top // 2`` (up to
+    ``EXTRA_BATCHES`` times): the tier-1 estimate cannot see every spill that ptxas will report,
+    and a top-k of kernels that spill is none to ship."""
+    configs: list[Config] = []
+    schedules: list[Any] = []
+    kernels: list[Any] = []
+    loops: list[Any] = []
+    batch = options.compile_top
+    for _ in range(1 + EXTRA_BATCHES):
+        todo = ranked[len(configs) : len(configs) + batch]
+        if not todo:
+            break
+        new = [target.schedule(space, cfg) for cfg in todo]
+        done = len(configs)
+        # the target compiles a batch as it can best (a GPU: ptxas beside LLVM, one nvdisasm for
+        # all); results keep the batch's order
+        step = (lambda i, n, at=done: progress("compile", at + i, at + n)) if progress else None
+        for kernel, feats in target.compile_and_read_many(new, step):
+            kernels.append(kernel)
+            loops.append(feats)
+        configs += todo
+        schedules += new
+        if sum(1 for f in loops if target.usable(f)) >= options.top_k:
+            break
+        batch = max(1, options.compile_top // 2)
+    return configs, schedules, kernels, loops
+
+
+def usable_top_k(
+    ranked: list[T],
+    k: int,
+    usable: Callable[[T], bool],
+    tile_of: Callable[[T], tuple[int, ...]],
+) -> list[T]:
+    """``spread_top_k`` of the usable items of ``ranked``; an unusable item (a GPU kernel that
+    spills) fills a place only when no usable one is left for it."""
+    picked = spread_top_k([c for c in ranked if usable(c)], k, tile_of)
+    return picked + [c for c in ranked if not usable(c)][: k - len(picked)]
 
 
 def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:

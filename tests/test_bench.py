@@ -133,3 +133,28 @@ def test_library_row_times_the_built_kernel_beside_the_runner():
     )
     assert row["runner_gflops"] > 0 and row["library_gflops"] > 0
     assert row["ratio"] == pytest.approx(row["library_gflops"] / row["runner_gflops"])
+
+
+def test_gpu_rows_are_predictions_with_their_checks_and_quick_keeps_one() -> None:
+    from aotune.analysis.workload import conv2d
+    from aotune.benchmarks.gpu import TARGETS, gpu_row, print_gpu_table, row_specs
+    from aotune.benchmarks.suite import RESNET
+    from aotune.search.options import SearchOptions
+    from rich.console import Console
+
+    specs = row_specs()
+    assert {t for t, _, _ in specs} == set(TARGETS) == {"a100", "h100"}
+    assert len(specs) == len(TARGETS) * (1 + 2 * len(RESNET))
+    assert [name for _, name, _ in row_specs(quick=True)] == ["matmul 4096x4096x4096"]
+    w = conv2d(1, 16, 14, 14, 32, 3, 3, pad=1, layout="NHWC")
+    options = SearchOptions(budget=64, population=8, compile_top=4, top_k=2)
+    row = gpu_row("h100", "conv2d small NHWC", w, options)
+    assert row["measured"] is False and row["measurements"] == 0
+    assert row["top_k"] == 2 and row["kernels_compiled"] == 4
+    assert row["ptxas_accepted"] <= 2 and row["emulated_correct"] == 2
+    assert row["predicted_tflops"] == pytest.approx(w.flops / row["predicted_seconds"] / 1e12)
+    assert 0.0 < row["peak_fraction"] == pytest.approx(row["predicted_tflops"] / row["peak_tflops"])
+    console = Console(record=True, width=200)
+    print_gpu_table([row], console)
+    text = console.export_text()
+    assert "predicted by the model, not measured" in text and "conv2d small NHWC" in text

@@ -196,6 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only the GPU rows (predicted for a100 and h100; no host timing)",
     )
+    b.add_argument(
+        "--only",
+        default=None,
+        help="one group of rows: matmul, operators, unseen (shapes the model was not developed "
+        "on) or gpu",
+    )
+    b.add_argument(
+        "--target",
+        default="host",
+        help="the spec host kernels are tuned and predicted with: host (default) or a calibrated "
+        "spec file of this machine",
+    )
     add_build_parser(sub)
     add_db_parser(sub)
     return parser
@@ -732,6 +744,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         samples=args.samples,
         log=None if args.json else _console(stderr=True).print,
         gpu_only=args.gpu_only,
+        only=args.only,
+        target=args.target,
     )
     if args.json:
         print(json.dumps(result, indent=1))

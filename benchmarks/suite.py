@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
-from aotune.analysis.workload import LAYOUTS, Workload, conv2d, dense, depthwise_conv2d, matmul
+from aotune.analysis.workload import (
+    LAYOUTS,
+    Workload,
+    batch_matmul,
+    conv2d,
+    dense,
+    depthwise_conv2d,
+    matmul,
+)
 from aotune.codegen.compile import Kernel, compile_kernel
 from aotune.codegen.numpy_blas import numpy_blas
 from aotune.codegen.runner import (
@@ -30,13 +38,16 @@ from aotune.codegen.runner import (
 from aotune.codegen.schedule import schedule_from_config
 from aotune.codegen.workers import workers
 from aotune.constraints.cpu import build_cpu_space
-from aotune.errors import FinalCheckError
+from aotune.errors import ConfigError, FinalCheckError
+from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.search import driver
 from aotune.search.driver import Verified
 from aotune.search.options import SearchOptions
 
 FULL = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (128, 1000, 4032))
+# BERT-large's projections at sequence length 384 (issue 21's speed rows)
+BERT_LARGE = ((384, 1024, 1024), (384, 4096, 1024), (384, 1024, 4096))
 QUICK = ((256, 256, 256), (512, 512, 512))
 FULL_SAMPLES, QUICK_SAMPLES = 64, 32
 Log = Callable[[str], None] | None
@@ -305,8 +316,29 @@ def gflops_side_by_side(
     return [k.schedule.flops / seconds / 1e9 for k, (seconds, _, _) in zip(kernels, timed)]
 
 
+# Shapes the model was not developed on (odd, skinny, batch > 1 forms of the operators): their
+# rows are reported apart from the ones above, which the model's mechanisms were found on.
+UNSEEN = (
+    ("matmul 4096x64x1024", matmul(4096, 64, 1024)),
+    ("matmul 777x555x333", matmul(777, 555, 333)),
+    ("batch_matmul 8x384x384x64", batch_matmul(8, 384, 384, 64)),
+    ("dense 384x1024->4096 +bias gelu", dense(384, 4096, 1024, True, "gelu")),
+    (
+        "conv2d N=4 28x28x128->128 3x3 p1 NHWC",
+        conv2d(4, 128, 28, 28, 128, 3, 3, pad=1, layout="NHWC"),
+    ),
+    ("depthwise N=4 56x56x64 3x3 p1 NCHW", depthwise_conv2d(4, 64, 56, 56, 3, 3, pad=1)),
+)
+GROUPS = ("matmul", "operators", "unseen", "gpu")
+
+
 def run_suite(
-    quick: bool = False, samples: int | None = None, log: Log = None, gpu_only: bool = False
+    quick: bool = False,
+    samples: int | None = None,
+    log: Log = None,
+    gpu_only: bool = False,
+    only: str | None = None,
+    target: str = "host",
 ) -> dict[str, Any]:
     """Run the suite on the host; returns the JSON document ``aotune bench --json`` prints.
 
@@ -314,47 +346,62 @@ def run_suite(
     suite (every config is timed in several rounds, and the quick suite must stay under 2 minutes,
     so it times the fewest rounds instead of going on for ``ACCURACY_SWEEP_SECONDS``).
 
-    Operator rows carry ``efficiency_vs_matmul_1024``: their chosen kernel's GFLOP/s over the
-    tuned 1024^3 matmul's, the two timed side by side right after the row (the quick suite has no
-    1024^3 row, so it leaves it out).
+    Groups of rows (``only`` picks one): ``matmul`` (the tuned-on shapes and BERT-large's),
+    ``operators`` (ResNet-50, depthwise, dense), ``unseen`` (shapes the model was not developed on)
+    and ``gpu`` (``benchmarks/gpu.py``: predicted, never measured; one with ``quick``;
+    ``gpu_only`` is ``only="gpu"``). Each row says its ``group``. ``target`` is the spec the host
+    kernels are tuned and predicted with: ``host``, or a calibrated file of this machine.
 
-    ``gpu_rows`` are the GPU targets' rows (``benchmarks/gpu.py``): predicted, never measured
-    (one with ``quick``); ``gpu_only`` runs those alone.
+    Operator rows carry ``efficiency_vs_matmul_1024``: their chosen kernel's GFLOP/s over the
+    tuned 1024^3 matmul's, the two timed side by side right after the row (without a 1024^3 row in
+    the run, it is left out).
     """
     from aotune.benchmarks.gpu import run_gpu_rows
 
-    hw = load_target("host")
+    only = "gpu" if gpu_only else only
+    if only is not None and only not in GROUPS:
+        raise ConfigError(f"bench group {only!r} unknown; use one of {', '.join(GROUPS)}")
+    hw = load_target(target)
+    ok, why = host_can_run(hw) if hw.kind == "cpu" else (False, "a GPU target")
+    if not ok and only != "gpu":
+        raise ConfigError(f"bench times kernels on this machine, and {why}; pass a spec of it")
     blas = numpy_blas()
     warning = blas.warning(hw.isa.vector_bits)
     if warning and log:
         log(f"[bench] warning: {warning}")
-    if gpu_only:
-        return {
-            "machine": machine_description(hw),
-            "rows": [],
-            "gpu_rows": run_gpu_rows(quick, log),
-        }
+    doc: dict[str, Any] = {"machine": machine_description(hw), "numpy_blas": blas.as_dict()}
+    doc["target"] = {"name": hw.name, "core_model_from": hw.core_model_from}
     samples = samples if samples is not None else (QUICK_SAMPLES if quick else FULL_SAMPLES)
     timing = (0.0, 0.0) if quick else (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS)
-    rows, reference = [], None
-    for M, N, K in QUICK if quick else FULL:
-        row, pick = bench_row(f"matmul {M}x{N}x{K}", matmul(M, N, K), hw, samples, log, timing)
-        rows.append(row)
-        if (M, N, K) == (1024, 1024, 1024) and pick is not None:
-            reference = pick.candidate.kernel
-    for name, w in OPERATORS_QUICK if quick else OPERATORS_FULL:
-        row, pick = bench_row(name, w, hw, samples, log, timing)
-        if reference is not None and pick is not None:
-            op_gflops, ref_gflops = gflops_side_by_side([pick.candidate.kernel, reference], hw)
-            row["efficiency_vs_matmul_1024"] = op_gflops / ref_gflops
-            row["side_by_side_gflops"] = {"operator": op_gflops, "matmul_1024": ref_gflops}
-        rows.append(row)
-    return {
-        "machine": machine_description(hw),
-        "numpy_blas": blas.as_dict(),
-        "rows": rows,
-        "gpu_rows": run_gpu_rows(quick, log),
-    }
+    rows: list[dict[str, Any]] = []
+    reference = None
+
+    def wanted(group: str) -> bool:
+        return only is None or only == group
+
+    if wanted("matmul"):
+        shapes = QUICK if quick else FULL + BERT_LARGE
+        for M, N, K in shapes:
+            name = f"matmul {M}x{N}x{K}"
+            row, pick = bench_row(name, matmul(M, N, K), hw, samples, log, timing)
+            rows.append({**row, "group": "matmul"})
+            if (M, N, K) == (1024, 1024, 1024) and pick is not None:
+                reference = pick.candidate.kernel
+    groups = [("operators", OPERATORS_QUICK if quick else OPERATORS_FULL)]
+    groups += [] if quick else [("unseen", UNSEEN)]
+    for group, items in groups:
+        if not wanted(group):
+            continue
+        for name, w in items:
+            row, pick = bench_row(name, w, hw, samples, log, timing)
+            if reference is not None and pick is not None and group == "operators":
+                op_gflops, ref_gflops = gflops_side_by_side([pick.candidate.kernel, reference], hw)
+                row["efficiency_vs_matmul_1024"] = op_gflops / ref_gflops
+                row["side_by_side_gflops"] = {"operator": op_gflops, "matmul_1024": ref_gflops}
+            rows.append({**row, "group": group})
+    doc["rows"] = rows
+    doc["gpu_rows"] = run_gpu_rows(quick, log) if wanted("gpu") else []
+    return doc
 
 
 def print_table(result: dict[str, Any], console: Any) -> None:

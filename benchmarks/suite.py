@@ -441,7 +441,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
         a = r["accuracy"]
         eff = r.get("efficiency_vs_matmul_1024")
         table.add_row(
-            r["workload"],
+            r["workload"] + (" (unseen)" if r.get("group") == "unseen" else ""),
             f"{r['gflops']:.1f}",
             f"{r['numpy_gflops']:.1f}",
             f"{r['ratio']:.2f}",

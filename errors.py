@@ -46,3 +46,8 @@ class CodegenError(AotuneError):
 
 class FinalCheckError(AotuneError):
     """A kernel cannot be run on this machine (e.g. the target is not the host)."""
+
+
+class MeasurementFileError(AotuneError):
+    """A file of measurements (a Kernel Tuner cache) cannot be read, or holds a kernel or
+    parameters aotune cannot map to its own configs."""

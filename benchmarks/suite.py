@@ -80,6 +80,11 @@ def topk_score(predicted: np.ndarray, measured: np.ndarray, k: int) -> float:
     return float(measured.min() / measured[picks].min())
 
 
+def median_abs_error(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """The median of |predicted / measured - 1|: how far the model's absolute times are off."""
+    return float(np.median(np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0)))
+
+
 # The sampled configs are timed back to back, so the core is already at speed: a short warm-up
 # per config suffices (the final check's longer one is for a core that has been idle).
 ACCURACY_WARMUP_SECONDS = 0.03
@@ -186,6 +191,8 @@ def model_accuracy(
         "kendall": kendall(p, t),
         "top1": topk_score(p, t, 1),
         "top5": topk_score(p, t, 5),
+        "top10": topk_score(p, t, 10),
+        "median_abs_error": median_abs_error(p, t),
         "incorrect": incorrect,
         "best_sampled_gflops": w.flops / t.min() / 1e9,
         "core_to_core_ns": [h for h in handoff if h is not None],

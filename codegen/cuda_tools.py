@@ -14,6 +14,7 @@ import functools
 import importlib.metadata
 import json
 import re
+import struct
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -222,3 +223,66 @@ def disassemble(cubin: bytes, entry: str) -> Disassembly:
                 )
             )
     raise CodegenError(f"nvdisasm found no function {entry!r} in the cubin")
+
+
+def text_section(cubin: bytes, entry: str) -> bytes:
+    """The machine code of ``entry`` (its ``.text.<entry>`` section) in an ELF64 cubin."""
+    try:
+        if cubin[:4] != b"\x7fELF" or cubin[4] != 2:
+            raise ValueError("not an ELF64 file")
+        shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+        shentsize, n, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+        headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(n)]
+        names = headers[shstrndx][4]
+        want = f".text.{entry}".encode()
+        for name, _, _, _, offset, size in headers:
+            start = names + name
+            if cubin[start : cubin.index(b"\0", start)] == want:
+                return cubin[offset : offset + size]
+    except (struct.error, ValueError, IndexError) as e:
+        raise CodegenError(f"a cubin ptxas produced is not a readable ELF file ({e})") from None
+    raise CodegenError(f"the cubin has no code section for {entry!r}")
+
+
+# nvdisasm reads raw instruction streams of these architectures (its --binary values); every sm
+# from 70 on encodes an instruction in 16 bytes
+RAW_SM = {75, 80, 86, 87, 88, 89, 90}
+INSTRUCTION_BYTES = 16
+
+
+def disassemble_many(cubins: list[bytes], entry: str, sm: int) -> list[Disassembly]:
+    """The SASS of ``entry`` in each cubin, from one nvdisasm run over their code sections laid
+    end to end as a raw instruction stream (nvdisasm's start-up, not the disassembly, is most of
+    its time for one kernel). Branch targets are given relative to each kernel's start, as
+    ``disassemble`` gives them. Architectures nvdisasm cannot read raw, and an nvdisasm that
+    refuses the stream, fall back to ``disassemble`` per cubin."""
+    if sm not in RAW_SM or len(cubins) < 2:
+        return [disassemble(c, entry) for c in cubins]
+    texts = [text_section(c, entry) for c in cubins]
+    exe = tool_path("nvdisasm")
+    with tempfile.TemporaryDirectory(prefix="aotune-nvdisasm-") as tmp:
+        path = Path(tmp) / "kernels.bin"
+        path.write_bytes(b"".join(texts))
+        proc = _run([str(exe), "-b", f"SM{sm}", "-json", str(path)], "nvdisasm")
+    try:
+        doc = json.loads(proc.stdout) if proc.returncode == 0 else None
+        stream = doc[1][0]["sass-instructions"] if doc else None
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError):
+        stream = None
+    if stream is None or len(stream) * INSTRUCTION_BYTES != sum(len(t) for t in texts):
+        return [disassemble(c, entry) for c in cubins]
+    out, base = [], 0
+    for t in texts:
+        first, count = base // INSTRUCTION_BYTES, len(t) // INSTRUCTION_BYTES
+        instructions = []
+        for i in stream[first : first + count]:
+            opcode, operands = i.get("opcode", ""), i.get("operands", "")
+            if opcode.split(".")[0] in BRANCHES and operands.startswith("0x"):
+                operands = hex(int(operands, 16) - base)
+            instructions.append(SassInstruction(opcode, operands))
+        out.append(Disassembly(tuple(instructions)))
+        base += len(t)
+    return out
+
+
+BRANCHES = ("BRA", "BRX", "JMP", "CALL")

@@ -22,9 +22,9 @@ each resident warp needs:
               shared memory's otherwise; once per tile, the staging loads' and stores' latency
 The warps share these as a closed queueing network, solved by mean-value analysis
 (``warp_throughput``): throughput rises with warps until a resource saturates, and stays below
-every bound where two are nearly balanced. Per tile, the blocks' tiles also pass L2 (the L1
-filters what the warps of a block re-read) at this SM's share of its bandwidth. An SM's blocks
-run ``k_tiles`` tiles, then store C.
+every bound where two are nearly balanced and a partition has few warps. Per tile, the blocks'
+tiles also pass L2 (the L1 filters what the warps of a block re-read) at this SM's share of its
+bandwidth. An SM's blocks run ``k_tiles`` tiles, then store C.
 
 The grid runs in waves of SMs x b blocks; the last, partial wave runs at its own (lower) load,
 so its time is that of the blocks left per SM, not of a whole wave. DRAM bounds the whole
@@ -375,9 +375,10 @@ def warp_throughput(
     (``partition``: its pipes, its LD/ST units; a warp uses its own partition's, modelled as one
     station of ``partitions`` servers in Seidmann's approximation), stations the SM has one of
     (``shared``: the banked SRAM) and the latency it waits (``delay``, no server). Throughput
-    rises with warps until a server saturates; where two are nearly balanced, each warp queues
-    at both and the SM stays below either bound. Service is fixed-length (pipelines): a warp
-    that arrives waits on average half the service of the one being served."""
+    rises with warps until a server saturates; where two are nearly balanced and a partition has
+    few warps, each warp queues at both and the SM stays below either bound. Service is
+    fixed-length (pipelines): a warp that arrives waits on average half the service of the one
+    being served."""
     if warps <= 0:
         return 0.0
     demands = [d / partitions for d in partition] + list(shared)
@@ -390,9 +391,13 @@ def warp_throughput(
         x = n / (sum(times) + fixed)
         queue = [x * t for t in times]
         busy = [min(1.0, x * d) for d in demands]
-    busiest = -(-warps // partitions)  # warps are bound to partitions: the busiest one bounds
-    slowest = max(partition, default=0.0)
-    return min(x, warps / (busiest * slowest)) if slowest > 0 else x
+    # the residual correction is an approximation: never above a server's capacity, and warps
+    # are bound to partitions, so the busiest partition bounds its stations
+    busiest = -(-warps // partitions)
+    bounds = [1.0 / d for d in shared if d > 0] + [
+        warps / (busiest * d) for d in partition if d > 0
+    ]
+    return min([x, *bounds])
 
 
 def dram_bytes(s: GpuSchedule, hw: GpuSpec, blocks_per_sm: int) -> float:

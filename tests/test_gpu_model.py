@@ -88,3 +88,103 @@ def test_loop_weights_count_each_instruction_as_often_as_it_runs(pro, outer, f_i
     assert mix.sts_bytes_per_ffma * ffma == pytest.approx(16 * outer)
     # the k loop's branch each trip, the tile loop's once, prologue and epilogue once per kernel
     assert mix.other_per_ffma * ffma == pytest.approx(trips + 1 + (pro + 3) / tiles)
+
+
+# ---- the cost model -----------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 64),
+    st.floats(1.0, 500.0),
+    st.floats(0.0, 500.0),
+    st.floats(0.0, 500.0),
+    st.floats(0.0, 1000.0),
+)
+def test_warps_queue_below_every_bound_and_gain_from_more_warps(n, pipe, agu, data, delay):
+    from aotune.analysis.gpu_model import warp_throughput
+
+    x = warp_throughput(n, (pipe, agu), (data,), delay, 4)
+    # one warp alone: its own work and its wait, one after the other
+    alone = warp_throughput(1, (pipe, agu), (data,), delay, 4)
+    assert alone == pytest.approx(1.0 / (pipe + agu + data + delay))
+    # never above a bound: a partition's pipe (warps are bound to partitions), the SM's SRAM
+    assert x <= n / (-(-n // 4) * pipe) * (1 + 1e-9)
+    if data:
+        assert x <= 1.0 / data * (1 + 1e-9)
+    # a warp more on every partition never lowers the throughput (one more on one partition
+    # may: the SM's warps all have the same work, and that partition finishes last)
+    assert warp_throughput(n + 4, (pipe, agu), (data,), delay, 4) >= x * (1 - 1e-9)
+
+
+def test_enough_warps_reach_the_bound_of_the_busiest_resource():
+    from aotune.analysis.gpu_model import warp_throughput
+
+    # the SRAM is the bottleneck: 40 cycles a warp, the 4 partitions' pipes 100 / 4 = 25
+    x = warp_throughput(64, (100.0, 10.0), (40.0,), 200.0, 4)
+    assert x == pytest.approx(1 / 40.0, rel=0.05)
+    # balanced pipes and SRAM with a warp or two per partition: below both bounds, and less
+    # so with more warps to fill each other's waits
+    bound = min(4 / 100.0, 1 / 25.0)
+    few, more = (warp_throughput(n, (100.0, 10.0), (25.0,), 0.0, 4) for n in (4, 8))
+    assert few < 0.95 * bound and few < more <= bound
+
+
+def test_runs_sixteen_floats_apart_conflict_four_ways_in_the_banks():
+    from aotune.analysis.gpu_model import bank_wavefronts, thread_elements
+
+    # 8 threads, each reading its next 4 of 16 contiguous floats (STRM=0): 4 of them per bank
+    words = [thread_elements(t, 16, 4, 8, 0)[:4] for t in range(8)]
+    assert bank_wavefronts(words, 32) == 4
+    # 8 floats apart: 2-way; 4 apart (a quarter warp reads 32 consecutive words): none
+    assert bank_wavefronts([thread_elements(t, 8, 4, 8, 0)[:4] for t in range(8)], 32) == 2
+    assert bank_wavefronts([thread_elements(t, 4, 4, 8, 0)[:4] for t in range(8)], 32) == 1
+    # a broadcast 128-bit load: every quarter-warp phase reads one 16-byte word group
+    assert bank_wavefronts([[0, 1, 2, 3]] * 32, 32) == 4
+
+
+def test_the_l1_path_costs_follow_the_spec():
+    """A global load that hits L1 is charged its bank wavefronts at the L1 load path's rate:
+    Turing's (64 B/clk) twice Volta's (128 B/clk) for the same addresses."""
+    import dataclasses
+
+    from aotune.analysis.gpu_model import warp_access
+
+    w = xgemm_workload(4096, 4096, 4096)
+    cfg = dict(CONFIGS[1])
+    out = {}
+    for name in ("rtx-2080-ti", "v100"):
+        hw = load_target(name)
+        space = build_gpu_space(w, hw)
+        out[name] = warp_access(target_for(hw).schedule(space, space.config(cfg)), hw)
+    assert out["rtx-2080-ti"].ldg_cycles == pytest.approx(2 * out["v100"].ldg_cycles)
+    assert out["rtx-2080-ti"].lds_cycles == pytest.approx(out["v100"].lds_cycles)
+    assert dataclasses.is_dataclass(out["v100"])
+
+
+def test_a_partial_last_wave_costs_its_own_blocks_not_a_whole_wave():
+    from aotune.analysis.gpu_model import AnalyticalGpuModel
+
+    hw = load_target("rtx-2080-ti")
+    model = AnalyticalGpuModel(hw)
+    cfg = dict(CONFIGS[0])  # 64 x 64 blocks
+    times = []
+    for n in (64 * 64, 64 * 64 + 64):  # N grows by one block column: 64 more blocks
+        space = build_gpu_space(xgemm_workload(4096, n, 4096), hw)
+        (p,) = model.estimate_batch([target_for(hw).schedule(space, space.config(cfg))])
+        times.append(p.seconds)
+    blocks = 64 * 64 // 64  # 4096 x 4096 in 64 x 64 tiles: 4096 blocks; then 4160
+    assert blocks and times[0] < times[1] < times[0] * 1.25
+
+
+def test_dram_reads_an_operand_that_fits_in_l2_once():
+    from aotune.analysis.gpu_model import dram_bytes
+
+    hw = load_target("rtx-2080-ti")
+    space = build_gpu_space(xgemm_workload(256, 256, 256), hw)
+    s = target_for(hw).schedule(space, space.config(dict(CONFIGS[0])))
+    assert dram_bytes(s, hw, 1) == 3 * 4 * 256 * 256
+    big = build_gpu_space(xgemm_workload(4096, 4096, 4096), hw)
+    s = target_for(hw).schedule(big, big.config(dict(CONFIGS[0])))
+    # 64 MB operands: every wave reads the rows and columns its blocks cover, more than once
+    assert dram_bytes(s, hw, 4) > 3 * 4 * 4096 * 4096

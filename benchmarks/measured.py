@@ -483,3 +483,43 @@ def host_accuracy(
         "median_abs_error": round(acc["median_abs_error"], 4),
         "seconds": round(time.perf_counter() - start, 1),
     }
+
+
+# the measured spaces the full bench scores (beside the checkout, as in the repository's layout)
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernel-tuner"
+BENCH_FILES = (("gemm_RTX_2080_Ti.json.gz", "rtx-2080-ti"), ("gemm_RTX_Titan.json.gz", "titan-rtx"))
+
+
+def bench_rows(log: Log = None, data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
+    """The full bench's GPU accuracy rows: ``accuracy --measured`` on each file that is present
+    (a missing one is a row that says where it was looked for)."""
+    rows: list[dict[str, Any]] = []
+    for name, target in BENCH_FILES:
+        path = data_dir / name
+        if not path.is_file():
+            rows.append({"file": name, "target": target, "skipped": f"{path} not found"})
+            continue
+        if log:
+            log(f"[bench] accuracy --measured {name} --target {target}")
+        rows.append({"file": name, **measured_accuracy(path, target, log=log).as_json()})
+    return rows
+
+
+def print_bench_rows(rows: list[dict[str, Any]], console: Any) -> None:
+    """The GPU accuracy rows as a rich table."""
+    from rich.table import Table
+
+    table = Table(title="GPU model against measured kernels (aotune accuracy --measured)")
+    for col in ("file", "target", "configs", "Spearman", "Kendall", "top-1", "top-5", "top-10",
+                "median error", "seconds"):  # fmt: skip
+        table.add_column(col)
+    for r in rows:
+        if "skipped" in r:
+            table.add_row(r["file"], r["target"], "-", "-", "-", "-", "-", "-", r["skipped"], "-")
+            continue
+        table.add_row(
+            r["file"], r["target"], str(r["configs"]),
+            *(f"{r[k]:.2f}" for k in ("spearman", "kendall", "top1", "top5", "top10")),
+            f"{r['median_abs_error']:.2f}", f"{r['seconds']:.0f}",
+        )  # fmt: skip
+    console.print(table)

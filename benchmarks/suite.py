@@ -332,7 +332,12 @@ def run_suite(quick: bool = False, samples: int | None = None, log: Log = None) 
             row["efficiency_vs_matmul_1024"] = op_gflops / ref_gflops
             row["side_by_side_gflops"] = {"operator": op_gflops, "matmul_1024": ref_gflops}
         rows.append(row)
-    return {"machine": machine_description(hw), "rows": rows}
+    result: dict[str, Any] = {"machine": machine_description(hw), "rows": rows}
+    if not quick:  # the GPU model against kernels measured on real GPUs (no GPU needed here)
+        from aotune.benchmarks.measured import bench_rows
+
+        result["gpu_measured"] = bench_rows(log)
+    return result
 
 
 def print_table(result: dict[str, Any], console: Any) -> None:
@@ -375,3 +380,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
             " ".join(f"{ns:.0f}" for ns in a.get("core_to_core_ns", [])) or "-",
         )
     console.print(table)
+    if result.get("gpu_measured"):
+        from aotune.benchmarks.measured import print_bench_rows
+
+        print_bench_rows(result["gpu_measured"], console)

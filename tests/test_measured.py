@@ -357,3 +357,18 @@ def test_accuracy_of_a_workload_on_this_host_has_the_same_fields(host):
     assert list(doc) == JSON_FIELDS
     assert doc["configs"] == doc["scored"] == 10 and doc["rejected_by_space"] == 0
     assert 0.0 < doc["top1"] <= doc["top5"] <= doc["top10"] <= 1.0
+
+
+def test_bench_rows_say_where_a_missing_file_was_looked_for(tmp_path: Path):
+    import io
+
+    from aotune.benchmarks.measured import bench_rows, print_bench_rows
+    from rich.console import Console
+
+    rows = bench_rows(data_dir=tmp_path)
+    assert [r["target"] for r in rows] == ["rtx-2080-ti", "titan-rtx"]
+    assert all(str(tmp_path) in r["skipped"] for r in rows)
+    scored = {"file": "f.json.gz", **dict.fromkeys(JSON_FIELDS, 0.5), "target": "t4"}
+    out = io.StringIO()
+    print_bench_rows([*rows, scored], Console(file=out, width=200))
+    assert "not found" in out.getvalue() and "t4" in out.getvalue()

@@ -376,23 +376,22 @@ def warp_throughput(
     station of ``partitions`` servers in Seidmann's approximation), stations the SM has one of
     (``shared``: the banked SRAM) and the latency it waits (``delay``, no server). Throughput
     rises with warps until a server saturates; where two are nearly balanced and a partition has
-    few warps, each warp queues at both and the SM stays below either bound. Service is
-    fixed-length (pipelines): a warp that arrives waits on average half the service of the one
-    being served."""
+    few warps, each warp queues at both and the SM stays below either bound. Arrivals are as
+    bursty as the network's own (exact mean-value analysis): every warp of a block issues its
+    loads at the top of each iteration, and the block's barriers line its warps up again every
+    tile."""
     if warps <= 0:
         return 0.0
     demands = [d / partitions for d in partition] + list(shared)
     fixed = sum(d - d / partitions for d in partition) + delay
     queue = [0.0] * len(demands)
-    busy = [0.0] * len(demands)
     x = 0.0
     for n in range(1, warps + 1):
-        times = [d * (1 + q - u / 2) for d, q, u in zip(demands, queue, busy)]
+        times = [d * (1 + q) for d, q in zip(demands, queue)]
         x = n / (sum(times) + fixed)
         queue = [x * t for t in times]
-        busy = [min(1.0, x * d) for d in demands]
-    # the residual correction is an approximation: never above a server's capacity, and warps
-    # are bound to partitions, so the busiest partition bounds its stations
+    # Seidmann's approximation can overshoot a server's capacity by a little; and warps are
+    # bound to partitions, so the busiest partition bounds its stations
     busiest = -(-warps // partitions)
     bounds = [1.0 / d for d in shared if d > 0] + [
         warps / (busiest * d) for d in partition if d > 0

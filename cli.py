@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sample",
         type=_int_arg,
         default=None,
-        help="kernels predicted by tier 2 for the correlations (--measured; default 600), or "
+        help="kernels predicted by tier 2 for the correlations (--measured; default 1000), or "
         "configs measured on this host (default 64)",
     )
     acc.add_argument(

@@ -189,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--candidates",
         type=_int_arg,
         default=None,
-        help="--measured: tier-1 best kernels re-ranked by tier 2 for the top-k picks (default 64)",
+        help="--measured: tier-1 best kernels tier 2 re-ranks for the top-k picks (default 320)",
     )
     acc.add_argument("--seed", type=_int_arg, default=0, help="seed of the sample (default 0)")
     acc.add_argument("--plot", metavar="FILE", help="--measured: write predicted vs measured (PNG)")

@@ -210,6 +210,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_build_parser(sub)
     add_db_parser(sub)
+    acc = sub.add_parser(
+        "accuracy",
+        help="score the model: against kernels timed on a GPU (--measured FILE), or by sampling, "
+        "measuring and predicting kernels on this host",
+    )
+    _add_problem_args(acc, op_optional=True)
+    acc.set_defaults(op=None)
+    acc.add_argument(
+        "--measured",
+        metavar="FILE",
+        help="a Kernel Tuner cache file (plain or gzipped) of CLBlast's Xgemm timed on a GPU; "
+        "give the --target of that GPU",
+    )
+    acc.add_argument(
+        "--sample",
+        type=_int_arg,
+        default=None,
+        help="kernels predicted by tier 2 for the correlations (--measured; default 1000), or "
+        "configs measured on this host (default 64)",
+    )
+    acc.add_argument(
+        "--candidates",
+        type=_int_arg,
+        default=None,
+        help="--measured: tier-1 best kernels tier 2 re-ranks for the top-k picks (default 320)",
+    )
+    acc.add_argument("--seed", type=_int_arg, default=0, help="seed of the sample (default 0)")
+    acc.add_argument("--plot", metavar="FILE", help="--measured: write predicted vs measured (PNG)")
+    acc.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
+    acc.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -754,6 +784,65 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_accuracy(args: argparse.Namespace) -> int:
+    """``aotune accuracy``: the model against measured times (module ``benchmarks/measured.py``)."""
+    from aotune.benchmarks import measured
+
+    log = None if args.json else _console(stderr=True).print
+    if args.measured is None:
+        if args.plot or args.candidates is not None:
+            raise ConfigError("--plot and --candidates apply to --measured FILE only")
+        args.op = args.op or "matmul"
+        w, hw = _problem(args)
+        sample = args.sample if args.sample is not None else 64
+        result = measured.host_accuracy(w, hw, sample, args.seed, log)
+        if args.json:
+            print(json.dumps(result, indent=1))
+        else:
+            for key, value in result.items():
+                print(f"{key:<17} {value}")
+        return 0
+    given = [
+        f"--{k}"
+        for k in ("dims", "stride", "pad", "dilation", "groups", "layout")
+        if getattr(args, k) is not None
+    ] + (["--bias"] if args.bias else [])
+    if args.op is not None or args.spec is not None or given:
+        raise ConfigError(
+            "--measured FILE scores the kernel the file measured; leave out the workload "
+            f"({' '.join(filter(None, [args.op, args.spec, *given]))}); --shape MxNxK may set K"
+        )
+    if args.plot:
+        check_writable(args.plot, args.force, ConfigError)
+    shape = None
+    if args.shape is not None:
+        try:
+            shape = tuple(int(x) for x in args.shape.lower().split("x"))
+        except ValueError:
+            raise ConfigError(
+                f"--shape {args.shape!r}: give M x N x K, e.g. 4096x4096x4096"
+            ) from None
+        if any(x <= 0 for x in shape):
+            raise ConfigError(f"--shape {args.shape!r}: sizes must be positive")
+    result = measured.measured_accuracy(
+        args.measured,
+        args.target,
+        sample=args.sample if args.sample is not None else measured.DEFAULT_SAMPLE,
+        candidates=args.candidates if args.candidates is not None else measured.DEFAULT_CANDIDATES,
+        seed=args.seed,
+        shape=shape,
+        log=log,
+    )
+    if args.plot:
+        measured.write_plot(result, args.plot, args.force)
+    if args.json:
+        print(json.dumps(result.as_json(), indent=1))
+    else:
+        for line in measured.report_lines(result):
+            print(line)
+    return 0
+
+
 def _join_values(argv: list[str]) -> list[str]:
     """``--shape -3x4x4`` -> ``--shape=-3x4x4``: a value starting with '-' is still a value, so the
     user gets the shape error rather than argparse's 'expected one argument'."""
@@ -778,6 +867,7 @@ COMMANDS = {
     "bench": cmd_bench,
     "build": cmd_build,
     "db": cmd_db,
+    "accuracy": cmd_accuracy,
 }
 
 

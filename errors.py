@@ -62,3 +62,8 @@ class LibraryError(AotuneError):
 
 class CalibrationError(AotuneError):
     """``hw calibrate`` cannot measure this machine, or a measurement makes no physical sense."""
+
+
+class MeasurementFileError(AotuneError):
+    """A file of measurements (a Kernel Tuner cache) cannot be read, or holds a kernel or
+    parameters aotune cannot map to its own configs."""

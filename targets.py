@@ -196,6 +196,12 @@ class GpuTarget:
 
         return gpu_features(kernel)
 
+    def features_many(self, kernels: Sequence[Any]) -> list[Any]:
+        """``features`` of many kernels, disassembled by one nvdisasm run."""
+        from aotune.analysis.gpu_features import gpu_features_many
+
+        return gpu_features_many(list(kernels))
+
     def estimate(self, schedules: Sequence[Any]) -> list[Prediction]:
         """Tier 1."""
         return self.model.estimate_batch(schedules)

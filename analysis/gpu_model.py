@@ -2,22 +2,34 @@
 
 Roadmap: two tiers share one cost function, as on the CPU. ``estimate`` reads the instruction mix
 and registers from the schedule alone (every GA candidate); ``predict`` reads them from the
-kernel ptxas assembled (SASS, or PTX on sm_70) and ptxas's register and spill report. Every
-constant is a property of the target in its spec file.
+kernel ptxas assembled (SASS, or PTX on sm_70: ``gpu_features.py``, per k tile as the loops run)
+and ptxas's register and spill report. Every constant is a property of the target in its spec
+file; nothing is fitted to measurements.
 
-One SM runs ``blocks_per_sm`` blocks at once (occupancy: registers in warp allocation units,
-shared memory in its allocation unit plus the per-block reserve, threads, warps, blocks); the grid
-runs in ``waves`` of ``SMs x blocks_per_sm`` blocks (the last wave is a whole wave of time: the
-tail). Per K step of bk, the SM is bound by the largest of
-    FFMA      warp FFMAs / (FP32 lanes / 32) per cycle
-    issue     every warp instruction / (partitions x issue per partition)
-    shared    shared-memory wavefronts (bank conflicts counted from the warp's addresses) and
-              LD/ST slots (a warp instruction takes warp / LD/ST units cycles)
-    L2, DRAM  the blocks' global traffic in 32-byte sectors (coalescing counted from the warp's
-              addresses) over this SM's share of L2 and DRAM bandwidth
-    latency   one block's critical path per step: global latency + its own compute, which the
-              other resident blocks hide only as far as they have work (warps x ILP)
-plus spills (local-memory traffic through L2) and the launch.
+One SM runs ``b`` blocks at once (occupancy: registers in warp allocation units, shared memory
+in its allocation unit plus the per-block reserve, threads, warps, blocks). Per k-loop iteration,
+each resident warp needs:
+    pipes     on its own partition: its FFMAs x (warp / FP32 lanes per partition) cycles, or its
+              warp instructions at one per cycle if more (an FFMA issues in one cycle and keeps
+              the FMA pipe two: other instructions fill the gap)
+    LD/ST     on its own partition: each memory instruction x (warp / LD/ST units per partition)
+    SRAM      on the SM's banked SRAM, for the data: shared-memory wavefronts (bank conflicts
+              counted from the warp's addresses, 128-bit accesses in quarter-warp phases); a
+              global load that hits L1 reads the same banks, its wavefronts at the L1 load
+              path's rate (``memory.l1_bytes_per_cycle``)
+    latency   what the iteration loads before its FFMAs can start: L2 latency for direct global
+              loads (every k row is new lines; DRAM's for the share of traffic that misses L2),
+              shared memory's otherwise; once per tile, the staging loads' and stores' latency
+The warps share these as a closed queueing network, solved by mean-value analysis
+(``warp_throughput``): throughput rises with warps until a resource saturates, and stays below
+every bound where two are nearly balanced and a partition has few warps. Per tile, the blocks'
+tiles also pass L2 (the L1 filters what the warps of a block re-read) at this SM's share of its
+bandwidth. An SM's blocks run ``k_tiles`` tiles, then store C.
+
+The grid runs in waves of SMs x b blocks; the last, partial wave runs at its own (lower) load,
+so its time is that of the blocks left per SM, not of a whole wave. DRAM bounds the whole
+kernel: each wave reads the rows of A and columns of B its blocks cover (they step through K
+together, so the blocks of a wave share them in L2), unless an operand fits in L2 for all waves.
 """
 
 from __future__ import annotations
@@ -32,11 +44,16 @@ from aotune.analysis.model import Prediction
 from aotune.codegen.gpu_schedule import GpuSchedule, OperandAccess
 from aotune.hwspecs.gpu_spec import GpuSpec
 
-# registers a thread needs beside its accumulators and operand values (indices, pointers, loop
-# counters): the tier-1 estimate; ptxas reports the truth in tier 2
+# registers a thread needs beside its accumulators, operand values and staging loads (indices,
+# pointers, loop counters): the tier-1 estimate; ptxas reports the truth in tier 2
 REGISTER_MARGIN = 16
-# instructions per k step a thread spends beside FFMAs and loads (loop control, addresses)
-LOOP_OVERHEAD_PER_K = 2.0
+# what aotune's generated loop issues beside FFMAs and memory instructions, per k-loop iteration
+# (counter, compare, branch, pointer increments) and per memory instruction (its address): the
+# tier-1 estimate of the code generator's own output; tier 2 counts the SASS
+LOOP_OVERHEAD_PER_ITERATION = 4.0
+ADDRESS_PER_MEMORY_INSTRUCTION = 0.5
+# the widest access one thread makes in one instruction (LDS.128, LDG.E.128)
+MAX_ACCESS_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -116,12 +133,19 @@ def _digits(flat: int, group) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class WarpAccess:
-    """Per k step of one thread: shared-memory cycles and global sectors, from the first warp."""
+    """One warp's memory instructions per k tile, from the first warp's addresses: how many
+    (each passes its partition's LD/ST units) and the cycles their data spends in the SM's
+    banked SRAM (shared-memory wavefronts; L1 wavefronts at the L1 load path's rate)."""
 
-    lds_cycles_per_k: float  # shared-memory wavefronts per warp and k step (compute reads)
-    sts_cycles_per_tile: float  # wavefronts per warp to stage one k tile
-    ldg_sectors_per_tile: float  # sectors per warp per k tile (staging or direct loads)
-    ldg_requests_per_tile: float
+    lds_cycles: float  # compute reads of staged tiles from shared memory
+    sts_cycles: float  # staging stores into shared memory
+    ldg_cycles: float  # direct global loads of the k loop, through the L1
+    staging_cycles: float  # the staging tiles' global loads, through the L1
+    direct_loads: bool  # the k loop itself loads from global memory (latency per iteration)
+    lds_per_k: float  # shared-memory load instructions per k step (per thread)
+    ldg_per_k: float  # direct global load instructions per k step (per thread)
+    staging_loads: float  # staging load (= store) instructions per tile (per thread)
+    sts_instructions: float = 0.0  # staging stores per tile (per thread)
 
 
 # instructions of one kind sampled per warp (their pattern repeats: a run or a row further on
@@ -136,11 +160,12 @@ def _sampled(n: int) -> tuple[list[int], float]:
 
 
 def warp_access(s: GpuSchedule, hw: GpuSpec) -> WarpAccess:
-    """Bank conflicts and coalescing of the first warp of block (0, 0, 0), from its addresses."""
+    """Bank conflicts, coalescing and LD/ST cost of the first warp of block (0, 0, 0)."""
+    c = hw.compute
     return _warp_access(
         s.a, s.b, s.m_loops, s.n_loops, s.k_loops, s.c_major, s.a_major, s.b_major, s.shared_n,
-        tuple(getattr(s, f) for f in WARP_FIELDS), hw.shared.banks, hw.memory.sector_bytes,
-        hw.compute.warp_size,
+        tuple(getattr(s, f) for f in WARP_FIELDS), hw.shared.banks, hw.shared.bank_bytes,
+        c.warp_size, hw.memory.l1_bytes_per_cycle,
     )  # fmt: skip
 
 
@@ -150,39 +175,50 @@ WARP_FIELDS = ("bm", "bn", "bk", "tx", "ty", "vm", "vn", "strm", "strn", "sa", "
 
 @functools.lru_cache(maxsize=4096)
 def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, shared_n, fields,
-                 banks, sector, warp_size) -> WarpAccess:  # fmt: skip
+                 banks, bank_bytes, warp_size, l1_bytes) -> WarpAccess:  # fmt: skip
     s = _Fields(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, shared_n,
                 **dict(zip(WARP_FIELDS, fields)))  # fmt: skip
     warp = range(min(warp_size, s.threads))
+    lanes = len(warp)
+    per_access = MAX_ACCESS_BYTES // 4
+    l1_cycles = banks * bank_bytes / l1_bytes  # cycles per L1 wavefront
 
     def xy(t: int) -> tuple[int, int]:
         return (t % s.tx, t // s.tx) if s.c_major == "m" else (t // s.ty, t % s.ty)
 
-    lds = 0.0
-    ldg_sectors = ldg_req = 0.0
+    def global_cycles(addrs: list[list[int]]) -> float:
+        # a load that hits L1 reads the same banked SRAM as shared memory: its wavefronts follow
+        # the bank rules, each at the L1 load path's rate (half the banks' on Turing)
+        return bank_wavefronts(addrs, banks) * l1_cycles
+
+    lds = ldg = staged_ldg = 0.0
+    lds_n = ldg_n = 0.0
     for which in ("a", "b"):
-        per, width, threads, strided, staged, pad, rows = (
-            (s.mwi, s.vm, s.tx, s.strm, s.sa, s.pad_a, s.bm)
-            if which == "a"
-            else (s.nwi, s.vn, s.ty, s.strn, s.sb, s.pad_b, s.bn)
+        per, width, threads, strided, staged = (
+            (s.mwi, s.vm, s.tx, s.strm, s.sa) if which == "a" else (s.nwi, s.vn, s.ty, s.strn, s.sb)
         )
         own = [thread_elements(xy(t)[0 if which == "a" else 1], per, width, threads, strided)
                for t in warp]  # fmt: skip
         picked, scale = _sampled(per // width)
         for j in picked:
             words = [o[j * width : (j + 1) * width] for o in own]
-            if staged:
-                lds += bank_wavefronts(words, banks) * scale
-            elif not (which == "a" and s.shared_n):
-                op = s.a if which == "a" else s.b
-                group = s.m_loops if which == "a" else s.n_loops
-                addrs = [[_flat(op, _digits(r, group)) for r in w] for w in words]
-                ldg_sectors += warp_sectors(addrs, sector) * s.bk * scale
-                ldg_req += s.bk * scale
-    if s.shared_n:  # A per (row, k, column)
-        ldg_req += s.mwi * s.nwi * s.bk / max(1, s.vn)
-        ldg_sectors += s.mwi * s.nwi * s.bk / max(1, s.vn) * math.ceil(32 * 4 / sector) / 4
+            for piece in range(0, width, per_access):
+                part = [w[piece : piece + per_access] for w in words]
+                if staged:
+                    lds += bank_wavefronts(part, banks) * scale * s.bk
+                    lds_n += scale
+                elif not (which == "a" and s.shared_n):
+                    op = s.a if which == "a" else s.b
+                    group = s.m_loops if which == "a" else s.n_loops
+                    addrs = [[_flat(op, _digits(r, group)) for r in w] for w in part]
+                    ldg += global_cycles(addrs) * scale * s.bk
+                    ldg_n += scale
+    if s.shared_n:  # A per (row, k, column): one scalar load per output and k step
+        n = s.mwi * s.nwi / max(1, s.vn)
+        ldg_n += n
+        ldg += lanes * 4 / l1_bytes * n * s.bk  # a word per lane
     sts = 0.0
+    staging = sts_n = 0.0
     for which, staged, lthreads, width, major, rows, pad, strided in (
         ("a", s.sa, s.la, s.va, s.a_major, s.bm, s.pad_a, s.strm),
         ("b", s.sb, s.lb, s.vb, s.b_major, s.bn, s.pad_b, s.strn),
@@ -202,6 +238,7 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
         runs, run_scale = _sampled(per_major // width)
         lines, line_scale = _sampled(per_other)
         scale = run_scale * line_scale
+        staging += (per_major // width) * per_other * -(-width // per_access)
         for j in runs:
             for i in lines:
                 cells = []
@@ -209,19 +246,23 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
                     other = (t // lthreads) * per_other + i
                     run = m[j * width : (j + 1) * width]
                     cells.append([(r, other) if row_major else (other, r) for r in run])
-                addrs = [
-                    [_flat(op, {**_digits(r, group), **_digits(k, s.k_loops)}) for r, k in c]
-                    for c in cells
-                ]
-                ldg_sectors += warp_sectors(addrs, sector)
-                ldg_req += 1
-                smem_words = [[k * (rows + pad) + r for r, k in c] for c in cells]
-                sts += (
-                    bank_wavefronts(smem_words, banks)
-                    if row_major
-                    else sum(bank_wavefronts([[w] for w in col], banks) for col in zip(*smem_words))
-                )
-    return WarpAccess(lds, sts, ldg_sectors, ldg_req)
+                for piece in range(0, width, per_access):
+                    part = [cell[piece : piece + per_access] for cell in cells]
+                    addrs = [
+                        [_flat(op, {**_digits(r, group), **_digits(k, s.k_loops)}) for r, k in c]
+                        for c in part
+                    ]
+                    staged_ldg += global_cycles(addrs) * scale
+                    words = [[k * (rows + pad) + r for r, k in c] for c in part]
+                    wavefronts = (
+                        bank_wavefronts(words, banks)
+                        if row_major
+                        else sum(bank_wavefronts([[w] for w in col], banks) for col in zip(*words))
+                    )
+                    sts += wavefronts * scale
+                    sts_n += (1 if row_major else len(words[0])) * scale
+    direct = bool(ldg_n)
+    return WarpAccess(lds, sts, ldg, staged_ldg, direct, lds_n, ldg_n, staging, sts_n)
 
 
 @dataclass(frozen=True)
@@ -268,33 +309,151 @@ class _Fields:
         return self.bn // self.ty
 
 
-def mix_from_schedule(s: GpuSchedule) -> GpuMix:
-    """The instruction mix the schedule implies, per FFMA."""
-    fma = s.mwi * s.nwi
-    lds = (s.mwi // s.vm if s.sa else 0) + (s.nwi // s.vn if s.sb else 0)
-    lds_bytes = 4 * ((s.mwi if s.sa else 0) + (s.nwi if s.sb else 0))
-    ldg = (0 if s.sa else s.mwi // s.vm) + (0 if s.sb else s.nwi // s.vn)
-    if s.shared_n:
-        ldg += s.mwi * s.nwi // s.vn
-    staged = (s.bm * s.bk // s.va if s.sa else 0) + (s.bn * s.bk // s.vb if s.sb else 0)
-    per_k = staged / s.threads / s.bk  # staging loads (and as many stores) per thread and k
+def mix_from_schedule(s: GpuSchedule, hw: GpuSpec) -> GpuMix:
+    """The instruction mix the schedule implies, per FFMA of one k tile (tier 1)."""
+    wa = warp_access(s, hw)
+    ffma = s.mwi * s.nwi * s.bk
+    lds, ldg, staging = wa.lds_per_k * s.bk, wa.ldg_per_k * s.bk, wa.staging_loads
+    bar = 2.0 if (s.sa or s.sb) else 0.0
+    iterations = max(1, s.bk // s.unroll)
+    other = LOOP_OVERHEAD_PER_ITERATION * iterations + ADDRESS_PER_MEMORY_INSTRUCTION * (
+        lds + ldg + 2 * staging
+    )
+    regs, spill = estimated_registers(s, hw)
+    spilled = spill // 4 // 2  # registers spilled (the estimate counts their store and load)
+    local = 2.0 * spilled * s.bk  # each spilled value stored and reloaded once per k step
+    lds_bytes = 4.0 * s.bk * ((s.mwi if s.sa else 0) + (s.nwi if s.sb else 0))
+    ldg_bytes = 4.0 * s.bk * ((0 if s.sa else s.mwi) + (0 if s.sb else s.nwi))
+    ldg_bytes += 4.0 * (s.sa * s.bm * s.bk + s.sb * s.bn * s.bk) / s.threads
     return GpuMix(
-        lds / fma,
-        lds_bytes / fma,
-        per_k / fma,
-        (ldg + per_k) / fma,
-        LOOP_OVERHEAD_PER_K / fma,
+        lds / ffma,
+        lds_bytes / ffma,
+        staging / ffma,
+        (ldg + staging) / ffma,
+        other / ffma,
         "schedule",
+        bar / ffma,
+        ldg_bytes / ffma,
+        ldg_bytes / ffma if staging else 0.0,
+        local / ffma,
+        4.0 * local / ffma,
     )
 
 
 def estimated_registers(s: GpuSchedule, hw: GpuSpec) -> tuple[int, int]:
-    """(registers, spill bytes) the schedule implies: accumulators, one value per owned row and
-    column, and a margin; what does not fit in the architectural maximum spills."""
+    """(registers, spill bytes) the schedule implies: accumulators, one k step's operand values,
+    the staging loads held between their global load and their store to shared memory, and a
+    margin; what does not fit in the registers a thread may have at this block size spills (the
+    bytes stored and reloaded, as ptxas counts them)."""
     staged = (s.sa * s.bm * s.bk + s.sb * s.bn * s.bk) // s.threads
     need = s.mwi * s.nwi + s.mwi + s.nwi + staged + REGISTER_MARGIN
     cap = min(hw.limits.max_registers_per_thread, hw.limits.registers_per_sm // max(1, s.threads))
-    return min(need, cap), 4 * max(0, need - cap)
+    return min(need, cap), 2 * 4 * max(0, need - cap)
+
+
+@dataclass(frozen=True)
+class TileWork:
+    """One warp's work per k tile: cycles of its partition's pipes (FMA, issue) and LD/ST units
+    (address generation), of the SM's banked SRAM (the data), the latency its k-loop iterations
+    and its staging wait through, and one block's L2 bytes per tile."""
+
+    fma: float  # FMA-pipe cycles of the warp's FFMAs on its partition
+    issue: float  # warp instructions (issue cycles on its partition's scheduler)
+    agu: float  # its memory instructions through its partition's LD/ST units
+    data: float  # their data through the SM's shared-memory banks and L1 load path
+    iterations: int  # k-loop iterations per tile
+    wait: float  # latency each iteration waits for what it loads
+    stage_wait: float  # latency of the staging loads and stores, once per tile
+    l2_bytes: float  # per block
+
+
+def warp_throughput(
+    warps: int, partition: Sequence[float], shared: Sequence[float], delay: float, partitions: int
+) -> float:
+    """Warp iterations per cycle of one SM: mean-value analysis of the closed network each of
+    ``warps`` warps cycles through once per iteration: stations every partition has one of
+    (``partition``: its pipes, its LD/ST units; a warp uses its own partition's, modelled as one
+    station of ``partitions`` servers in Seidmann's approximation), stations the SM has one of
+    (``shared``: the banked SRAM) and the latency it waits (``delay``, no server). Throughput
+    rises with warps until a server saturates; where two are nearly balanced and a partition has
+    few warps, each warp queues at both and the SM stays below either bound. Arrivals are as
+    bursty as the network's own (exact mean-value analysis): every warp of a block issues its
+    loads at the top of each iteration, and the block's barriers line its warps up again every
+    tile."""
+    if warps <= 0:
+        return 0.0
+    demands = [d / partitions for d in partition] + list(shared)
+    fixed = sum(d - d / partitions for d in partition) + delay
+    queue = [0.0] * len(demands)
+    x = 0.0
+    for n in range(1, warps + 1):
+        times = [d * (1 + q) for d, q in zip(demands, queue)]
+        x = n / (sum(times) + fixed)
+        queue = [x * t for t in times]
+    # Seidmann's approximation can overshoot a server's capacity by a little; and warps are
+    # bound to partitions, so the busiest partition bounds its stations
+    busiest = -(-warps // partitions)
+    bounds = [1.0 / d for d in shared if d > 0] + [
+        warps / (busiest * d) for d in partition if d > 0
+    ]
+    return min([x, *bounds])
+
+
+def dram_bytes(s: GpuSchedule, hw: GpuSpec, blocks_per_sm: int) -> float:
+    """DRAM traffic of the whole kernel: per wave, the rows of A and columns of B its blocks
+    cover (the blocks of a wave step through K together and share them in L2); an operand that
+    fits in half the L2 is read once for all waves; C is written once."""
+    gx, gy, gz = s.grid
+    wave = max(1, hw.compute.sms * blocks_per_sm)
+    blocks = gx * gy * gz
+    waves = -(-blocks // wave)
+    cover_x, cover_y = min(wave, gx), min(gy, -(-wave // gx))
+    cover_z = min(gz, -(-wave // (gx * gy)))
+    l2 = hw.memory.l2_kib * 1024
+    total = 0.0
+    for t, covered, extent in ((s.a, cover_x, gx), (s.b, cover_y, gy)):
+        nbytes = 4.0 * math.prod(t.shape)
+        per_wave = nbytes / max(1, gz) * cover_z * covered / extent
+        total += nbytes if nbytes <= l2 / 2 else max(nbytes, waves * per_wave)
+    return total + 4.0 * math.prod(s.c.shape)
+
+
+def tile_work(s: GpuSchedule, hw: GpuSpec, f: GpuFeatures, memory_latency: float) -> TileWork:
+    """TileWork of ``s`` with features ``f`` (module docstring)."""
+    c = hw.compute
+    mix = f.mix
+    wa = warp_access(s, hw)
+    ffma = s.mwi * s.nwi * s.bk
+    fma = ffma * c.warp_size / (c.fp32_lanes_per_sm / c.partitions_per_sm)
+    per_ffma = 1 + mix.lds_per_ffma + mix.sts_per_ffma + mix.ldg_per_ffma + mix.bar_per_ffma
+    issue = ffma * (per_ffma + mix.other_per_ffma + mix.local_per_ffma)
+    # memory instructions: as many as the code has (SASS in tier 2: a kernel that splits an
+    # access the schedule calls one vector issues every piece), at least the addresses' count
+    memory = (
+        max(
+            s.bk * (wa.lds_per_k + wa.ldg_per_k) + wa.staging_loads + wa.sts_instructions,
+            ffma * (mix.lds_per_ffma + mix.ldg_per_ffma + mix.sts_per_ffma),
+        )
+        + ffma * mix.local_per_ffma
+    )
+    agu = memory * c.warp_size / (c.ldst_units_per_sm / c.partitions_per_sm)
+    local_bytes = mix.local_bytes_per_ffma / mix.local_per_ffma if mix.local_per_ffma else 4.0
+    local = mix.local_per_ffma * ffma * c.warp_size * local_bytes / hw.memory.l1_bytes_per_cycle
+    data = wa.lds_cycles + wa.sts_cycles + wa.ldg_cycles + wa.staging_cycles + local
+    # each k-loop iteration waits for what it loads: global (L2 at least: every k row is new
+    # lines) or shared memory; staging waits for memory, then for its stores, once per tile
+    wait = memory_latency if wa.direct_loads else hw.shared.latency_cycles
+    staged = bool(s.sa or s.sb)
+    return TileWork(
+        fma,
+        issue / c.issue_per_partition,
+        agu,
+        data,
+        max(1, s.bk // s.unroll),
+        wait,
+        (memory_latency + hw.shared.latency_cycles) if staged else 0.0,
+        4.0 * s.bk * (s.bm + s.bn),
+    )
 
 
 def cost(s: GpuSchedule, hw: GpuSpec, f: GpuFeatures, tier: str) -> Prediction:
@@ -306,53 +465,62 @@ def cost(s: GpuSchedule, hw: GpuSpec, f: GpuFeatures, tier: str) -> Prediction:
         return Prediction(math.inf, (("launch", math.inf),), "cannot launch", tier)
     bps = occ.blocks_per_sm
     blocks = s.grid[0] * s.grid[1] * s.grid[2]
-    waves = -(-blocks // (c.sms * bps))
     warps = -(-s.threads // c.warp_size)
-    # per block and k step of bk: warp instructions
-    ffma = warps * s.mwi * s.nwi * s.bk
-    mix = f.mix
-    issue = ffma * (1 + mix.lds_per_ffma + mix.sts_per_ffma + mix.ldg_per_ffma + mix.other_per_ffma)
-    wa = warp_access(s, hw)
-    lsu_slot = c.warp_size / c.ldst_units_per_sm
-    shared = warps * (
-        max(wa.lds_cycles_per_k * s.bk, mix.lds_per_ffma * s.mwi * s.nwi * s.bk * lsu_slot)
-        + max(wa.sts_cycles_per_tile, mix.sts_per_ffma * s.mwi * s.nwi * s.bk * lsu_slot)
-    )
-    sectors = warps * wa.ldg_sectors_per_tile
-    l2_bytes = sectors * mem.sector_bytes
-    # every SM shares L2 and DRAM: this SM's share of their bandwidth per cycle
-    l2_per_cycle = mem.l2_bandwidth_gbs * 1e9 / clock / c.sms
-    dram_per_cycle = mem.dram_bandwidth_gbs * 1e9 / clock / c.sms
-    unique = 4 * (s.M * s.K + s.N * s.K + s.M * s.N) * s.batch
-    l2_total = l2_bytes * blocks * s.k_tiles
-    # reuse across blocks stays in L2 when the operands fit; else blocks re-read their tiles
-    fits = (4 * (s.M * s.K + s.N * s.K)) <= mem.l2_kib * 1024
-    dram_total = unique if fits else max(unique, l2_total * 0.5)
-    per_step = {
-        "fma": bps * ffma / (c.fp32_lanes_per_sm / c.warp_size),
-        "issue": bps * issue / (c.partitions_per_sm * c.issue_per_partition),
-        "shared": bps * shared,
-        "l2": bps * l2_bytes / l2_per_cycle,
-        "dram": bps * (dram_total / blocks / s.k_tiles) / dram_per_cycle,
-    }
-    own = max(ffma / (c.fp32_lanes_per_sm / c.warp_size), shared)
-    latency = (
-        mem.l2_latency_cycles if fits else mem.dram_latency_cycles
-    ) + hw.shared.latency_cycles
-    # one block's step waits for its loads before it computes; the other resident blocks' work
-    # fills that wait only as far as they have work (bps x own, above)
-    per_step["latency"] = latency + own
-    step = max(per_step.values())
-    spill_bytes = f.spill_bytes * s.threads * bps * s.k_tiles
-    spill_cycles = spill_bytes / l2_per_cycle if f.spill_bytes else 0.0
-    store_cycles = bps * warps * s.mwi * s.nwi * 4 * c.warp_size / l2_per_cycle
-    wave_cycles = s.k_tiles * step + spill_cycles + store_cycles
-    seconds = waves * wave_cycles / clock + hw.launch.overhead_seconds
-    scale = waves * s.k_tiles / clock
-    breakdown = {k: v * scale for k, v in per_step.items()}
-    breakdown["spills"] = waves * spill_cycles / clock
+    dram = dram_bytes(s, hw, bps)
+    l2_total = blocks * s.k_tiles * 4.0 * s.bk * (s.bm + s.bn)
+    miss = min(1.0, max(0.0, dram - 4.0 * math.prod(s.c.shape)) / max(1.0, l2_total))
+    latency = mem.l2_latency_cycles + miss * (mem.dram_latency_cycles - mem.l2_latency_cycles)
+    w = tile_work(s, hw, f, latency)
+    l2_per_cycle = mem.l2_bandwidth_gbs * 1e9 / clock / c.sms  # this SM's share
+    n_it = w.iterations
+
+    def per_tile(b: int) -> dict[str, float]:
+        """Cycles of one tile of ``b`` blocks: each resource's bound, and the queueing model."""
+        n = b * warps
+        per_partition = -(-n // c.partitions_per_sm)
+        pipe = max(w.fma, w.issue)
+        x = warp_throughput(
+            n,
+            (pipe / n_it, w.agu / n_it),
+            (w.data / n_it,),
+            w.wait + w.stage_wait / n_it,
+            c.partitions_per_sm,
+        )
+        return {
+            "fma": per_partition * w.fma,
+            "issue": per_partition * w.issue,
+            "lsu": max(per_partition * w.agu, n * w.data),
+            "l2": b * w.l2_bytes / l2_per_cycle,
+            "latency": n * n_it / x,
+        }
+
+    def sm_cycles(b: int) -> tuple[float, dict[str, float]]:
+        parts = per_tile(b)
+        store = b * 4.0 * s.bm * s.bn / l2_per_cycle + latency
+        return s.k_tiles * max(parts.values()) + store, parts
+
+    full, rest = divmod(blocks, c.sms * bps)
+    last = -(-rest // c.sms)
+    cycles, parts = sm_cycles(bps)
+    total = full * cycles
+    comps = {k: full * s.k_tiles * v for k, v in parts.items()}
+    if rest:
+        tail, tail_parts = sm_cycles(last)
+        total += tail
+        for k, v in tail_parts.items():
+            comps[k] += s.k_tiles * v
+    dram_seconds = dram / (mem.dram_bandwidth_gbs * 1e9)
+    seconds = max(total / clock, dram_seconds) + hw.launch.overhead_seconds
+    breakdown = {k: v / clock for k, v in comps.items()}
+    breakdown["dram"] = dram_seconds
     breakdown["launch"] = hw.launch.overhead_seconds
-    bottleneck = max(breakdown, key=lambda k: breakdown[k])
+    # the bottleneck: the resource the queueing model keeps busiest; latency when none is
+    # above half busy (the warps wait more than they work)
+    busy = {k: v / max(breakdown["latency"], dram_seconds) for k, v in breakdown.items()
+            if k not in ("latency", "launch")}  # fmt: skip
+    bottleneck = max(busy, key=lambda k: busy[k])
+    if busy[bottleneck] < 0.5:
+        bottleneck = "latency"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
 
 
@@ -367,7 +535,7 @@ class AnalyticalGpuModel:
         out = []
         for s in schedules:
             regs, spills = estimated_registers(s, self.hw)
-            f = GpuFeatures(mix_from_schedule(s), regs, spills, s.smem_bytes)
+            f = GpuFeatures(mix_from_schedule(s, self.hw), regs, spills, s.smem_bytes)
             out.append(cost(s, self.hw, f, "estimate"))
         return out
 

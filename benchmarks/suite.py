@@ -86,15 +86,15 @@ def kendall(x: np.ndarray, y: np.ndarray) -> float:
     return float((conc - disc) / denom) if denom else 0.0
 
 
-def median_abs_error(predicted: np.ndarray, measured: np.ndarray) -> float:
-    """The median of |predicted / measured - 1|: how far absolute predictions are off."""
-    return float(np.median(np.abs(predicted / measured - 1.0)))
-
-
 def topk_score(predicted: np.ndarray, measured: np.ndarray, k: int) -> float:
     """Best measured overall / best measured among the model's k best predictions."""
     picks = np.argsort(predicted, kind="mergesort")[:k]
     return float(measured.min() / measured[picks].min())
+
+
+def median_abs_error(predicted: np.ndarray, measured: np.ndarray) -> float:
+    """The median of |predicted / measured - 1|: how far the model's absolute times are off."""
+    return float(np.median(np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0)))
 
 
 # The sampled configs are timed back to back, so the core is already at speed: a short warm-up
@@ -203,6 +203,7 @@ def model_accuracy(
         "kendall": kendall(p, t),
         "top1": topk_score(p, t, 1),
         "top5": topk_score(p, t, 5),
+        "top10": topk_score(p, t, 10),
         "median_abs_error": median_abs_error(p, t),
         "incorrect": incorrect,
         "best_sampled_gflops": w.flops / t.min() / 1e9,
@@ -401,6 +402,10 @@ def run_suite(
             rows.append({**row, "group": group})
     doc["rows"] = rows
     doc["gpu_rows"] = run_gpu_rows(quick, log) if wanted("gpu") else []
+    if not quick and wanted("gpu"):  # the GPU model against kernels timed on real GPUs
+        from aotune.benchmarks.measured import bench_rows
+
+        doc["gpu_measured"] = bench_rows(log)
     return doc
 
 
@@ -457,3 +462,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
             " ".join(f"{ns:.0f}" for ns in a.get("core_to_core_ns", [])) or "-",
         )
     console.print(table)
+    if result.get("gpu_measured"):
+        from aotune.benchmarks.measured import print_bench_rows
+
+        print_bench_rows(result["gpu_measured"], console)

@@ -28,7 +28,7 @@ map to one aotune config (whose unused decisions take their canonical value).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from aotune.analysis.workload import Workload, einsum
 from aotune.constraints.space import Config, Space
@@ -40,6 +40,30 @@ MAPPED = (
     "MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA", "NDIMB", "KWI", "VWM", "VWN", "STRM", "STRN",
     "SA", "SB",
 )  # fmt: skip
+
+
+def check_xgemm_parameters(values: Mapping[str, Sequence[int]], where: str) -> None:
+    """Refuse a measured Xgemm space aotune cannot map as a whole: a parameter it does not know,
+    one it needs and the space lacks, or a value of GEMMK, KREG or PRECISION outside this family
+    (``values``: each parameter's values over the space). One ConfigError naming them."""
+    unknown = sorted(set(values) - set(MAPPED) - set(FIXED))
+    if unknown:
+        raise ConfigError(
+            f"{where}: Xgemm parameter(s) {', '.join(unknown)} have no aotune meaning (it maps "
+            f"{', '.join(MAPPED)}, and {', '.join(FIXED)} at one value each)"
+        )
+    missing = [p for p in MAPPED if p not in values]
+    if missing:
+        raise ConfigError(
+            f"{where}: the measured configs lack {', '.join(missing)}; cannot map them"
+        )
+    for name, value in FIXED.items():
+        other = sorted({int(v) for v in values.get(name, ())} - {value})
+        if other:
+            raise ConfigError(
+                f"{where}: {name}={', '.join(map(str, other))} selects a kernel outside aotune's "
+                f"GEMM family (only {name}={value} maps); keep those configs out of the file"
+            )
 
 
 def xgemm_workload(M: int, N: int, K: int) -> Workload:

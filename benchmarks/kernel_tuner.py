@@ -1,0 +1,162 @@
+"""Kernel Tuner cache files: kernels other people timed on real GPUs, read as data.
+
+Roadmap: ``read_cache`` reads one cache file (plain or gzipped JSON, including the unterminated
+form Kernel Tuner leaves while it is still tuning) into a frozen ``KernelTunerCache``; the
+mapping of its parameters to aotune configs lives with the kernel family it belongs to
+(``constraints/xgemm.py`` for CLBlast's Xgemm), and the scoring in ``benchmarks/measured.py``.
+
+The format, as Kernel Tuner writes it: top-level ``device_name``, ``kernel_name``,
+``problem_size``, ``tune_params_keys``, ``tune_params`` and ``cache``, a map from the
+comma-joined parameter values to an entry holding every parameter, ``time`` (the mean of the
+runs, in milliseconds) and more. Kernel Tuner writes the header without its two closing braces
+and appends one entry and a comma at a time, closing the file only when tuning ends; a failed
+configuration carries a string in ``time`` (``"InvalidConfig"``, ``"CompilationFailedConfig"``,
+``"RuntimeFailedConfig"``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from aotune.errors import MeasurementFileError
+from aotune.files import decode_utf8, read_user_file
+
+GZIP_MAGIC = b"\x1f\x8b"
+WHAT = "Kernel Tuner cache file"
+# a brute-forced space of ~18,000 configs is 4 MB gzipped and 40 MB of JSON
+FILE_LIMIT_BYTES = 1 << 30
+TEXT_LIMIT_BYTES = 4 << 30
+
+
+@dataclass(frozen=True)
+class MeasuredConfig:
+    """One timed configuration: its parameters and its mean time."""
+
+    key: str  # the cache's key: the comma-joined parameter values
+    params: tuple[tuple[str, int], ...]
+    milliseconds: float
+
+    def as_dict(self) -> dict[str, int]:
+        """Parameter name -> value."""
+        return dict(self.params)
+
+
+@dataclass(frozen=True)
+class KernelTunerCache:
+    """A Kernel Tuner cache file: what was tuned, where, and every timed configuration."""
+
+    path: str
+    device_name: str
+    kernel_name: str
+    problem_size: tuple[int, ...]
+    tune_params_keys: tuple[str, ...]
+    tune_params: tuple[tuple[str, tuple[int, ...]], ...]
+    configs: tuple[MeasuredConfig, ...]
+    failed: int  # entries whose time is a failure string, not a measurement
+    truncated: bool  # the file ended without its closing braces (tuning still running)
+
+
+def _text(path: Path) -> str:
+    """The file's JSON text, decompressed if it is gzipped (by its magic bytes, not its name)."""
+    raw = read_user_file(path, WHAT, MeasurementFileError, FILE_LIMIT_BYTES)
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as z:
+                raw = z.read(TEXT_LIMIT_BYTES + 1)
+        except (OSError, EOFError) as e:
+            raise MeasurementFileError(
+                f"{path}: the gzip stream is damaged ({e}); copy or download the file again"
+            ) from None
+        if len(raw) > TEXT_LIMIT_BYTES:
+            raise MeasurementFileError(
+                f"{path} unpacks to more than {TEXT_LIMIT_BYTES >> 20} MiB; is it a cache file?"
+            )
+    return decode_utf8(raw, path, WHAT, MeasurementFileError)
+
+
+def _parse(text: str, path: Path) -> tuple[dict, bool]:
+    """The JSON document, closing it as Kernel Tuner would if it ends unterminated."""
+    try:
+        doc = json.loads(text)
+        truncated = False
+    except json.JSONDecodeError:
+        body = text.rstrip()
+        # written while tuning: the header ends in '"cache": {' and every entry in ','
+        if body.endswith(","):
+            body = body[:-1]
+        try:
+            doc = json.loads(body + "}\n}")
+        except json.JSONDecodeError as e:
+            raise MeasurementFileError(
+                f"{path} is not a Kernel Tuner cache file (invalid JSON at line {e.lineno}, "
+                f"column {e.colno}, and not a cache cut off after an entry)"
+            ) from None
+        truncated = True
+    if not isinstance(doc, dict):
+        raise MeasurementFileError(f"{path} holds a JSON {type(doc).__name__}, not a cache object")
+    return doc, truncated
+
+
+REQUIRED = ("kernel_name", "tune_params_keys", "cache")
+
+
+def _int_param(value: object, name: str, key: str, path: Path) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise MeasurementFileError(
+            f"{path}: entry {key!r} has {name}={value!r}; aotune maps only integer parameters"
+        )
+    return int(value)
+
+
+def read_cache(path: str | Path) -> KernelTunerCache:
+    """Read a Kernel Tuner cache file (plain or gzipped, closed or still being written)."""
+    path = Path(path)
+    doc, truncated = _parse(_text(path), path)
+    missing = [k for k in REQUIRED if k not in doc]
+    if missing:
+        raise MeasurementFileError(
+            f"{path} lacks {', '.join(missing)}: not a Kernel Tuner cache file"
+        )
+    keys = doc["tune_params_keys"]
+    cache = doc["cache"]
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise MeasurementFileError(f"{path}: tune_params_keys is not a list of names")
+    if not isinstance(cache, Mapping):
+        raise MeasurementFileError(f"{path}: cache is not an object of entries")
+    configs, failed = [], 0
+    for key, entry in cache.items():
+        if not isinstance(entry, Mapping):
+            raise MeasurementFileError(f"{path}: entry {key!r} is not an object")
+        absent = [k for k in (*keys, "time") if k not in entry]
+        if absent:
+            raise MeasurementFileError(f"{path}: entry {key!r} lacks {', '.join(absent)}")
+        t = entry["time"]
+        if isinstance(t, str):  # Kernel Tuner's marker of a configuration that failed
+            failed += 1
+            continue
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+            raise MeasurementFileError(
+                f"{path}: entry {key!r} has time {t!r}; a time is a positive number of ms"
+            )
+        params = tuple((k, _int_param(entry[k], k, key, path)) for k in keys)
+        configs.append(MeasuredConfig(str(key), params, float(t)))
+    tune_params = doc.get("tune_params", {})
+    return KernelTunerCache(
+        path=str(path),
+        device_name=str(doc.get("device_name", "unknown device")),
+        kernel_name=str(doc["kernel_name"]),
+        problem_size=tuple(int(x) for x in doc.get("problem_size", ()) if isinstance(x, int)),
+        tune_params_keys=tuple(keys),
+        tune_params=tuple(
+            (str(k), tuple(v) if isinstance(v, list) else (v,)) for k, v in tune_params.items()
+        ),
+        configs=tuple(configs),
+        failed=failed,
+        truncated=truncated,
+    )

@@ -1,0 +1,528 @@
+"""The model against kernels other people timed on real GPUs: ``aotune accuracy --measured FILE``.
+
+Roadmap: read a Kernel Tuner cache (``kernel_tuner.read_cache``), map every timed configuration to
+the aotune config with the same meaning (``MEASURED_FAMILIES``: CLBlast's Xgemm through
+``constraints/xgemm.py``), predict each one, and score the predictions against the times the way
+the field does (``suite.spearman``, ``suite.kendall``, ``suite.topk_score``).
+
+- Configurations that differ only in a parameter their kernel ignores (Xgemm's MDIMA without
+  SA = 1) are one kernel and one aotune config: each distinct kernel is scored once, at the mean
+  of its measured times.
+- Tier 1 (the schedule alone) predicts every kernel. Tier 2 (LLVM -> PTX -> ptxas -> SASS, the
+  model over the assembled code) predicts the tier-1 best ``candidates`` (the model's top-k picks
+  come from them, ranked as the search ranks them: kernels that spill last), a seeded ``sample``
+  of all kernels (Spearman, Kendall and the median error are computed on it), and the measured
+  top 10 (so the plot shows where the model puts them).
+- A configuration that ran on real hardware and that aotune's space calls invalid is a bug in the
+  constraints: each is reported with its violations (``rejected``).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aotune.benchmarks.kernel_tuner import KernelTunerCache, read_cache
+from aotune.benchmarks.suite import kendall, median_abs_error, spearman, topk_score
+from aotune.constraints.space import Config, Space
+from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
+from aotune.errors import CodegenError, ConfigError, MeasurementFileError
+from aotune.files import write_new_file
+from aotune.hwspecs.spec import load_target
+from aotune.targets import target_for
+
+# Kernels predicted by tier 2 for the correlations: with 1,000, ten seeds moved Spearman by at
+# most 0.010, Kendall by 0.018 and the median error by 0.019 on either file (600: Kendall 0.031);
+# how that was checked is in the README's accuracy section
+DEFAULT_SAMPLE = 1000
+# tier-1 best kernels that tier 2 re-ranks for the model's top-k picks: tier 2's own top 10 over
+# all 9,180 kernels of the measured Xgemm spaces lies within tier 1's best 281 (RTX 2080 Ti) and
+# 256 (TITAN RTX), so the picks are tier 2's, not tier 1's (the search compiles 16)
+DEFAULT_CANDIDATES = 320
+TOP_K = (1, 5, 10)
+Log = Callable[[str], None] | None
+
+
+@dataclass(frozen=True)
+class MeasuredFamily:
+    """A kernel family whose measured configs map to aotune configs."""
+
+    kind: str  # the target kind its kernels run on
+    check: Callable[[Mapping[str, Sequence[int]], str], None]  # the space as a whole maps
+    workload: Callable[[int, int, int], Any]  # (M, N, K) -> Workload
+    to_config: Callable[[Mapping[str, int], Space], Config]
+
+
+MEASURED_FAMILIES = {
+    "Xgemm": MeasuredFamily("gpu", check_xgemm_parameters, xgemm_workload, xgemm_to_config),
+}
+
+
+@dataclass(frozen=True)
+class ScoredKernel:
+    """One distinct aotune config: the measured entries it stands for and its predictions."""
+
+    config: Config
+    params: tuple[tuple[str, int], ...]  # the first measured config's parameters
+    entries: tuple[str, ...]  # the cache keys of the measured configs it stands for
+    measured_ms: float  # the mean of their times
+    tier1_ms: float
+    tier2_ms: float | None  # None: not predicted by tier 2
+    bottleneck: str
+    spills: bool = False  # ptxas spilled registers (tier 2 only)
+
+
+@dataclass(frozen=True)
+class MeasuredAccuracy:
+    """The scores of one target's model on one measured file, and what they were computed on."""
+
+    target: str
+    kernel: str
+    device: str
+    shape: tuple[int, int, int]
+    configs: int  # measured configurations in the file (failed ones excluded)
+    failed: int  # entries Kernel Tuner marked as failed (no time)
+    rejected: tuple[tuple[str, str], ...]  # (cache key, why the space refuses it)
+    kernels: tuple[ScoredKernel, ...]  # every distinct kernel, in the file's order
+    sample: tuple[int, ...]  # indices into kernels: the tier-2 sample of the correlations
+    picks: tuple[int, ...]  # the model's ranking of the tier-2 candidates, best first
+    tier2_failed: tuple[tuple[str, str], ...]  # (config, why) where codegen or ptxas refused
+    seed: int
+    spearman: float
+    kendall: float
+    top: tuple[float, ...]  # top-1, top-5, top-10 scores
+    median_abs_error: float
+    seconds: float
+
+    @property
+    def mapped(self) -> int:
+        """Measured configurations that map to an aotune config (all do, or the file is refused)."""
+        return self.configs
+
+    @property
+    def scored(self) -> int:
+        """Measured configurations whose times entered the scores."""
+        return sum(len(k.entries) for k in self.kernels)
+
+    def true_top(self, k: int = 10) -> list[int]:
+        """Indices of the ``k`` fastest measured kernels."""
+        return sorted(range(len(self.kernels)), key=lambda i: self.kernels[i].measured_ms)[:k]
+
+    def as_json(self) -> dict[str, Any]:
+        """The issue's JSON fields, exactly."""
+        return {
+            "target": self.target,
+            "kernel": self.kernel,
+            "configs": self.configs,
+            "mapped": self.mapped,
+            "rejected_by_space": len(self.rejected),
+            "scored": self.scored,
+            "spearman": round(self.spearman, 4),
+            "kendall": round(self.kendall, 4),
+            "top1": round(self.top[0], 4),
+            "top5": round(self.top[1], 4),
+            "top10": round(self.top[2], 4),
+            "median_abs_error": round(self.median_abs_error, 4),
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def family_for(cache: KernelTunerCache) -> MeasuredFamily:
+    """The family of a cache's kernel, or one error line naming the kernels aotune maps."""
+    family = MEASURED_FAMILIES.get(cache.kernel_name)
+    if family is None:
+        raise MeasurementFileError(
+            f"{cache.path} holds measurements of kernel {cache.kernel_name!r}; aotune maps "
+            f"{', '.join(MEASURED_FAMILIES)} (CLBlast's GEMM) only"
+        )
+    return family
+
+
+def problem_shape(cache: KernelTunerCache, shape: tuple[int, ...] | None) -> tuple[int, int, int]:
+    """(M, N, K) of the measured problem: ``problem_size`` gives M and N; K is not recorded by
+    Kernel Tuner, and is taken equal to N (its GEMM benchmarks are square) unless ``shape`` says."""
+    size = cache.problem_size
+    if shape is not None:
+        if len(shape) != 3:
+            raise ConfigError(f"--shape gives {len(shape)} sizes; give M x N x K of the GEMM")
+        if size[:2] and tuple(shape[:2]) != size[:2]:
+            raise ConfigError(
+                f"--shape {'x'.join(map(str, shape))} disagrees with the file's problem size "
+                f"{'x'.join(map(str, size))} (M x N); give the file's M and N"
+            )
+        return (shape[0], shape[1], shape[2])
+    if len(size) != 2:
+        raise MeasurementFileError(
+            f"{cache.path}: problem_size {list(size)} is not M, N of a GEMM; pass --shape MxNxK"
+        )
+    return (size[0], size[1], size[1])
+
+
+def _param_values(cache: KernelTunerCache) -> dict[str, list[int]]:
+    values: dict[str, set[int]] = {k: set() for k in cache.tune_params_keys}
+    for c in cache.configs:
+        for k, v in c.params:
+            values[k].add(v)
+    return {k: sorted(v) for k, v in values.items()}
+
+
+# kernels compiled and read per nvdisasm run (its start-up is most of its time for one kernel)
+TIER2_BATCH = 48
+
+
+def _tier2(target: Any, schedules: list[Any], log: Log) -> list[tuple[Any, str | None]]:
+    """(features, None) or (None, why) per schedule: compiled on the target's compile slots, read
+    in batches (one disassembler run each where the target can)."""
+
+    def one(s: Any) -> tuple[Any, str | None]:
+        try:
+            return target.compile(s), None
+        except CodegenError as e:  # a kernel ptxas refuses is reported, not scored
+            return None, str(e)
+
+    read_many = getattr(target, "features_many", None) or (
+        lambda ks: [target.features(k) for k in ks]
+    )
+    out: list[tuple[Any, str | None]] = []
+    with ThreadPoolExecutor(max_workers=getattr(target, "compile_workers", 1)) as pool:
+        for start in range(0, len(schedules), TIER2_BATCH):
+            compiled = list(pool.map(one, schedules[start : start + TIER2_BATCH]))
+            kernels = [k for k, _ in compiled if k is not None]
+            feats = iter(read_many(kernels))
+            out += [(next(feats), None) if k is not None else (None, why) for k, why in compiled]
+            if log:
+                log(f"tier 2: {len(out)}/{len(schedules)} kernels compiled and read")
+    return out
+
+
+def measured_accuracy(
+    path: str | Path,
+    target_name: str,
+    sample: int = DEFAULT_SAMPLE,
+    candidates: int = DEFAULT_CANDIDATES,
+    seed: int = 0,
+    shape: tuple[int, ...] | None = None,
+    log: Log = None,
+) -> MeasuredAccuracy:
+    """Score ``target_name``'s model on the Kernel Tuner cache at ``path`` (module docstring)."""
+    start = time.perf_counter()
+    if sample < 10:
+        raise ConfigError(f"--sample {sample}: the correlations need at least 10 kernels")
+    if candidates < max(TOP_K):
+        raise ConfigError(f"--candidates {candidates}: the top-10 score needs at least 10")
+    cache = read_cache(path)
+    family = family_for(cache)
+    if not cache.configs:
+        raise MeasurementFileError(f"{path} holds no timed configuration (failed: {cache.failed})")
+    family.check(_param_values(cache), str(path))
+    hw = load_target(target_name)
+    target = target_for(hw)
+    if target.kind != family.kind:
+        raise ConfigError(
+            f"{cache.kernel_name} is a {family.kind.upper()} kernel and {hw.name} a {target.kind} "
+            f"target; give the --target of a {family.kind.upper()} like the one measured "
+            f"({cache.device_name})"
+        )
+    M, N, K = problem_shape(cache, shape)
+    space = target.build_space(family.workload(M, N, K))
+    if log:
+        log(
+            f"{cache.device_name}: {len(cache.configs)} timed {cache.kernel_name} configs, "
+            f"M={M} N={N} K={K}; mapping them to aotune configs for {hw.name}"
+        )
+    entries: dict[Config, list[int]] = {}
+    rejected = []
+    for i, c in enumerate(cache.configs):
+        try:
+            cfg = family.to_config(c.as_dict(), space)
+        except ConfigError as e:
+            raise MeasurementFileError(f"{path}: entry {c.key!r}: {e}") from None
+        bad = space.violations(cfg)
+        if bad:
+            rejected.append((c.key, "; ".join(map(str, bad))))
+        else:
+            entries.setdefault(cfg, []).append(i)
+    if not entries:
+        raise MeasurementFileError(f"{path}: aotune's space refuses every configuration")
+    configs = list(entries)
+    schedules = [target.schedule(space, cfg) for cfg in configs]
+    if log:
+        log(f"tier 1: predicting {len(configs)} distinct kernels")
+    tier1 = target.estimate(schedules)
+    measured = np.array(
+        [np.mean([cache.configs[i].milliseconds for i in entries[c]]) for c in configs]
+    )
+    t1 = np.array([p.seconds for p in tier1])
+    # tier 2: the candidates, the sample, and the measured top 10 (for the plot)
+    rng = np.random.default_rng(seed)
+    drawn = sorted(rng.choice(len(configs), size=min(sample, len(configs)), replace=False).tolist())
+    best_t1 = list(np.argsort(t1, kind="mergesort")[:candidates])
+    fastest = list(np.argsort(measured, kind="mergesort")[: max(TOP_K)])
+    todo = sorted(set(drawn) | set(best_t1) | set(fastest))
+    if log:
+        log(
+            f"tier 2: compiling {len(todo)} kernels (ptxas + SASS): the tier-1 best {candidates}, "
+            f"a sample of {len(drawn)} (seed {seed}) and the measured top {max(TOP_K)}"
+        )
+    feats = _tier2(target, [schedules[i] for i in todo], log)
+    ok = [(i, f) for i, (f, _) in zip(todo, feats) if f is not None]
+    predicted = target.predict([schedules[i] for i, _ in ok], [f for _, f in ok])
+    preds = {i: p for (i, _), p in zip(ok, predicted)}
+    usable = {i: target.usable(f) for i, f in ok}
+    failed2 = tuple(
+        (space.describe_config(configs[i]), why) for i, (f, why) in zip(todo, feats) if f is None
+    )
+    kernels = tuple(
+        ScoredKernel(
+            cfg,
+            cache.configs[entries[cfg][0]].params,
+            tuple(cache.configs[i].key for i in entries[cfg]),
+            float(measured[j]),
+            float(t1[j]) * 1e3,
+            preds[j].seconds * 1e3 if j in preds else None,
+            (preds[j] if j in preds else tier1[j]).bottleneck,
+            j in usable and not usable[j],
+        )
+        for j, cfg in enumerate(configs)
+    )
+    # the model's picks: tier 2 re-ranks the tier-1 best, kernels that spill last (as the search)
+    picks = sorted(
+        (j for j in best_t1 if j in preds), key=lambda j: (not usable[j], preds[j].seconds)
+    )
+    rank = np.full(len(configs), np.inf)
+    for r, j in enumerate(picks):
+        rank[j] = r
+    top = tuple(topk_score(rank, measured, k) for k in TOP_K)
+    scored_sample = [j for j in drawn if j in preds]
+    p = np.array([preds[j].seconds * 1e3 for j in scored_sample])
+    m = measured[scored_sample]
+    return MeasuredAccuracy(
+        target=hw.name,
+        kernel=cache.kernel_name,
+        device=cache.device_name,
+        shape=(M, N, K),
+        configs=len(cache.configs),
+        failed=cache.failed,
+        rejected=tuple(rejected),
+        kernels=kernels,
+        sample=tuple(scored_sample),
+        picks=tuple(picks),
+        tier2_failed=failed2,
+        seed=seed,
+        spearman=spearman(p, m),
+        kendall=kendall(p, m),
+        top=top,
+        median_abs_error=median_abs_error(p, m),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _params_text(k: ScoredKernel) -> str:
+    """The measured parameters that vary (fixed ones such as PRECISION left out)."""
+    return " ".join(f"{n}={v}" for n, v in k.params if n not in ("PRECISION", "GEMMK", "KREG"))
+
+
+def report_lines(r: MeasuredAccuracy) -> list[str]:
+    """What ``aotune accuracy --measured`` prints."""
+    M, N, K = r.shape
+    lines = [
+        f"{r.kernel} on {r.device}: {r.configs} timed configs (M={M} N={N} K={K})"
+        + (f", {r.failed} failed ones skipped" if r.failed else "")
+        + f"; model: {r.target}",
+        f"mapped {r.mapped}, rejected by aotune's space {len(r.rejected)}, scored {r.scored} "
+        f"as {len(r.kernels)} distinct kernels (configs that differ only in a parameter their "
+        f"kernel ignores are one kernel, at the mean of their times)",
+    ]
+    for key, why in r.rejected:
+        lines.append(f"  rejected {key}: {why}")
+    for cfg, why in r.tier2_failed:
+        lines.append(f"  tier 2 failed for {cfg}: {why}")
+    lines += [
+        f"Spearman {r.spearman:.3f}  Kendall {r.kendall:.3f}  median |predicted/measured - 1| "
+        f"{r.median_abs_error:.3f}   (tier 2 on a sample of {len(r.sample)}, seed {r.seed})",
+        f"top-1 {r.top[0]:.3f}  top-5 {r.top[1]:.3f}  top-10 {r.top[2]:.3f}   (best measured / "
+        f"best measured among the model's top k; tier 2 re-ranks the tier-1 best {len(r.picks)})",
+        "model's top 10:",
+    ]
+    for rank, j in enumerate(r.picks[:10], 1):
+        k = r.kernels[j]
+        lines.append(
+            f"  {rank:2d}. predicted {k.tier2_ms:8.2f} ms  measured {k.measured_ms:8.2f} ms  "
+            f"{_params_text(k)}"
+        )
+    lines.append("measured top 10:")
+    for rank, j in enumerate(r.true_top(10), 1):
+        k = r.kernels[j]
+        pred = f"{k.tier2_ms:8.2f}" if k.tier2_ms is not None else "       -"
+        lines.append(
+            f"  {rank:2d}. predicted {pred} ms  measured {k.measured_ms:8.2f} ms  {_params_text(k)}"
+        )
+    lines.append(f"took {r.seconds:.0f} s")
+    return lines
+
+
+def plot_png(r: MeasuredAccuracy, title: str | None = None) -> bytes:
+    """Predicted vs measured, log-log: every kernel by tier 1 (grey), the tier-2 sample (blue),
+    the model's top 10 and the measured top 10 marked."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError(
+            "--plot needs matplotlib, which is not installed; pip install 'aotune[plot]'"
+        ) from None
+    ks = r.kernels
+    fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=90)
+    ax.scatter(
+        [k.measured_ms for k in ks],
+        [k.tier1_ms for k in ks],
+        s=2,
+        c="0.8",
+        label=f"tier 1, all {len(ks)} kernels",
+        rasterized=True,
+    )
+    ax.scatter(
+        [ks[j].measured_ms for j in r.sample],
+        [ks[j].tier2_ms for j in r.sample],
+        s=5,
+        c="tab:blue",
+        label=f"tier 2, sample of {len(r.sample)}",
+    )
+    true_top = [j for j in r.true_top(10) if ks[j].tier2_ms is not None]
+    ax.scatter(
+        [ks[j].measured_ms for j in true_top],
+        [ks[j].tier2_ms for j in true_top],
+        s=60,
+        facecolors="none",
+        edgecolors="tab:green",
+        linewidths=1.5,
+        label="measured top 10",
+    )
+    picks = list(r.picks[:10])
+    ax.scatter(
+        [ks[j].measured_ms for j in picks],
+        [ks[j].tier2_ms for j in picks],
+        s=40,
+        marker="x",
+        c="tab:red",
+        label="model's top 10",
+    )
+    lo = min(min(k.measured_ms for k in ks), min(k.tier1_ms for k in ks))
+    hi = max(max(k.measured_ms for k in ks), max(k.tier1_ms for k in ks))
+    ax.plot([lo, hi], [lo, hi], c="0.5", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured ms")
+    ax.set_ylabel("predicted ms")
+    ax.set_title(
+        title
+        or f"{r.kernel} on {r.device} ({r.target} model): Spearman {r.spearman:.2f}, "
+        f"top-1 {r.top[0]:.2f}, top-10 {r.top[2]:.2f}",
+        fontsize=8,
+    )
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_plot(r: MeasuredAccuracy, path: str, force: bool) -> None:
+    """Write the plot to ``path`` (never over an existing file without ``force``)."""
+    write_new_file(path, plot_png(r), force, ConfigError)
+
+
+def host_accuracy(
+    w: Any,
+    hw: Any,
+    samples: int,
+    seed: int,
+    log: Log = None,
+    timing_seconds: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """``aotune accuracy WORKLOAD`` on this host: sample valid configs, compile, check, measure
+    and predict each one as the bench's accuracy rows do (``suite.model_accuracy``, timed for
+    ``timing_seconds`` = (sweep, finalists), the bench's by default), in the JSON fields of
+    ``accuracy --measured``."""
+    from aotune.benchmarks.suite import ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS, model_accuracy
+    from aotune.hwspecs.host import host_can_run
+
+    if target_for(hw).kind != "cpu":
+        raise ConfigError(
+            f"accuracy WORKLOAD times kernels on this machine, which cannot run {hw.name}'s; for "
+            f"a GPU give --measured FILE with timings made on one (a Kernel Tuner cache)"
+        )
+    runs, why = host_can_run(hw)
+    if not runs:
+        raise ConfigError(f"accuracy WORKLOAD times kernels here, and {why}; use --target host")
+    if samples < max(TOP_K):
+        raise ConfigError(f"--sample {samples}: the top-10 score needs at least 10 configs")
+    start = time.perf_counter()
+    sweep, finalists = timing_seconds or (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS)
+    acc = model_accuracy(
+        w, hw, samples, seed=seed, log=log, sweep_seconds=sweep, finalist_seconds=finalists
+    )
+    return {
+        "target": hw.name,
+        "kernel": f"{w.op} {'x'.join(str(x) for _, x in w.shape)}",
+        "configs": acc["n"],
+        "mapped": acc["n"],
+        "rejected_by_space": 0,
+        "scored": acc["n"],
+        "spearman": round(acc["spearman"], 4),
+        "kendall": round(acc["kendall"], 4),
+        "top1": round(acc["top1"], 4),
+        "top5": round(acc["top5"], 4),
+        "top10": round(acc["top10"], 4),
+        "median_abs_error": round(acc["median_abs_error"], 4),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+# the measured spaces the full bench scores (beside the checkout, as in the repository's layout)
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernel-tuner"
+BENCH_FILES = (("gemm_RTX_2080_Ti.json.gz", "rtx-2080-ti"), ("gemm_RTX_Titan.json.gz", "titan-rtx"))
+
+
+def bench_rows(log: Log = None, data_dir: Path = DATA_DIR) -> list[dict[str, Any]]:
+    """The full bench's GPU accuracy rows: ``accuracy --measured`` on each file that is present
+    (a missing one is a row that says where it was looked for)."""
+    rows: list[dict[str, Any]] = []
+    for name, target in BENCH_FILES:
+        path = data_dir / name
+        if not path.is_file():
+            rows.append({"file": name, "target": target, "skipped": f"{path} not found"})
+            continue
+        if log:
+            log(f"[bench] accuracy --measured {name} --target {target}")
+        rows.append({"file": name, **measured_accuracy(path, target, log=log).as_json()})
+    return rows
+
+
+def print_bench_rows(rows: list[dict[str, Any]], console: Any) -> None:
+    """The GPU accuracy rows as a rich table."""
+    from rich.table import Table
+
+    table = Table(title="GPU model against measured kernels (aotune accuracy --measured)")
+    for col in ("file", "target", "configs", "Spearman", "Kendall", "top-1", "top-5", "top-10",
+                "median error", "seconds"):  # fmt: skip
+        table.add_column(col)
+    for r in rows:
+        if "skipped" in r:
+            table.add_row(r["file"], r["target"], "-", "-", "-", "-", "-", "-", r["skipped"], "-")
+            continue
+        table.add_row(
+            r["file"], r["target"], str(r["configs"]),
+            *(f"{r[k]:.2f}" for k in ("spearman", "kendall", "top1", "top5", "top10")),
+            f"{r['median_abs_error']:.2f}", f"{r['seconds']:.0f}",
+        )  # fmt: skip
+    console.print(table)

@@ -1,0 +1,190 @@
+"""The GPU model's features: the instruction mix is read per k tile as the loops run (SASS and
+PTX agree, and count what the schedule implies), and one nvdisasm run reads many kernels."""
+
+from __future__ import annotations
+
+import pytest
+from aotune.analysis.gpu_features import Op, gpu_features, gpu_features_many, mix_of, ptx_ops
+from aotune.codegen.cuda_tools import disassemble, disassemble_many
+from aotune.constraints.gpu import build_gpu_space
+from aotune.constraints.xgemm import xgemm_workload
+from aotune.hwspecs.spec import load_target
+from aotune.targets import target_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+CONFIGS = [  # aotune configs of Xgemm's space: staged A and B, direct B, direct both
+    dict(bm=64, bn=64, bk=32, tx=8, ty=16, vm=4, vn=4, strm=0, strn=0, sa=1, sb=1, la=16, lb=16,
+         va=4, vb=4, unroll=2, pad_a=0, pad_b=0),
+    dict(bm=128, bn=128, bk=32, tx=8, ty=16, vm=4, vn=8, strm=0, strn=0, sa=1, sb=0, la=32, lb=1,
+         va=4, vb=1, unroll=2, pad_a=0, pad_b=0),
+    dict(bm=32, bn=64, bk=8, tx=8, ty=8, vm=1, vn=2, strm=1, strn=0, sa=0, sb=0, la=1, lb=1,
+         va=1, vb=1, unroll=8, pad_a=0, pad_b=0),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    hw = load_target("rtx-2080-ti")
+    space = build_gpu_space(xgemm_workload(512, 512, 512), hw)
+    target = target_for(hw)
+    return [target.compile(target.schedule(space, space.config(c))) for c in CONFIGS]
+
+
+def test_one_nvdisasm_run_reads_many_kernels_as_one_run_each(kernels):
+    many = disassemble_many([k.cubin for k in kernels], "aotune_kernel", 75)
+    assert [d.instructions for d in many] == [
+        disassemble(k.cubin, "aotune_kernel").instructions for k in kernels
+    ]
+    assert gpu_features_many(kernels) == [gpu_features(k) for k in kernels]
+
+
+def test_the_mix_counts_what_the_schedule_loads_per_k_tile(kernels):
+    for k in kernels:
+        s, mix = k.schedule, gpu_features(k).mix
+        assert mix.source == "sass"
+        ffma = s.mwi * s.nwi * s.bk
+        # shared-memory loads: one per vector run of each staged operand per k step
+        lds = s.bk * ((s.mwi // s.vm if s.sa else 0) + (s.nwi // s.vn if s.sb else 0))
+        assert mix.lds_per_ffma * ffma == pytest.approx(lds, rel=0.02)
+        # stores to shared memory: the thread's share of the staged tiles, once per tile
+        staged = (s.sa * s.bm * s.bk // s.va + s.sb * s.bn * s.bk // s.vb) / s.threads
+        assert mix.sts_per_ffma * ffma == pytest.approx(staged, rel=0.02)
+        assert mix.bar_per_ffma * ffma == pytest.approx(2 if (s.sa or s.sb) else 0, abs=0.05)
+        # what runs once per kernel (zeroing, storing C) is a k_tiles-th per tile: small here
+        assert mix.other_per_ffma < 0.5
+
+
+def test_ptx_and_sass_read_the_same_memory_instructions_per_tile(kernels):
+    for k in kernels:
+        s = k.schedule
+        sass = gpu_features(k).mix
+        ptx = mix_of(ptx_ops(k.ptx), s.mwi * s.nwi * s.bk, s.k_tiles, "ptx")
+        for field in ("lds_bytes_per_ffma", "sts_bytes_per_ffma", "bar_per_ffma"):
+            assert getattr(ptx, field) == pytest.approx(getattr(sass, field), rel=0.05), field
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 8),  # prologue
+    st.integers(1, 6),  # tile-loop instructions outside the k loop
+    st.integers(1, 16),  # FFMAs per k-loop iteration
+    st.integers(1, 8),  # k-loop trips per tile
+    st.integers(1, 64),  # k tiles
+)
+def test_loop_weights_count_each_instruction_as_often_as_it_runs(pro, outer, f_in, trips, tiles):
+    """prologue; tile loop { staging ...; k loop { LDS; f_in x FFMA; branch back }; branch back };
+    epilogue: per tile, the k loop runs ``trips`` times, the staging once, the rest 1/tiles."""
+    ops = [Op("OTHER")] * pro
+    tile_start = len(ops)
+    ops += [Op("STS", 16)] * outer
+    k_start = len(ops)
+    ops += [Op("LDS", 16)] + [Op("FFMA")] * f_in + [Op("OTHER", 0, k_start)]
+    ops += [Op("OTHER", 0, tile_start)] + [Op("OTHER")] * 3 + [Op("OTHER", 0, len(ops) + 4)]
+    mix = mix_of(ops, f_in * trips, tiles, "sass")
+    ffma = f_in * trips
+    assert mix.lds_per_ffma * ffma == pytest.approx(trips)
+    assert mix.sts_per_ffma * ffma == pytest.approx(outer)
+    assert mix.sts_bytes_per_ffma * ffma == pytest.approx(16 * outer)
+    # the k loop's branch each trip, the tile loop's once, prologue and epilogue once per kernel
+    assert mix.other_per_ffma * ffma == pytest.approx(trips + 1 + (pro + 3) / tiles)
+
+
+# ---- the cost model -----------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 64),
+    st.floats(1.0, 500.0),
+    st.floats(0.0, 500.0),
+    st.floats(0.0, 500.0),
+    st.floats(0.0, 1000.0),
+)
+def test_warps_queue_below_every_bound_and_gain_from_more_warps(n, pipe, agu, data, delay):
+    from aotune.analysis.gpu_model import warp_throughput
+
+    x = warp_throughput(n, (pipe, agu), (data,), delay, 4)
+    # one warp alone: its own work and its wait, one after the other
+    alone = warp_throughput(1, (pipe, agu), (data,), delay, 4)
+    assert alone == pytest.approx(1.0 / (pipe + agu + data + delay))
+    # never above a bound: a partition's pipe (warps are bound to partitions), the SM's SRAM
+    assert x <= n / (-(-n // 4) * pipe) * (1 + 1e-9)
+    if data:
+        assert x <= 1.0 / data * (1 + 1e-9)
+    # a warp more on every partition never lowers the throughput (one more on one partition
+    # may: the SM's warps all have the same work, and that partition finishes last)
+    assert warp_throughput(n + 4, (pipe, agu), (data,), delay, 4) >= x * (1 - 1e-9)
+
+
+def test_enough_warps_reach_the_bound_of_the_busiest_resource():
+    from aotune.analysis.gpu_model import warp_throughput
+
+    # the SRAM is the bottleneck: 40 cycles a warp, the 4 partitions' pipes 100 / 4 = 25
+    x = warp_throughput(64, (100.0, 10.0), (40.0,), 200.0, 4)
+    assert x == pytest.approx(1 / 40.0, rel=0.05)
+    # balanced pipes and SRAM with a warp or two per partition: below both bounds, and less
+    # so with more warps to fill each other's waits
+    bound = min(4 / 100.0, 1 / 25.0)
+    few, more = (warp_throughput(n, (100.0, 10.0), (25.0,), 0.0, 4) for n in (4, 8))
+    assert few < 0.95 * bound and few < more <= bound
+
+
+def test_runs_sixteen_floats_apart_conflict_four_ways_in_the_banks():
+    from aotune.analysis.gpu_model import bank_wavefronts, thread_elements
+
+    # 8 threads, each reading its next 4 of 16 contiguous floats (STRM=0): 4 of them per bank
+    words = [thread_elements(t, 16, 4, 8, 0)[:4] for t in range(8)]
+    assert bank_wavefronts(words, 32) == 4
+    # 8 floats apart: 2-way; 4 apart (a quarter warp reads 32 consecutive words): none
+    assert bank_wavefronts([thread_elements(t, 8, 4, 8, 0)[:4] for t in range(8)], 32) == 2
+    assert bank_wavefronts([thread_elements(t, 4, 4, 8, 0)[:4] for t in range(8)], 32) == 1
+    # a broadcast 128-bit load: every quarter-warp phase reads one 16-byte word group
+    assert bank_wavefronts([[0, 1, 2, 3]] * 32, 32) == 4
+
+
+def test_the_l1_path_costs_follow_the_spec():
+    """A global load that hits L1 is charged its bank wavefronts at the L1 load path's rate:
+    Turing's (64 B/clk) twice Volta's (128 B/clk) for the same addresses."""
+    import dataclasses
+
+    from aotune.analysis.gpu_model import warp_access
+
+    w = xgemm_workload(4096, 4096, 4096)
+    cfg = dict(CONFIGS[1])
+    out = {}
+    for name in ("rtx-2080-ti", "v100"):
+        hw = load_target(name)
+        space = build_gpu_space(w, hw)
+        out[name] = warp_access(target_for(hw).schedule(space, space.config(cfg)), hw)
+    assert out["rtx-2080-ti"].ldg_cycles == pytest.approx(2 * out["v100"].ldg_cycles)
+    assert out["rtx-2080-ti"].lds_cycles == pytest.approx(out["v100"].lds_cycles)
+    assert dataclasses.is_dataclass(out["v100"])
+
+
+def test_a_partial_last_wave_costs_its_own_blocks_not_a_whole_wave():
+    from aotune.analysis.gpu_model import AnalyticalGpuModel
+
+    hw = load_target("rtx-2080-ti")
+    model = AnalyticalGpuModel(hw)
+    cfg = dict(CONFIGS[0])  # 64 x 64 blocks
+    times = []
+    for n in (64 * 64, 64 * 64 + 64):  # N grows by one block column: 64 more blocks
+        space = build_gpu_space(xgemm_workload(4096, n, 4096), hw)
+        (p,) = model.estimate_batch([target_for(hw).schedule(space, space.config(cfg))])
+        times.append(p.seconds)
+    blocks = 64 * 64 // 64  # 4096 x 4096 in 64 x 64 tiles: 4096 blocks; then 4160
+    assert blocks and times[0] < times[1] < times[0] * 1.25
+
+
+def test_dram_reads_an_operand_that_fits_in_l2_once():
+    from aotune.analysis.gpu_model import dram_bytes
+
+    hw = load_target("rtx-2080-ti")
+    space = build_gpu_space(xgemm_workload(256, 256, 256), hw)
+    s = target_for(hw).schedule(space, space.config(dict(CONFIGS[0])))
+    assert dram_bytes(s, hw, 1) == 3 * 4 * 256 * 256
+    big = build_gpu_space(xgemm_workload(4096, 4096, 4096), hw)
+    s = target_for(hw).schedule(big, big.config(dict(CONFIGS[0])))
+    # 64 MB operands: every wave reads the rows and columns its blocks cover, more than once
+    assert dram_bytes(s, hw, 4) > 3 * 4 * 4096 * 4096

@@ -1,0 +1,374 @@
+"""``aotune accuracy``: the Kernel Tuner reader, the Xgemm mapping parameter by parameter, and the
+scores against measured times (on a small hand-made cache; the two real files where present)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aotune.analysis.gpu_model import thread_elements
+from aotune.analysis.workload import matmul
+from aotune.benchmarks.kernel_tuner import read_cache
+from aotune.benchmarks.measured import host_accuracy, measured_accuracy
+from aotune.benchmarks.suite import kendall, median_abs_error, spearman
+from aotune.constraints.gpu import build_gpu_space
+from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
+from aotune.errors import ConfigError, MeasurementFileError
+from aotune.hwspecs.spec import load_target
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "kernel-tuner"
+KEYS = ["MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA", "NDIMB", "KWI", "VWM", "VWN", "STRM",
+        "STRN", "SA", "SB", "PRECISION"]  # fmt: skip
+JSON_FIELDS = ["target", "kernel", "configs", "mapped", "rejected_by_space", "scored", "spearman",
+               "kendall", "top1", "top5", "top10", "median_abs_error", "seconds"]  # fmt: skip
+BASE = dict(MWG=64, NWG=64, KWG=32, MDIMC=16, NDIMC=16, MDIMA=16, NDIMB=16, KWI=2, VWM=2, VWN=2,
+            STRM=0, STRN=0, SA=1, SB=1, PRECISION=32)  # fmt: skip
+# a small space of real Xgemm configs for a 256^3 problem, with made-up times; the last one breaks
+# aotune's space (MWG=16 is not a multiple of MDIMC*VWM=32): it must be counted as rejected
+CONFIGS = [
+    (dict(BASE), 3.0),
+    (dict(BASE, MDIMA=8), 3.1),
+    (dict(BASE, SA=0), 2.5),
+    (dict(BASE, SA=0, MDIMA=8), 2.6),  # the same kernel as the one before: SA=0 ignores MDIMA
+    (dict(BASE, MWG=128, NWG=128, VWM=4, VWN=4), 1.0),
+    (dict(BASE, MWG=128, NWG=64, VWM=4), 1.5),
+    (dict(BASE, MWG=32, NWG=32, MDIMC=8, NDIMC=8, MDIMA=8, NDIMB=8, VWM=1, VWN=1), 6.0),
+    (dict(BASE, MWG=16, NWG=16, MDIMC=8, NDIMC=8, MDIMA=8, NDIMB=8, VWM=1, VWN=1), 9.0),
+    (dict(BASE, KWI=8, SB=0), 2.8),
+    (dict(BASE, VWM=1, VWN=1), 4.0),
+    (dict(BASE, STRM=1, STRN=1), 2.9),
+    (dict(BASE, KWG=16, MDIMA=32, NDIMB=32), 3.3),
+    (dict(BASE, MWG=16, MDIMC=32, NDIMC=8, MDIMA=8, NDIMB=8, VWM=1), 7.0),
+]
+
+
+def kernel_tuner_text(configs, kernel="Xgemm", closed=True, problem=(256, 256)) -> str:
+    """A cache file as Kernel Tuner writes it: the header without its closing braces, then one
+    entry and a comma at a time; ``closed`` replaces the last comma with the braces."""
+    keys = list(configs[0][0]) if configs else KEYS
+    header = OrderedDict(
+        device_name="Test GPU",
+        kernel_name=kernel,
+        problem_size=list(problem),
+        tune_params_keys=keys,
+        tune_params={k: sorted({c[k] for c, _ in configs}) for k in keys},
+        objective="time",
+        cache={},
+    )
+    text = json.dumps(header, indent="")[:-3]  # Kernel Tuner's own cut: no '}\n}'
+    for params, ms in configs:
+        key = ",".join(str(params[k]) for k in keys)
+        entry = {**params, "time": ms, "times": [ms] * 3, "GFLOP/s": 1.0}
+        text += "\n" + json.dumps({key: entry})[1:-1] + ","
+    return text[:-1] + "}\n}" if closed and configs else text
+
+
+@pytest.fixture(scope="module")
+def cache_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("kt") / "gemm_test.json"
+    path.write_text(kernel_tuner_text(CONFIGS))
+    return path
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aotune", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+# ---- the reader --------------------------------------------------------------------------------
+
+
+def test_reader_takes_plain_gzipped_and_unterminated_files_alike(tmp_path: Path, cache_file: Path):
+    plain = read_cache(cache_file)
+    gz = tmp_path / "c.json.gz"
+    gz.write_bytes(gzip.compress(cache_file.read_bytes()))
+    open_end = tmp_path / "open.json"  # still tuning: ends in ',' then EOF
+    open_end.write_text(kernel_tuner_text(CONFIGS, closed=False))
+    assert open_end.read_text().endswith(",")
+    for other in (read_cache(gz), read_cache(open_end)):
+        assert other.configs == plain.configs
+    assert not plain.truncated and read_cache(open_end).truncated
+    assert plain.kernel_name == "Xgemm" and plain.problem_size == (256, 256)
+    assert len(plain.configs) == len(CONFIGS) and plain.failed == 0
+    first = plain.configs[0]
+    assert first.as_dict() == CONFIGS[0][0] and first.milliseconds == CONFIGS[0][1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, len(CONFIGS)), st.booleans())
+def test_a_cache_cut_after_any_entry_reads_the_entries_before_the_cut(n: int, gzipped: bool):
+    text = kernel_tuner_text(CONFIGS[:n], closed=False)
+    raw = gzip.compress(text.encode()) if gzipped else text.encode()
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        f.write(raw)
+        f.flush()
+        c = read_cache(f.name)
+    assert [m.milliseconds for m in c.configs] == [ms for _, ms in CONFIGS[:n]]
+    assert c.truncated
+
+
+def test_failed_configs_are_counted_not_scored(tmp_path: Path):
+    doc = json.loads(kernel_tuner_text(CONFIGS[:3]))
+    first = next(iter(doc["cache"]))
+    doc["cache"][first]["time"] = "InvalidConfig"
+    path = tmp_path / "failed.json"
+    path.write_text(json.dumps(doc))
+    c = read_cache(path)
+    assert c.failed == 1 and len(c.configs) == 2
+
+
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b"not json at all", "not a Kernel Tuner cache file"),
+        (b"[1, 2, 3]", "JSON list"),
+        (b'{"kernel_name": "Xgemm"}', "lacks tune_params_keys, cache"),
+        (b"\x1f\x8b\x08\x00garbage", "gzip stream is damaged"),
+        (b"\xff\xfe\x00", "not UTF-8"),
+        (
+            b'{"kernel_name": "Xgemm", "tune_params_keys": ["MWG"], "cache": {"1": {"MWG": 1}}}',
+            "lacks time",
+        ),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "cache": {"1": {"A": 1, "time": 0}}}',
+            "positive number",
+        ),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], '
+            b'"cache": {"1": {"A": 0.5, "time": 1}}}',
+            "integer parameters",
+        ),
+    ],
+)
+def test_a_file_that_is_not_a_cache_is_one_error_naming_it(tmp_path: Path, content, says):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(MeasurementFileError, match=says) as e:
+        read_cache(path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_files_and_directories_are_errors(tmp_path: Path):
+    with pytest.raises(MeasurementFileError, match="No such file"):
+        read_cache(tmp_path / "nothing.json")
+    with pytest.raises(MeasurementFileError, match="directory"):
+        read_cache(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["gemm_RTX_2080_Ti.json.gz", "gemm_RTX_Titan.json.gz"])
+def test_the_real_files_read_whole(name: str):
+    path = DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} is not beside this checkout")
+    c = read_cache(path)
+    assert c.kernel_name == "Xgemm" and len(c.configs) == 17956 and c.failed == 0
+    assert c.problem_size == (4096, 4096) and not c.truncated
+    values: dict[str, set[int]] = {}
+    for m in c.configs:
+        for k, v in m.params:
+            values.setdefault(k, set()).add(v)
+    check_xgemm_parameters({k: sorted(v) for k, v in values.items()}, name)  # no error
+    fastest = {"gemm_RTX_2080_Ti.json.gz": 11.48, "gemm_RTX_Titan.json.gz": 11.47}  # data README
+    assert min(m.milliseconds for m in c.configs) == pytest.approx(fastest[name], abs=0.005)
+
+
+# ---- the mapping, one parameter at a time ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def space():
+    return build_gpu_space(xgemm_workload(4096, 4096, 4096), load_target("rtx-2080-ti"))
+
+
+BASE_CONFIG = dict(bm=64, bn=64, bk=32, tx=16, ty=16, vm=2, vn=2, strm=0, strn=0, sa=1, sb=1,
+                   la=16, lb=16, va=2, vb=2, unroll=2, pad_a=0, pad_b=0)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change, expect",
+    [
+        ({}, {}),
+        ({"MWG": 128}, {"bn": 128}),  # Xgemm's M is aotune's n: C and Xgemm's A contiguous there
+        ({"NWG": 32}, {"bm": 32}),
+        ({"KWG": 16}, {"bk": 16}),  # newer tuning scripts vary KWG
+        ({"MDIMC": 8}, {"ty": 8}),
+        ({"NDIMC": 8}, {"tx": 8}),
+        ({"MDIMA": 8}, {"lb": 8}),  # Xgemm's A is aotune's B
+        ({"NDIMB": 32}, {"la": 32}),
+        ({"KWI": 8}, {"unroll": 8}),
+        ({"VWM": 4}, {"vn": 4, "vb": 4}),  # registers/loads of Xgemm's A, and its staging loads
+        ({"VWN": 1}, {"vm": 1, "va": 1}),
+        ({"STRM": 1}, {"strn": 1}),  # newer tuning scripts vary STRM and STRN
+        ({"STRN": 1}, {"strm": 1}),
+        ({"SA": 0}, {"sb": 0, "lb": 1, "vb": 1}),  # not staged: its layout is unused, canonical
+        ({"SB": 0}, {"sa": 0, "la": 1, "va": 1}),
+        ({"SA": 0, "MDIMA": 32}, {"sb": 0, "lb": 1, "vb": 1}),  # MDIMA ignored without SA
+        ({"GEMMK": 0, "KREG": 1}, {}),  # the only values of this family
+    ],
+)
+def test_each_xgemm_parameter_maps_to_the_decision_with_its_meaning(space, change, expect):
+    cfg = xgemm_to_config({**BASE, **change}, space)
+    assert cfg.as_dict() == {**BASE_CONFIG, **expect}
+    assert space.violations(cfg) == []
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [({"GEMMK": 1}, "GEMMK=1"), ({"KREG": 4}, "KREG=4"), ({"PRECISION": 64}, "PRECISION=64")],
+)
+def test_values_outside_the_family_are_named(space, change, says):
+    with pytest.raises(ConfigError, match=says):
+        xgemm_to_config({**BASE, **change}, space)
+    with pytest.raises(ConfigError, match=says):
+        check_xgemm_parameters({k: [v] for k, v in {**BASE, **change}.items()}, "f.json")
+
+
+def test_unknown_and_missing_parameters_are_named():
+    with pytest.raises(ConfigError, match="WGD have no aotune meaning"):
+        check_xgemm_parameters({**{k: [v] for k, v in BASE.items()}, "WGD": [8]}, "f.json")
+    with pytest.raises(ConfigError, match="lack SA"):
+        check_xgemm_parameters({k: [v] for k, v in BASE.items() if k != "SA"}, "f.json")
+
+
+@pytest.mark.parametrize("strm", [0, 1])
+@pytest.mark.parametrize("mwg, mdimc, vwm", [(128, 16, 4), (64, 8, 2), (128, 32, 1), (64, 8, 8)])
+def test_a_threads_elements_are_xgemms_for_both_strides(space, strm, mwg, mdimc, vwm):
+    """CLBlast's LocalToPrivateA / GlobalToPrivateA: vector _mi of thread id0 is at
+    _mi + id0*(MWI/VWM) (STRM=0) or id0 + _mi*MDIMC (STRM=1); aotune's runs along its n axis
+    (strn, vn, ty) must be the same elements."""
+    mwi = mwg // mdimc
+    cfg = xgemm_to_config(
+        {**BASE, "MWG": mwg, "MDIMC": mdimc, "VWM": vwm, "STRM": strm, "MDIMA": 8}, space
+    ).as_dict()
+    for id0 in range(mdimc):
+        vectors = [(_mi + id0 * (mwi // vwm)) if strm == 0 else (id0 + _mi * mdimc)
+                   for _mi in range(mwi // vwm)]  # fmt: skip
+        clblast = [v * vwm + e for v in vectors for e in range(vwm)]
+        ours = thread_elements(id0, cfg["bn"] // cfg["ty"], cfg["vn"], cfg["ty"], cfg["strn"])
+        assert ours == clblast
+
+
+# ---- the scores ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scored(cache_file: Path):
+    return measured_accuracy(cache_file, "rtx-2080-ti", sample=10, candidates=10, seed=3)
+
+
+def test_every_config_is_mapped_and_the_space_breaker_is_reported(scored):
+    assert scored.configs == len(CONFIGS) == scored.mapped
+    assert len(scored.rejected) == 1
+    key, why = scored.rejected[0]
+    assert key.startswith("16,64,32,32,8,8,8,") and "thread tile N" in why
+    # configs 2 and 3 are one kernel: scored once, at the mean of their times
+    assert scored.scored == len(CONFIGS) - 1 and len(scored.kernels) == len(CONFIGS) - 2
+    same = [k for k in scored.kernels if len(k.entries) == 2]
+    assert len(same) == 1 and same[0].measured_ms == pytest.approx(2.55)
+
+
+def test_scores_follow_their_definitions(scored):
+    ks = scored.kernels
+    measured = np.array([k.measured_ms for k in ks])
+    picks = [ks[j].measured_ms for j in scored.picks]
+    for k, score in zip((1, 5, 10), scored.top):
+        assert score == pytest.approx(measured.min() / min(picks[:k]))
+    assert scored.top[0] <= scored.top[1] <= scored.top[2] <= 1.0
+    p = np.array([ks[j].tier2_ms for j in scored.sample])
+    m = measured[list(scored.sample)]
+    assert len(scored.sample) == 10
+    assert scored.spearman == pytest.approx(spearman(p, m))
+    assert scored.kendall == pytest.approx(kendall(p, m))
+    assert scored.median_abs_error == pytest.approx(float(np.median(np.abs(p / m - 1))))
+    # the picks are ranked as the search ranks them: tier 2, kernels that spill last
+    order = [(ks[j].spills, ks[j].tier2_ms) for j in scored.picks]
+    assert order == sorted(order)
+    assert list(scored.as_json()) == JSON_FIELDS
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0.01, 100.0), min_size=1, max_size=30), st.floats(0.1, 10.0))
+def test_median_abs_error_is_zero_for_exact_and_scales_with_a_uniform_factor(xs, factor):
+    x = np.array(xs)
+    assert median_abs_error(x, x) == 0.0
+    assert median_abs_error(x * factor, x) == pytest.approx(abs(factor - 1.0))
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+
+def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, tmp_path: Path):
+    png = tmp_path / "acc.png"
+    args = ("accuracy", "--measured", str(cache_file), "--target", "titan-rtx", "--json")
+    proc = run_cli(*args, "--sample", "10", "--candidates", "10", "--plot", str(png))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert list(doc) == JSON_FIELDS
+    assert doc["target"] == "titan-rtx" and doc["kernel"] == "Xgemm"
+    assert doc["configs"] == doc["mapped"] == len(CONFIGS) and doc["rejected_by_space"] == 1
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = run_cli(*args, "--plot", str(png))  # refused before any work, the plot kept
+    assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+
+
+@pytest.mark.parametrize(
+    "make, args, says",
+    [
+        (lambda: kernel_tuner_text(CONFIGS[:2], kernel="convolution"), (), "kernel 'convolution'"),
+        (lambda: kernel_tuner_text([({**BASE, "GEMMK": 1}, 1.0)]), (), "GEMMK=1"),
+        (lambda: kernel_tuner_text([({**BASE, "WGD": 8}, 1.0)]), (), "WGD have no aotune"),
+        (lambda: kernel_tuner_text([]), (), "no timed configuration"),
+        (lambda: kernel_tuner_text(CONFIGS[:2]), ("--target", "host"), "GPU kernel"),
+        (lambda: kernel_tuner_text(CONFIGS[:2]), ("--target", "nope"), "nope"),
+        (lambda: kernel_tuner_text(CONFIGS[:2]), ("matmul",), "leave out the workload"),
+        (lambda: kernel_tuner_text(CONFIGS[:2]), ("--shape", "128x256x256"), "disagrees"),
+        (lambda: kernel_tuner_text(CONFIGS[:2]), ("--sample", "3"), "at least 10"),
+    ],
+)
+def test_accuracy_command_errors_are_one_line_exit_2(tmp_path: Path, make, args, says):
+    path = tmp_path / "c.json"
+    path.write_text(make())
+    target = () if "--target" in args else ("--target", "rtx-2080-ti")
+    proc = run_cli("accuracy", *args, "--measured", str(path), *target)
+    assert proc.returncode == 2, proc.stdout
+    assert says in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_accuracy_of_a_workload_needs_a_machine_that_runs_it():
+    proc = run_cli("accuracy", "matmul", "--shape", "64x64x64", "--target", "t4")
+    assert proc.returncode == 2 and "--measured" in proc.stderr
+    proc = run_cli("accuracy", "--target", "t4", "--plot", "x.png")
+    assert proc.returncode == 2 and "--measured FILE only" in proc.stderr
+
+
+def test_accuracy_of_a_workload_on_this_host_has_the_same_fields(host):
+    doc = host_accuracy(matmul(48, 40, 24), host, samples=10, seed=1, timing_seconds=(0.0, 0.0))
+    assert list(doc) == JSON_FIELDS
+    assert doc["configs"] == doc["scored"] == 10 and doc["rejected_by_space"] == 0
+    assert 0.0 < doc["top1"] <= doc["top5"] <= doc["top10"] <= 1.0
+
+
+def test_bench_rows_say_where_a_missing_file_was_looked_for(tmp_path: Path):
+    import io
+
+    from aotune.benchmarks.measured import bench_rows, print_bench_rows
+    from rich.console import Console
+
+    rows = bench_rows(data_dir=tmp_path)
+    assert [r["target"] for r in rows] == ["rtx-2080-ti", "titan-rtx"]
+    assert all(str(tmp_path) in r["skipped"] for r in rows)
+    scored = {"file": "f.json.gz", **dict.fromkeys(JSON_FIELDS, 0.5), "target": "t4"}
+    out = io.StringIO()
+    print_bench_rows([*rows, scored], Console(file=out, width=200))
+    assert "not found" in out.getvalue() and "t4" in out.getvalue()

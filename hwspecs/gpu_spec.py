@@ -86,6 +86,7 @@ class GpuMemorySpec:
     l2_bandwidth_gbs: float = _num(1.0, 1e6)
     dram_bandwidth_gbs: float = _num(1.0, 1e6)
     l1_bytes_per_cycle: int = _num(8, 1024)  # per SM: global loads that hit L1, to registers
+    l1_latency_cycles: int = _num(1, 10_000)  # a global load that hits L1, to its use
     sector_bytes: int = _num(4, 1024)  # the unit a global access moves between L1, L2 and DRAM
     line_bytes: int = _num(4, 4096)  # L1/L2 line: four sectors
     l2_latency_cycles: int = _num(1, 10_000)

@@ -188,3 +188,30 @@ def test_dram_reads_an_operand_that_fits_in_l2_once():
     s = target_for(hw).schedule(big, big.config(dict(CONFIGS[0])))
     # 64 MB operands: every wave reads the rows and columns its blocks cover, more than once
     assert dram_bytes(s, hw, 4) > 3 * 4 * 4096 * 4096
+
+
+def test_warps_that_load_the_same_direct_elements_share_one_l1_miss():
+    """Direct (unstaged) loads: of the block's warps that load the same elements in a k step, one
+    misses L1; the wait per iteration lies between L1's latency and the memory's."""
+    from aotune.analysis.gpu_features import GpuFeatures
+    from aotune.analysis.gpu_model import mix_from_schedule, tile_work, warp_access
+
+    hw = load_target("rtx-2080-ti")
+    space = build_gpu_space(xgemm_workload(4096, 4096, 4096), hw)
+    target = target_for(hw)
+    # 8 x 16 threads, C n-major (Xgemm's): a warp is 2 (m) x 16 (n) threads; the block's 4 warps
+    # own different m coordinates (none shares A) and the same 16 n ones (all four share B)
+    direct_a = dict(CONFIGS[1], sa=0, sb=1, la=1, lb=16, va=1, vb=8)
+    direct_b = dict(CONFIGS[1])
+    share = {}
+    memory = 188.0
+    for name, cfg in (("a", direct_a), ("b", direct_b)):
+        s = target.schedule(space, space.config(cfg))
+        wa = warp_access(s, hw)
+        assert wa.direct_loads
+        share[name] = wa.direct_sharers
+        feats = GpuFeatures(mix_from_schedule(s, hw), 64, 0, s.smem_bytes)
+        w = tile_work(s, hw, feats, memory, 1)
+        first = 1 / wa.direct_sharers
+        assert w.wait == pytest.approx(first * memory + (1 - first) * hw.memory.l1_latency_cycles)
+    assert share == {"a": 1, "b": 4}

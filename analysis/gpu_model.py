@@ -20,7 +20,8 @@ each resident warp needs:
     latency   what the iteration loads before its FFMAs can start: L2 latency for direct global
               loads (every k row is new lines; DRAM's for the share of traffic that misses L2)
               for the first of the block's warps that load the same elements, L1's for the
-              others; shared memory's otherwise; once per tile, the staging loads' and stores' 
+              others; shared memory's otherwise; once per tile, the staging loads' and stores'
+              latency
 The warps share these as a closed queueing network, solved by mean-value analysis
 (``warp_throughput``): throughput rises with warps until a resource saturates, and stays below
 every bound where two are nearly balanced and a partition has few warps. Per tile, the blocks'

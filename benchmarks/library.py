@@ -20,6 +20,7 @@ import numpy as np
 from aotune.analysis.workload import Workload, conv2d, dense, depthwise_conv2d, matmul
 from aotune.artifact.cpu import compile_library_kernel, compile_runtime
 from aotune.artifact.load import load
+from aotune.benchmarks.suite import _handoff_ns
 from aotune.codegen.runner import HostKernel, aligned_copy, random_operands, time_side_by_side
 from aotune.errors import BuildError
 from aotune.hwspecs.spec import HwSpec, load_target
@@ -90,9 +91,12 @@ def library_row(
         fn = lib.kernel
         out = aligned_copy(np.zeros(s.shapes[2], dtype=np.float32))
         host = HostKernel(kernel, hw).call_on(a, b, bias)
+        # the vCPUs' placement changes how fast work moves between threads: probed around the timing
+        handoff = [_handoff_ns(hw)]
         timed = time_side_by_side(
             [host, lambda: fn(*args, out=out)], min_runs=5, min_seconds=seconds, rounds=rounds
         )
+        handoff.append(_handoff_ns(hw))
         lib.shutdown()
     tune_s, lib_s = timed[0][0], timed[1][0]
     row = {
@@ -103,6 +107,7 @@ def library_row(
         "library_gflops": w.flops / lib_s / 1e9,
         "ratio": tune_s / lib_s,
         "numpy_gflops": numpy_gflops,
+        "core_to_core_ns": [h for h in handoff if h is not None],
     }
     if log:
         log(
@@ -128,7 +133,8 @@ def print_library_table(result: dict[str, Any], console: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"aotune bench --library on {result['machine']}")
-    for col in ("workload", "tune GFLOP/s", "runner", "library (aotune.load)", "ratio"):
+    for col in ("workload", "tune GFLOP/s", "runner", "library (aotune.load)", "ratio",
+                "core-to-core ns"):  # fmt: skip
         table.add_column(col)
     for r in result["library_rows"]:
         table.add_row(
@@ -137,5 +143,6 @@ def print_library_table(result: dict[str, Any], console: Any) -> None:
             f"{r['runner_gflops']:.1f}",
             f"{r['library_gflops']:.1f}",
             f"{r['ratio']:.3f}",
+            " / ".join(f"{ns:.0f}" for ns in r.get("core_to_core_ns", ())) or "-",
         )
     console.print(table)

@@ -133,6 +133,7 @@ def test_library_row_times_the_built_kernel_beside_the_runner():
     )
     assert row["runner_gflops"] > 0 and row["library_gflops"] > 0
     assert row["ratio"] == pytest.approx(row["library_gflops"] / row["runner_gflops"])
+    assert all(ns > 0 for ns in row["core_to_core_ns"])
 
 
 def test_gpu_rows_are_predictions_with_their_checks_and_quick_keeps_one() -> None:

@@ -189,9 +189,6 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
     per_access = MAX_ACCESS_BYTES // 4
     l1_cycles = banks * bank_bytes / l1_bytes  # cycles per L1 wavefront
 
-    def xy(t: int) -> tuple[int, int]:
-        return (t % s.tx, t // s.tx) if s.c_major == "m" else (t // s.ty, t % s.ty)
-
     def global_cycles(addrs: list[list[int]]) -> float:
         # a load that hits L1 reads the same banked SRAM as shared memory: its wavefronts follow
         # the bank rules, each at the L1 load path's rate (half the banks' on Turing)
@@ -204,8 +201,8 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
         per, width, threads, strided, staged = (
             (s.mwi, s.vm, s.tx, s.strm, s.sa) if which == "a" else (s.nwi, s.vn, s.ty, s.strn, s.sb)
         )
-        own = [thread_elements(xy(t)[0 if which == "a" else 1], per, width, threads, strided)
-               for t in warp]  # fmt: skip
+        axis = 0 if which == "a" else 1
+        own = [thread_elements(s.thread_xy(t)[axis], per, width, threads, strided) for t in warp]
         picked, scale = _sampled(per // width)
         for j in picked:
             words = [o[j * width : (j + 1) * width] for o in own]
@@ -282,12 +279,9 @@ def _warps_sharing(s: _Fields, axis: int, warp_size: int) -> int:
     """Warps of a block whose threads own the same coordinates along ``axis`` (0: M, 1: N) as
     the first warp's: they load the same elements of that operand in every k step."""
 
-    def xy(t: int) -> tuple[int, int]:
-        return (t % s.tx, t // s.tx) if s.c_major == "m" else (t // s.ty, t % s.ty)
-
     def owned(w: int) -> frozenset[int]:
         last = min(s.threads, (w + 1) * warp_size)
-        return frozenset(xy(t)[axis] for t in range(w * warp_size, last))
+        return frozenset(s.thread_xy(t)[axis] for t in range(w * warp_size, last))
 
     first = owned(0)
     return sum(owned(w) == first for w in range(-(-s.threads // warp_size)))
@@ -331,6 +325,10 @@ class _Fields:
     @property
     def mwi(self) -> int:
         return self.bm // self.tx
+
+    def thread_xy(self, t: int) -> tuple[int, int]:
+        """The (m, n) coordinates of thread ``t`` among the compute threads."""
+        return (t % self.tx, t // self.tx) if self.c_major == "m" else (t // self.ty, t % self.ty)
 
     @property
     def nwi(self) -> int:

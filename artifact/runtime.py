@@ -26,6 +26,7 @@ The workers stop by themselves when the library is unloaded (a destructor calls
 from __future__ import annotations
 
 import llvmlite.ir as ir
+from aotune.codegen.llvm_cpu import c64, counted_loop
 
 SLOT_WORDS = 16  # 128 bytes per slot: two cache lines, so neighbouring slots never share one
 MAX_WORKERS = 255  # worker threads at most (a call uses at most its kernel's shares anyway)
@@ -51,31 +52,6 @@ SHARE_TY = ir.FunctionType(ir.VoidType(), [I64] * ARGS)  # pointers as integers:
 # names the kernel objects link against (hidden in the shared object: not part of the C API)
 RUN, LOCK, UNLOCK = "__aotune_run", "__aotune_lock", "__aotune_unlock"
 PUBLIC = ("aotune_set_num_threads", "aotune_get_num_threads", "aotune_shutdown", "aotune_strerror")
-
-
-def c64(v: int) -> ir.Constant:
-    """An i64 constant."""
-    return ir.Constant(I64, v)
-
-
-def _loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, name: str) -> tuple:
-    """Open ``for (i = start; i < stop; i++)``: (induction variable, close()), body in between."""
-    fn = b.function
-    head, body, done = (fn.append_basic_block(f"{name}.{s}") for s in ("head", "body", "done"))
-    pre = b.block
-    b.branch(head)
-    b.position_at_end(head)
-    iv = b.phi(I64, name=name)
-    iv.add_incoming(start, pre)
-    b.cbranch(b.icmp_signed("<", iv, stop), body, done)
-    b.position_at_end(body)
-
-    def close() -> None:
-        iv.add_incoming(b.add(iv, c64(1)), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-
-    return iv, close
 
 
 class _Runtime:
@@ -225,14 +201,12 @@ class _Runtime:
         (keep,) = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         started = b.load(self.started)
-        i, close = _loop(b, keep, started, "ask")
-        b.store_atomic(c64(3), self.slot(b, i), "release", 8)
-        close()
-        i, close = _loop(b, keep, started, "join")
-        tid = b.load(b.gep(self.tids, [c64(0), i], inbounds=True))
-        b.call(self.pthread_join, [tid, ir.Constant(P8.as_pointer(), None)])
-        b.store_atomic(c64(0), self.slot(b, i), "release", 8)
-        close()
+        with counted_loop(b, keep, started, 1, "ask") as i:
+            b.store_atomic(c64(3), self.slot(b, i), "release", 8)
+        with counted_loop(b, keep, started, 1, "join") as i:
+            tid = b.load(b.gep(self.tids, [c64(0), i], inbounds=True))
+            b.call(self.pthread_join, [tid, ir.Constant(P8.as_pointer(), None)])
+            b.store_atomic(c64(0), self.slot(b, i), "release", 8)
         b.store(smin(b, keep, started), self.started)
         b.ret_void()
         return fn
@@ -271,59 +245,56 @@ class _Runtime:
         after = fn.append_basic_block("started")
         b.cbranch(b.icmp_signed("<", b.load(self.started), need), start_more, after)
         b.position_at_end(start_more)
-        i, close = _loop(b, b.load(self.started), need, "spawn")
-        rc = b.call(
-            self.pthread_create,
-            [
-                b.gep(self.tids, [c64(0), i], inbounds=True),
-                ir.Constant(P8, None),
-                worker,
-                b.bitcast(self.slot(b, i), P8),
-            ],
-        )
-        ok_block = fn.append_basic_block("spawned")
-        b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok_block, after)
-        b.position_at_end(ok_block)  # a thread that cannot be created: run with those we have
-        b.store(b.add(i, c64(1)), self.started)
-        close()
+        with counted_loop(b, b.load(self.started), need, 1, "spawn") as i:
+            rc = b.call(
+                self.pthread_create,
+                [
+                    b.gep(self.tids, [c64(0), i], inbounds=True),
+                    ir.Constant(P8, None),
+                    worker,
+                    b.bitcast(self.slot(b, i), P8),
+                ],
+            )
+            ok_block = fn.append_basic_block("spawned")
+            b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok_block, after)
+            b.position_at_end(ok_block)  # a thread that cannot be created: run with those we have
+            b.store(b.add(i, c64(1)), self.started)
         b.branch(after)
         b.position_at_end(after)
         posted = smin(b, need, b.load(self.started))
-        i, close = _loop(b, c64(0), posted, "post")
-        s = self.slot(b, i)
-        b.store(fn_addr, self.word(b, s, 1))
-        share = b.gep(args, [b.mul(b.add(i, c64(1)), c64(ARGS))], inbounds=True)
-        for a in range(ARGS):
-            b.store(b.load(self.word(b, share, a)), self.word(b, s, 2 + a))
-        b.store_atomic(c64(1), self.word(b, s, 0), "release", 8)
-        close()
+        with counted_loop(b, c64(0), posted, 1, "post") as i:
+            s = self.slot(b, i)
+            b.store(fn_addr, self.word(b, s, 1))
+            share = b.gep(args, [b.mul(b.add(i, c64(1)), c64(ARGS))], inbounds=True)
+            for a in range(ARGS):
+                b.store(b.load(self.word(b, share, a)), self.word(b, s, 2 + a))
+            b.store_atomic(c64(1), self.word(b, s, 0), "release", 8)
         self.run_share(b, fn_addr, args)
-        i, close = _loop(b, b.add(posted, c64(1)), n, "rest")  # shares without a worker: here
-        self.run_share(b, fn_addr, b.gep(args, [b.mul(i, c64(ARGS))], inbounds=True))
-        close()
-        i, close = _loop(b, c64(0), posted, "joins")
-        s = self.slot(b, i)
-        pair = b.cmpxchg(self.word(b, s, 0), c64(1), c64(2), "acq_rel", "acquire")
-        with b.if_else(b.extract_value(pair, 1)) as (mine, theirs):
-            with mine:  # nobody took it (its worker naps): run it here
-                self.run_share(b, fn_addr, self.word(b, s, 2))
-                b.store_atomic(c64(0), self.word(b, s, 0), "release", 8)
-            with theirs:  # its worker runs it: wait until it is done
-                before = b.block
-                wait = fn.append_basic_block("wait")
-                done = fn.append_basic_block("done")
-                b.branch(wait)
-                b.position_at_end(wait)
-                rounds = b.phi(I64, name="rounds")
-                rounds.add_incoming(c64(0), before)
-                self.relax(b, rounds)
-                busy = b.icmp_unsigned(
-                    "!=", b.load_atomic(self.word(b, s, 0), "acquire", 8), c64(0)
-                )
-                rounds.add_incoming(b.add(rounds, c64(1)), b.block)
-                b.cbranch(busy, wait, done)
-                b.position_at_end(done)
-        close()
+        # shares without a worker: here
+        with counted_loop(b, b.add(posted, c64(1)), n, 1, "rest") as i:
+            self.run_share(b, fn_addr, b.gep(args, [b.mul(i, c64(ARGS))], inbounds=True))
+        with counted_loop(b, c64(0), posted, 1, "joins") as i:
+            s = self.slot(b, i)
+            pair = b.cmpxchg(self.word(b, s, 0), c64(1), c64(2), "acq_rel", "acquire")
+            with b.if_else(b.extract_value(pair, 1)) as (mine, theirs):
+                with mine:  # nobody took it (its worker naps): run it here
+                    self.run_share(b, fn_addr, self.word(b, s, 2))
+                    b.store_atomic(c64(0), self.word(b, s, 0), "release", 8)
+                with theirs:  # its worker runs it: wait until it is done
+                    before = b.block
+                    wait = fn.append_basic_block("wait")
+                    done = fn.append_basic_block("done")
+                    b.branch(wait)
+                    b.position_at_end(wait)
+                    rounds = b.phi(I64, name="rounds")
+                    rounds.add_incoming(c64(0), before)
+                    self.relax(b, rounds)
+                    busy = b.icmp_unsigned(
+                        "!=", b.load_atomic(self.word(b, s, 0), "acquire", 8), c64(0)
+                    )
+                    rounds.add_incoming(b.add(rounds, c64(1)), b.block)
+                    b.cbranch(busy, wait, done)
+                    b.position_at_end(done)
         b.ret_void()
 
     # ---- the public functions --------------------------------------------------------------------

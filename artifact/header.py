@@ -57,7 +57,7 @@ def header_text(entries: Sequence[dict[str, Any]], target: dict[str, Any]) -> st
  * Every function computes one whole kernel call on float32 arrays, C order (row-major),
  * any alignment (64-byte aligned inputs are fastest). The library starts and owns its worker
  * threads; calls from several threads are safe and take turns. Link the shared object with
- * -laotune_kernels, or the archive with libaotune_kernels.a -lpthread -lm.
+ * -laotune_kernels, or the archive with libaotune_kernels.a -lpthread.
  */
 #ifndef {GUARD}
 #define {GUARD}

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from aotune.errors import BuildError
 
-LINK_LIBS = ("-lpthread", "-lm")  # what a program linking the objects or the archive adds
+# what a program linking the objects or the archive adds; no libm: the activations' exp is inline
+LINK_LIBS = ("-lpthread",)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def link(linker: Linker, objects: list[Path], out_dir: Path, lib: str) -> list[P
     rel = [str(o.relative_to(out_dir)) for o in objects]
     if linker.cc:
         so = out_dir / f"lib{lib}.so"
-        # the runtime needs pthreads; epilogues (gelu, sigmoid) call expf from libm
+        # the runtime needs pthreads; nothing calls libm (the activations' exp is inline)
         _run_in(out_dir, [linker.cc, "-shared", "-o", so.name, *rel, *LINK_LIBS], so.name)
         written.append(so)
     if linker.ar:

@@ -311,18 +311,45 @@ class CpuKernelBuilder:
         act = self.s.activation
         if act == "relu":
             return b.call(self.vector_fn("maxnum", width, 2), [val, const(0.0)])
-        if act == "sigmoid":  # 1 / (1 + e^-x); e^-x = inf gives 0, as it should
-            exp = self.vector_fn("exp", width, 1)
-            return b.fdiv(const(1.0), b.fadd(const(1.0), b.call(exp, [b.fsub(const(0.0), val)])))
+        if act == "sigmoid":  # 1 / (1 + e^-x): e^-x saturates at e^88, which gives ~0, as it should
+            e = self.exp(b, b.fsub(const(0.0), val))
+            return b.fdiv(const(1.0), b.fadd(const(1.0), e))
         if (
             act == "gelu"
         ):  # 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), tanh(u) = 1 - 2/(e^2u + 1)
             x3 = b.fmul(b.fmul(val, val), val)
             u = b.fmul(const(0.7978845608028654), b.fadd(val, b.fmul(const(0.044715), x3)))
-            e2u = b.call(self.vector_fn("exp", width, 1), [b.fmul(const(2.0), u)])
+            e2u = self.exp(b, b.fmul(const(2.0), u))
             tanh = b.fsub(const(1.0), b.fdiv(const(2.0), b.fadd(e2u, const(1.0))))
             return b.fmul(b.fmul(const(0.5), val), b.fadd(const(1.0), tanh))
         return val
+
+    def exp(self, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+        """e^x on a vector, inline: the activations' exp as a polynomial in the vector registers
+        (llvm.exp would become one libm call per lane). x = n ln2 + r with |r| <= ln2/2, e^r by
+        Cephes' degree-6 expf polynomial (about 1 ulp), times 2^n built in the exponent bits.
+        x is clamped to [-87, 88] so 2^n stays a normal float: the activations saturate long
+        before (e^88 = 1.7e38); NaN passes through the clamps."""
+        width = x.type.count
+        fty, ity = x.type, ir.VectorType(I32, width)
+
+        def const(v: float) -> ir.Constant:
+            return ir.Constant(fty, [v] * width)
+
+        fma = self.vector_fn("fma", width, 3)
+        x = b.select(b.fcmp_ordered(">", x, const(88.0)), const(88.0), x)
+        x = b.select(b.fcmp_ordered("<", x, const(-87.0)), const(-87.0), x)
+        n = b.call(self.vector_fn("rint", width, 1), [b.fmul(x, const(1.4426950408889634))])
+        r = b.call(fma, [n, const(-0.693359375), x])  # ln2 in two parts: n * hi is exact
+        r = b.call(fma, [n, const(2.12194440e-4), r])
+        p = const(1.9875691500e-4)
+        for c in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 0.5):
+            p = b.call(fma, [p, r, const(c)])
+        er = b.fadd(b.call(fma, [b.fmul(p, r), r, r]), const(1.0))  # 1 + r + r^2 p(r)
+        bits = b.shl(
+            b.add(b.fptosi(n, ity), ir.Constant(ity, [127] * width)), ir.Constant(ity, [23] * width)
+        )
+        return b.fmul(er, b.bitcast(bits, fty))
 
     # ---- packing ---------------------------------------------------------------------------------
     def table(self, name: str, values: np.ndarray, ty: ir.IntType) -> ir.GlobalVariable:

@@ -231,3 +231,31 @@ def test_b_panels_copied_as_vectors_are_zero_past_n(N):
     hk._ws[0][1][:] = np.nan  # a poisoned workspace: any column not written would show
     correct, err, tol = check_against_numpy(hk, a, b)
     assert correct, f"N={N}: max error {err} > {tol}"
+
+
+@pytest.mark.skipif(not x86_targets, reason="no target this host can run")
+@pytest.mark.parametrize("activation", ["gelu", "sigmoid"])
+def test_activations_match_numpy_over_their_whole_input_range(activation):
+    """The epilogue's exp is an inline polynomial, not libm: gelu and sigmoid of x = 1 * b[n] for
+    x from -200 to 200 (the saturated ends, both sides of 0, tiny values, every vector lane)
+    match numpy's float64 formulas to float32 accuracy; NaN stays NaN."""
+    from aotune.analysis.workload import dense
+    from aotune.codegen.runner import apply_activation
+
+    hw = load_target(x86_targets[0])
+    x = np.concatenate(
+        [np.linspace(-200, 200, 4001), np.linspace(-3, 3, 6001), [0.0, 1e-30, -1e-30, 1e-7]]
+    ).astype(np.float32)
+    space = build_cpu_space(dense(1, x.size + 1, 1, bias=True, activation=activation), hw)
+    hk = HostKernel(compile_kernel(schedule_from_config(space, space.solve()), hw), hw)
+    b = np.append(x, np.float32("nan"))[None, :]
+    got = hk(np.ones((1, 1), np.float32), b, np.zeros(x.size + 1, np.float32))[0]
+    want = apply_activation(x.astype(np.float64), activation)
+    # a few ulps of the result, plus what gelu's 1 + tanh(u) loses to cancellation where tanh is
+    # near -1 (float32 eps of 1, times 0.5 |x|): the formula's, as with libm's expf before
+    bound = 8 * np.spacing(np.abs(want).astype(np.float32)) + 1e-37
+    if activation == "gelu":
+        bound += np.finfo(np.float32).eps * np.abs(x)
+    err = np.abs(got[:-1] - want)
+    assert np.all(err <= bound), (x[np.argmax(err / bound)], (err / bound).max())
+    assert np.isnan(got[-1])

@@ -38,7 +38,6 @@ from aotune.hwspecs.spec import HwSpec
 F32 = ir.FloatType()
 PF32 = F32.as_pointer()
 I32, I64 = ir.IntType(32), ir.IntType(64)
-ALIGN_FLOATS = 16  # every static buffer starts on a 64-byte cache line, as the runner's do
 
 
 @dataclass(frozen=True)
@@ -93,16 +92,12 @@ class CpuKernelObject:
     launch: dict[str, Any]
 
 
-def _round(elems: int) -> int:
-    return -(-elems // ALIGN_FLOATS) * ALIGN_FLOATS
-
-
 def _wrapper_ir(
-    name: str, share: str, s: CpuSchedule, params: tuple[Param, ...], triple: str
+    name: str, share: str, s: CpuSchedule, params: tuple[Param, ...], hw: HwSpec
 ) -> tuple[str, dict[str, Any]]:
     """(IR text of the wrapper module, launch facts for the manifest)."""
     mod = ir.Module(name=f"{name}.wrapper")
-    mod.triple = triple
+    mod.triple = hw.isa.triple
     share_ty = runtime.SHARE_TY
     share_fn = ir.Function(mod, share_ty, name=share)
     pad_fn = ir.Function(mod, share_ty, name=f"{share}_pad") if s.pad_copy else None
@@ -121,15 +116,18 @@ def _wrapper_ir(
         layout += [(f"ws_a{t}", plan.ws_a_elems), (f"ws_b{t}", plan.ws_b_elems)]
     for t in range(plan.pad_buffers):
         layout.append((f"padded{t}", plan.pad_elems))
+    # each buffer on pages of its own, as the runner's: one share's packing must not end on a page
+    # whose next lines another core writes (its prefetcher would pull them across)
+    page = hw.memory.page_bytes // 4
     offsets, total = {}, 0
     for key, elems in layout:
         offsets[key] = total
-        total += _round(elems)
+        total += -(-elems // page) * page
     buf_ty = ir.ArrayType(F32, total)
     buf = ir.GlobalVariable(mod, buf_ty, name=f"{name}.buffers")
     buf.linkage = "internal"
     buf.initializer = ir.Constant(buf_ty, None)  # zeros: a padded copy's border stays zero
-    buf.align = 64
+    buf.align = hw.memory.page_bytes
 
     fn = ir.Function(mod, ir.FunctionType(I32, [PF32] * len(params)), name=name)
     for arg, p in zip(fn.args, params):
@@ -209,7 +207,7 @@ def compile_library_kernel(
     params = params_of(workload)
     share = f"aotune.{name}.share"
     kernel_ir = generate_ir(schedule, share, hw.isa.triple)
-    wrapper_ir, launch = _wrapper_ir(name, share, schedule, params, hw.isa.triple)
+    wrapper_ir, launch = _wrapper_ir(name, share, schedule, params, hw)
     with _LLVM_LOCK:
         tm = target_machine(hw)
         try:

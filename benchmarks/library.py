@@ -90,7 +90,10 @@ def library_row(
         lib = _library_of("kernel", w, kernel, hw, Path(tmp))
         fn = lib.kernel
         out = aligned_copy(np.zeros(s.shapes[2], dtype=np.float32))
-        host = HostKernel(kernel, hw).call_on(a, b, bias)
+        # one output buffer for both: where a thread's share of C ends within a page decides how
+        # much the other core's prefetcher pulls away (see the README), so two buffers at
+        # different page offsets would compare placements, not code
+        host = HostKernel(kernel, hw).call_on(a, b, bias, out)
         # the vCPUs' placement changes how fast work moves between threads: probed around the timing
         handoff = [_handoff_ns(hw)]
         timed = time_side_by_side(

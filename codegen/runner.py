@@ -39,6 +39,14 @@ def _aligned(shape: int | tuple[int, ...], align: int = 64) -> np.ndarray:
     return raw[offset : offset + n].reshape(shape)
 
 
+def own_pages(elems: int, page_bytes: int) -> np.ndarray:
+    """Zeros of ``elems`` float32 on whole pages of their own (page-aligned, the size rounded up
+    to pages): per-thread buffers side by side on one page would let one core's prefetcher pull
+    the lines the other core is writing."""
+    page = page_bytes // 4
+    return _aligned(-(-elems // page) * page, page_bytes)[:elems]
+
+
 def aligned_copy(x: np.ndarray, align: int = 64) -> np.ndarray:
     """``x`` as a C-contiguous float32 array whose data starts on an ``align``-byte boundary.
 
@@ -109,11 +117,15 @@ class HostKernel:
             self._callable = {addr: _SIG(addr) for addr in (self._addr, self._pad_addr) if addr}
         plan = launch_plan(s)
         self._ranges = list(plan.shares)
-        self._ws = [(_aligned(plan.ws_a_elems), _aligned(plan.ws_b_elems)) for _ in plan.shares]
+        page = hw.memory.page_bytes
+        self._ws = [
+            (own_pages(plan.ws_a_elems, page), own_pages(plan.ws_b_elems, page))
+            for _ in plan.shares
+        ]
         # addresses looked up once: each ``.ctypes.data`` costs about a microsecond
         self._ws_addr = [(wa.ctypes.data, wb.ctypes.data) for wa, wb in self._ws]
         # zeroed once: the padded copy's border stays zero, the pad function writes its interior
-        self._padded = [_aligned(plan.pad_elems) for _ in range(plan.pad_buffers)]
+        self._padded = [own_pages(plan.pad_elems, page) for _ in range(plan.pad_buffers)]
         padded_addr = [p.ctypes.data for p in self._padded]
         self._pad_shares = [(padded_addr[i], lo, hi) for i, lo, hi in plan.pad_shares]
         # the padded buffer each thread's kernel share reads

@@ -19,9 +19,11 @@ Cost of one thread (the slowest one, since threads split the parallel loop):
                 (C stores that miss, or whose line pair another thread writes); unpacked B rows
                 that the micro-kernel prefetches pay no first-touch or translation wait
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
-    memory    = bytes from DRAM (all threads) / DRAM bandwidth; none when the working set stays
-                in the last level between calls
-    seconds   = max(compute, L2, L3, memory) + packing + call/thread overhead
+    memory    = bytes from DRAM (all threads) / DRAM bandwidth: each tensor once, again on each
+                sweep that comes back to it after more than the last level holds (the loop
+                order's reuse distance); none when the working set stays there between calls
+    seconds   = 4-norm(compute, L2, L3, memory) + packing + call/thread overhead: the work and
+                the traffic overlap, but not perfectly when close (as issue and L1 misses do)
 """
 
 from __future__ import annotations
@@ -159,6 +161,13 @@ CALL_INSTRUCTIONS = (
 )
 
 
+def _overlapped_terms(parts: dict[str, float]) -> float:
+    """Seconds of the micro-kernels' work and the traffic of each level beyond L1, which overlap
+    as the L1 misses do with issue (``_overlapped``'s 4-norm); L1's load cycles are part of
+    compute already."""
+    return sum(v**4 for k, v in parts.items() if k != "L1") ** 0.25
+
+
 def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
     """Cycles per k step of a loop bound both by its issue and by the L1 misses it waits on.
 
@@ -217,7 +226,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         memory   DRAM bytes of all threads over the memory bandwidth
         packing  copies into panels and the zero-padded input
         overhead the call and the threads' hand-over
-    seconds = max(compute, L1, L2, L3, memory) + packing + overhead.
+    seconds = 4-norm(compute, L2, L3, memory) + packing + overhead (L1's load cycles are in
+    compute already).
     """
     freq = hw.core.frequency_ghz * 1e9
     share = ThreadShare.of(s)
@@ -238,7 +248,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     }
     packing = (nb * packing_cycles(s, hw, share) + pad_copy_cycles(s, hw, share)) / freq
     overhead = hw.overhead.call_seconds + (share.threads - 1) * hw.overhead.thread_seconds
-    seconds = max(parts.values()) + packing + overhead
+    seconds = _overlapped_terms(parts) + packing + overhead
     breakdown = {**parts, "packing": packing, "overhead": overhead}
     bottleneck = max(
         ("compute", "L2", "L3", "memory", "packing", "overhead"), key=breakdown.__getitem__
@@ -330,23 +340,53 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     c_in_l2 = s.mc * n_share * isz <= hw.cache_bytes_per_core(2) * hw.cache(2).usable_fraction
     c_l3 = m_share * n_share * isz * 2 if c_in_l2 else c_bytes
     l3_bytes = a_bytes_l3 + b_bytes_l3 + c_l3
-    # From DRAM (all threads share it): each tensor once, C read and written; a tensor that does
-    # not fit the last level is fetched again on each sweep over it (A per n block, B per m block,
-    # C per k block).
-    levels = len(hw.caches)
+    return l2_bytes, l3_bytes, dram_bytes_of(s, hw, share)
+
+
+def dram_bytes_of(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Bytes from DRAM of one batch entry, all threads (they share it): each tensor once, C read
+    and written, and again on each sweep of a loop that comes back to a tensor after more than the
+    last level holds went through it in between (the reuse distance, all threads' data).
+
+    By order, outer to inner: A is swept again per n block unless m is outermost (mkn), with all
+    of A, a B strip and a C strip in between; B per m block unless m is innermost (nkm): all of B
+    (mkn) or its K x nc strip (nmk) in between, with an A strip; C per k block unless k is
+    innermost (nmk): a C strip and a k slice of the other input in between. The whole working
+    set staying in the last level from one call to the next costs nothing (measured on Zen 4:
+    NHWC depthwise, 4.9 MB per call, ran in 85 us where DRAM bandwidth alone would take 122).
+    """
+    isz, levels = 4, len(hw.caches)
     llc = hw.cache(levels).size_kib * 1024 * hw.cache(levels).usable_fraction
-    a_total, b_total, c_total = a_elems * isz, b_elems * isz, s.M * s.N * isz
-    if a_total + b_total + c_total <= llc:
-        # the whole working set stays in the last level from one call to the next, as it does for
-        # a layer whose input the previous layer just wrote (measured on Zen 4: NHWC depthwise,
-        # 4.9 MB per call, ran in 85 us where DRAM bandwidth alone would take 122)
-        return l2_bytes, l3_bytes, 0.0
-    dram_bytes = (
-        a_total * (1 if s.order == "mkn" or a_total <= llc else nblocks)
-        + b_total * (1 if s.order != "mkn" or b_total <= llc else -(-s.M // s.mc))
-        + 2 * c_total * (1 if c_total <= llc else share.k_blocks)
-    )
-    return l2_bytes, l3_bytes, dram_bytes
+    a_elems, b_elems = _operand_elements(s)
+    a_all, b_all, c_all = a_elems * isz, b_elems * isz, s.M * s.N * isz
+    if a_all + b_all + c_all <= llc:
+        return 0.0
+    threads, par_m = share.threads, s.par == "m"
+    mblocks, nblocks = -(-share.m_share // s.mc), -(-share.n_share // s.nc)
+    # all threads' pieces: data split by the parallel loop is one piece per thread
+    a_strip = min(s.mc * s.K * isz * (threads if par_m else 1), a_all)  # mc rows of A
+    b_strip = min(s.K * s.nc * isz * (1 if par_m else threads), b_all)  # nc columns of B
+    c_rows = min(s.mc * s.N * isz * (threads if par_m else 1), c_all)  # mc rows of C
+    c_cols = min(s.M * s.nc * isz * (1 if par_m else threads), c_all)  # nc columns of C
+    c_block = min(s.mc * s.nc * isz * threads, c_all)
+    k_share = min(1.0, s.kc / s.K)
+
+    def sweeps(reuse_bytes: float, blocks: int) -> int:
+        return blocks if reuse_bytes > llc else 1
+
+    if s.order == "mkn":
+        a = 1
+        b = sweeps(b_all + a_strip + c_rows, mblocks)
+        c = sweeps(c_rows + b_all * k_share, share.k_blocks)
+    elif s.order == "nkm":
+        a = sweeps(a_all + b_strip + c_cols, nblocks)
+        b = 1
+        c = sweeps(c_cols + a_all * k_share, share.k_blocks)
+    else:  # nmk
+        a = sweeps(a_all + b_strip + c_cols, nblocks)
+        b = sweeps(b_strip + a_strip + c_block, mblocks)
+        c = 1
+    return a_all * a + b_all * b + 2 * c_all * c
 
 
 # instructions per element of an element-wise packing copy: index, load, store, loop step

@@ -81,6 +81,51 @@ def test_model_charges_only_what_the_caches_cannot_hold():
     assert per_flop[1000] > 1.2 * per_flop[1024]
 
 
+def test_dram_rereads_follow_each_orders_reuse_distance():
+    """A tensor comes from DRAM again on each sweep of a loop only when more than the last level
+    holds went through it in between: nmk sweeps B's K x nc strip once per m block (a narrow strip
+    stays, a wide one does not), mkn all of B, nkm none of it; C comes back per k block except
+    under nmk, where k is innermost."""
+    from aotune.analysis.model import ThreadShare, dram_bytes_of
+
+    hw = load_target("skylake-avx512")
+    llc = hw.caches[-1].size_kib * 1024 * hw.caches[-1].usable_fraction
+    M, N, K = 384, 4096, 2048
+    space = build_cpu_space(matmul(M, N, K), hw)
+    a, b, c = M * K * 4, K * N * 4, M * N * 4
+    assert b > llc > a + K * 256 * 4  # all of B does not fit, a 256-column strip does
+
+    def dram(cfg: str) -> float:
+        s = schedule_from_config(space, space.parse_config(cfg))
+        return dram_bytes_of(s, hw, ThreadShare.of(s))
+
+    tile = "mr=8,nr=32,kc=128,mc=64,pack_a=1,pack_b=1,unroll=1,par=m,threads=1"
+    m_blocks = M // 64
+    assert dram(f"{tile},nc=256,order=nmk") == a + b + 2 * c  # the strip (and A) stays
+    assert dram(f"{tile},nc=4096,order=nmk") == a + b * m_blocks + 2 * c  # strip is all of B
+    assert dram(f"{tile},nc=4096,order=mkn") == a + b * m_blocks + 2 * c
+    assert dram(f"{tile},nc=4096,order=nkm") == a + b + 2 * c  # B once, C's strip stays
+
+
+def test_compute_and_traffic_overlap_as_a_4_norm():
+    """The prediction is the 4-norm of compute and the L2, L3 and DRAM terms, plus packing and
+    overhead: never below the largest term, and above it when two are close."""
+    hw = load_target("skylake-avx512")
+    space = build_cpu_space(matmul(2048, 2048, 2048), hw)
+    s = schedule_from_config(
+        space,
+        space.parse_config(
+            "mr=8,nr=32,kc=128,mc=8,nc=2048,order=mkn,pack_a=1,pack_b=0,unroll=4,par=m,threads=2"
+        ),
+    )
+    (p,) = AnalyticalCpuModel(hw).estimate_batch([s])
+    parts = dict(p.breakdown)
+    terms = [parts[k] for k in ("compute", "L2", "L3", "memory")]
+    extra = parts["packing"] + parts["overhead"]
+    assert p.seconds == pytest.approx(sum(t**4 for t in terms) ** 0.25 + extra)
+    assert max(terms) + extra <= p.seconds < sum(terms) + extra
+
+
 def test_ga_children_are_valid_and_search_is_deterministic(space):
     import random
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 from aotune.codegen.llvm_cpu import c64, counted_loop
+from aotune.codegen.workers import join_share
 
 SLOT_WORDS = 16  # 128 bytes per slot: two cache lines, so neighbouring slots never share one
 MAX_WORKERS = 255  # worker threads at most (a call uses at most its kernel's shares anyway)
@@ -275,26 +276,12 @@ class _Runtime:
             self.run_share(b, fn_addr, b.gep(args, [b.mul(i, c64(ARGS))], inbounds=True))
         with counted_loop(b, c64(0), posted, 1, "joins") as i:
             s = self.slot(b, i)
-            pair = b.cmpxchg(self.word(b, s, 0), c64(1), c64(2), "acq_rel", "acquire")
-            with b.if_else(b.extract_value(pair, 1)) as (mine, theirs):
-                with mine:  # nobody took it (its worker naps): run it here
-                    self.run_share(b, fn_addr, self.word(b, s, 2))
-                    b.store_atomic(c64(0), self.word(b, s, 0), "release", 8)
-                with theirs:  # its worker runs it: wait until it is done
-                    before = b.block
-                    wait = fn.append_basic_block("wait")
-                    done = fn.append_basic_block("done")
-                    b.branch(wait)
-                    b.position_at_end(wait)
-                    rounds = b.phi(I64, name="rounds")
-                    rounds.add_incoming(c64(0), before)
-                    self.relax(b, rounds)
-                    busy = b.icmp_unsigned(
-                        "!=", b.load_atomic(self.word(b, s, 0), "acquire", 8), c64(0)
-                    )
-                    rounds.add_incoming(b.add(rounds, c64(1)), b.block)
-                    b.cbranch(busy, wait, done)
-                    b.position_at_end(done)
+            join_share(
+                b,
+                self.word(b, s, 0),
+                lambda s=s: self.run_share(b, fn_addr, self.word(b, s, 2)),
+                self.relax,
+            )
         b.ret_void()
 
     # ---- the public functions --------------------------------------------------------------------

@@ -25,6 +25,7 @@ import atexit
 import ctypes
 import threading
 import time
+from collections.abc import Callable
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -53,6 +54,35 @@ I1, I32, I64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
 _KERNEL_TY = ir.FunctionType(
     ir.VoidType(), [I64] * ARGS
 )  # pointers passed as integers: same ABI on x86-64/AArch64
+
+
+def join_share(
+    b: ir.IRBuilder,
+    state: ir.Value,
+    run_here: Callable[[], None],
+    relax: Callable[[ir.IRBuilder, ir.Value], None],
+) -> None:
+    """Join one posted share whose slot state word is ``state``: claim it (1 -> 2) and run it
+    here if no worker took it, else spin (``relax`` per round) until its worker marks it done (0).
+    The JIT pool and the library runtime both join this way."""
+    pair = b.cmpxchg(state, c64(1), c64(2), "acq_rel", "acquire")
+    with b.if_else(b.extract_value(pair, 1)) as (mine, theirs):
+        with mine:  # nobody took it (its worker naps): run it here
+            run_here()
+            b.store_atomic(c64(0), state, "release", 8)
+        with theirs:  # its worker runs it: wait until it is done
+            before = b.block
+            wait = b.append_basic_block("wait")
+            done = b.append_basic_block("done")
+            b.branch(wait)
+            b.position_at_end(wait)
+            rounds = b.phi(I64, name="rounds")
+            rounds.add_incoming(c64(0), before)
+            relax(b, rounds)
+            busy = b.icmp_unsigned("!=", b.load_atomic(state, "acquire", 8), c64(0))
+            rounds.add_incoming(b.add(rounds, c64(1)), b.block)
+            b.cbranch(busy, wait, done)
+            b.position_at_end(done)
 
 
 def _module(triple: str) -> str:
@@ -150,28 +180,7 @@ def _module(triple: str) -> str:
             [b.mul(b.sub(i, ir.Constant(I64, 1)), ir.Constant(I64, SLOT_WORDS))],
             inbounds=True,
         )
-        pair = b.cmpxchg(
-            word(b, s, 0), ir.Constant(I64, 1), ir.Constant(I64, 2), "acq_rel", "acquire"
-        )
-        with b.if_else(b.extract_value(pair, 1)) as (mine, theirs):
-            with mine:  # nobody took it: run it here
-                run_share(b, fn_addr, word(b, s, 2))
-                b.store_atomic(ir.Constant(I64, 0), word(b, s, 0), "release", 8)
-            with theirs:  # a worker is running it: wait until it is done
-                before = b.block
-                wait = b.append_basic_block("wait")
-                done = b.append_basic_block("done")
-                b.branch(wait)
-                b.position_at_end(wait)
-                rounds = b.phi(I64, name="rounds")
-                rounds.add_incoming(ir.Constant(I64, 0), before)
-                relax(b, rounds)
-                busy = b.icmp_unsigned(
-                    "!=", b.load_atomic(word(b, s, 0), "acquire", 8), ir.Constant(I64, 0)
-                )
-                rounds.add_incoming(b.add(rounds, ir.Constant(I64, 1)), b.block)
-                b.cbranch(busy, wait, done)
-                b.position_at_end(done)
+        join_share(b, word(b, s, 0), lambda s=s: run_share(b, fn_addr, word(b, s, 2)), relax)
     b.ret_void()
 
     # ---- the hand-over probe: two shares pass a counter back and forth ---------------------------

@@ -180,9 +180,14 @@ def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
 
 
 def _calls_in_flight(mix: KStepMix, hw: HwSpec, kc: int) -> float:
-    """How many micro-kernel calls the reorder window holds at once (at least 1): short calls
-    overlap, so latencies they wait on (FMA chains, C tiles from afar) overlap too."""
-    return max(1.0, hw.core.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS))
+    """How many micro-kernel calls the core holds at once (at least 1): short calls overlap, so
+    latencies they wait on (FMA chains, C tiles from afar) overlap too. Both the reorder window
+    and the schedulers bound it: a call's FMAs wait there for their chains, and dispatch stops
+    when they are full (a 3 x 16 tile, kc = 32, on Zen 4 took its chains' 128 cycles plus a C
+    fetch from L3 per call, no overlap)."""
+    window = hw.core.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS)
+    waiting = hw.core.scheduler_entries / max(1.0, kc * mix.fma)
+    return max(1.0, min(window, waiting))
 
 
 @dataclass(frozen=True)
@@ -265,8 +270,9 @@ def micro_kernel_cycles(
 
     Per tile class (full tiles and the m, n and corner tails): its k steps at the bound of
     ``_cycles_per_kstep`` overlapped with the L1 misses of an unpacked operand, plus DTLB misses,
-    plus per call the C tile's loads and stores, the call itself, C stores that miss L1, a C tile
-    fetched from beyond L2, and C lines whose 128-byte pair another thread writes.
+    plus per call the call itself, the C tile's loads and stores beyond the ports' idle cycles,
+    C stores that miss L1, a C tile fetched from beyond L2, and C lines whose 128-byte pair
+    another thread writes.
     """
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
@@ -279,7 +285,9 @@ def micro_kernel_cycles(
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
         cyc_k, load_k = _cycles_per_kstep(tile_mix, hw, s.kc)
         tile_vecs = rows * -(-cols // lanes)
-        call_cycles = c.call_cycles + tile_vecs * (1.0 / vload_rate + 1.0 / c.store_ports)
+        call_cycles = c.call_cycles + _c_tile_port_cycles(
+            tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
+        )
         call_cycles += _c_store_miss_cycles(s, hw, rows, cols, share.m_share, share.n_share)
         call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
         call_cycles += (
@@ -293,6 +301,24 @@ def micro_kernel_cycles(
         )
         load_cycles += tiles * s.K * load_k
     return compute_cycles, load_cycles
+
+
+def _c_tile_port_cycles(
+    tile_vecs: int,
+    kc: int,
+    cyc_k: float,
+    load_k: float,
+    stores_k: float,
+    vload_rate: float,
+    store_ports: int,
+) -> float:
+    """Cycles a call's C tile loads and stores add: only what does not fit in the load and store
+    ports' idle cycles during the call's k steps, where the reorder window issues them (an 8 x 16
+    tile's 8 loads and 8 stores per call of 8 k steps, 64 FMA cycles, add nothing)."""
+    busy = kc * cyc_k
+    loads = max(0.0, kc * load_k + tile_vecs / vload_rate - busy)
+    stores = max(0.0, (kc * stores_k + tile_vecs) / store_ports - busy)
+    return loads + stores
 
 
 def _operand_elements(s: CpuSchedule) -> tuple[float, float]:
@@ -322,6 +348,8 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     b_panels = calls if not b_reused else share.n_tiles * share.k_blocks * mblocks
     b_bytes_l2 = b_panels * s.kc * s.nr * isz
     c_bytes = calls * s.mr * s.nr * isz * 2
+    if _c_stays_in_l1(s, hw, m_share, n_share):
+        c_bytes = min(c_bytes, m_share * n_share * isz * 2)  # in once, out once
     l2_bytes = a_bytes_l2 + b_bytes_l2 + c_bytes
     # Into L2 from L3: A blocks once per n block, B panels once per m block, C tiles every call
     # unless the C rows of an mc block stay in L2.
@@ -809,6 +837,14 @@ def _c_block(s: CpuSchedule, m_share: int, n_share: int) -> tuple[int, int]:
     loop."""
     inner = s.order[s.order.index("k") + 1 :]
     return (m_share if "m" in inner else s.mc), (n_share if "n" in inner else s.nc)
+
+
+def _c_stays_in_l1(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) -> bool:
+    """Whether a C tile is still in L1 when its next k block comes: the C block, A and B lines
+    the calls in between touch fit in L1's usable share."""
+    rows, cols = _c_block(s, m_share, n_share)
+    between = (rows * cols + rows * s.kc + s.kc * cols) * 4
+    return between <= hw.cache(1).size_kib * 1024 * hw.cache(1).usable_fraction
 
 
 def _sets(cache: CacheSpec) -> int:

@@ -31,6 +31,7 @@ from aotune.hwspecs.probes import (
     Timing,
     probe_cache_bandwidth,
     probe_cache_latency,
+    probe_call_cycles,
     probe_clock,
     probe_fma,
     probe_handover,
@@ -41,6 +42,7 @@ from aotune.hwspecs.probes import (
     probe_overhead,
     probe_prefetch_ahead,
     probe_prefetch_stride,
+    probe_scheduler,
     probe_stores,
     probe_tlb,
 )
@@ -152,6 +154,18 @@ PROBES: tuple[Probe, ...] = (
         probe_overhead,
         "an empty kernel through the runner on 1 and on every thread",
     ),
+    Probe(
+        "micro-kernel call",
+        ("core.call_cycles",),
+        probe_call_cycles,
+        "the real kernel with 8x as many calls over the same k steps",
+    ),
+    Probe(
+        "waiting FMAs",
+        ("core.scheduler_entries",),
+        probe_scheduler,
+        "the real kernel's one-chain calls, overlapped",
+    ),
 )
 
 # Where each field no probe sets comes from: "os" (sysfs, sysconf), "llvm" (LLVM's host CPU name
@@ -184,10 +198,6 @@ SOURCES: dict[str, tuple[str, str]] = {
         "cache",
     ),
     "memory.page_bytes": ("os", "sysconf(SC_PAGE_SIZE)"),
-    "core.call_cycles": (
-        "assumed",
-        "the cycles of a micro-kernel call beyond its loads and stores are not probed yet",
-    ),
     "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
     "caches.*.conflict_slack": (
         "assumed",

@@ -24,7 +24,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from aotune.codegen.microbench import (
@@ -40,6 +40,9 @@ from aotune.codegen.microbench import (
 from aotune.errors import CalibrationError
 from aotune.hwspecs.spec import HwSpec
 from aotune.hwspecs.spec_toml import value_at
+
+if TYPE_CHECKING:
+    from aotune.codegen.schedule import CpuSchedule
 
 HUGE_PAGE = 2 << 20  # buffers are aligned to this, so transparent huge pages can back them
 
@@ -1041,6 +1044,110 @@ def probe_overhead(s: Session) -> dict[str, Finding]:
         "the first",
     )
     return out
+
+
+# (rows, vectors) of the call probe's tiles: enough accumulators to keep every target's FMA pipes
+# busy, so that each call's C tile loads and stores fit in the ports' idle cycles
+CALL_PROBE_TILES = ((8, 1), (6, 2))
+CALL_PROBE_K = 64
+
+
+def call_probe_schedule(spec: HwSpec, rows: int, vectors: int, kc: int) -> CpuSchedule | None:
+    """The schedule the call probes time: a matmul with K = ``CALL_PROBE_K`` and A in half of a
+    core's L2, unpacked, one ``rows`` x ``vectors`` tile per m block with the k blocks inside
+    (mkn), so the C tile stays in L1 from one call to the next; None where the target's tile space
+    has no such tile."""
+    from aotune.analysis.workload import matmul
+    from aotune.codegen.schedule import schedule_from_config
+    from aotune.constraints.cpu import ORDERS, build_cpu_space
+    from aotune.errors import AotuneError
+
+    n = vectors * spec.isa.vector_bits // 32
+    l2 = spec.cache(2).size_kib * 1024 // max(1, spec.cache(2).shared_by_cores)
+    m = max(48, min(2048, l2 // 2 // (CALL_PROBE_K * 4))) // rows * rows
+    fixed = {"mr": [rows], "nr": [n], "kc": [kc], "mc": [rows], "nc": [n], "pack_a": [0]}
+    fixed |= {"pack_b": [0], "threads": [1], "unroll": [1], "order": [ORDERS.index("mkn")]}
+    try:
+        space = build_cpu_space(matmul(m, n, CALL_PROBE_K), spec)
+        return schedule_from_config(space, space.solve(allowed=fixed))
+    except AotuneError:
+        return None
+
+
+def _kernel_call_seconds(s: Session, sched: CpuSchedule) -> tuple[float, Timing]:
+    """(seconds per call, reading) of the kernel built from ``sched``, through the runner."""
+    from aotune.codegen.compile import compile_kernel
+    from aotune.codegen.runner import HostKernel, random_operands
+
+    call = HostKernel(compile_kernel(sched, s.host), s.host).call_on(*random_operands(sched))
+    calls_per_run = 20
+
+    def run() -> None:
+        for _ in range(calls_per_run):
+            call()
+
+    t = s.best(run, subtract=False)
+    return t.seconds / calls_per_run, t
+
+
+def probe_call_cycles(s: Session) -> dict[str, Finding]:
+    """The cycles a micro-kernel call costs beyond its k steps, C tile loads and stores.
+
+    The real generated kernel of ``call_probe_schedule`` runs with kc = 8 and with kc = 64: the
+    first makes 7 more calls per tile over the same k steps. The tiles keep the FMA pipes busy,
+    so the C tile's loads and stores go in the ports' idle cycles (what the model charges for
+    them then: nothing); the time per extra call is the call's own. The mean over
+    ``CALL_PROBE_TILES``.
+    """
+    path = "core.call_cycles"
+    per_tile: list[tuple[str, float]] = []
+    timings: list[Timing] = []
+    for rows, vectors in CALL_PROBE_TILES:
+        short = call_probe_schedule(s.host, rows, vectors, 8)
+        long = call_probe_schedule(s.host, rows, vectors, CALL_PROBE_K)
+        if short is None or long is None:
+            continue  # this target's space has no such tile: the other tile measures
+        (t_short, r_short), (t_long, r_long) = (_kernel_call_seconds(s, x) for x in (short, long))
+        timings += [r_short, r_long]
+        extra_calls = short.M // rows * (CALL_PROBE_K // 8 - 1)
+        per_tile.append((f"{rows} x {short.N}", cycles(t_short - t_long, s.ghz) / extra_calls))
+    if not per_tile:
+        return {path: s.assumed(path, "no probe tile fits this target's tile space")}
+    value = statistics.mean(c for _, c in per_tile)
+    s.details["call cycles"] = dict(per_tile)
+    how = (
+        f"the real kernel of a matmul with K = {CALL_PROBE_K} (C tiles in L1, FMA-bound tiles), "
+        f"kc = 8 against kc = {CALL_PROBE_K}, 7 more calls per tile: "
+        + ", ".join(f"{name} tiles {c:.1f}" for name, c in per_tile)
+        + f" cycles per extra call (mean taken); {_spread(timings)}"
+    )
+    return {path: s.checked(path, round(value, 1), 0.0, 1000.0, how)}
+
+
+def probe_scheduler(s: Session) -> dict[str, Finding]:
+    """How many FMAs waiting on their chains the core holds: consecutive calls of a 1-accumulator
+    tile (one dependent chain of kc = 64 FMAs each) overlap as far as the schedulers let them.
+
+    The real kernel of ``call_probe_schedule``'s 1 x one-vector tile: its k steps take the FMA
+    latency over the calls in flight, so calls in flight x kc FMAs wait at once. Needs the clock,
+    the FMA latency, the call overhead and the call cycles measured before it.
+    """
+    path, kc = "core.scheduler_entries", CALL_PROBE_K
+    sched = call_probe_schedule(s.host, 1, 1, kc)
+    if sched is None:
+        return {path: s.assumed(path, "no 1-row tile in this target's tile space")}
+    seconds, t = _kernel_call_seconds(s, sched)
+    kernel_cycles = cycles(seconds - s.value("overhead.call_seconds"), s.ghz)
+    per_step = (kernel_cycles - sched.M * s.value("core.call_cycles")) / (sched.M * kc)
+    latency = s.value("core.fma_latency_cycles")
+    in_flight = latency / max(per_step, 1e-9)
+    s.details["scheduler"] = {"cycles_per_step": per_step, "calls_in_flight": in_flight}
+    how = (
+        f"the real kernel of a 1 x {sched.N} tile, one chain of kc = {kc} FMAs per call, "
+        f"{sched.M} calls (C tiles in L1): {per_step:.2f} cycles per k step against the FMA "
+        f"latency {latency}, so {in_flight:.2f} calls' chains in flight; {t.describe()}"
+    )
+    return {path: s.checked(path, round(in_flight * kc), kc, 4096, how)}
 
 
 def _spread(timings: Sequence[Timing]) -> str:

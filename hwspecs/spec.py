@@ -69,8 +69,11 @@ class CoreSpec:
     issue_width: int = _in(1, 32)
     # instructions in flight: lets independent FMA chains of consecutive tiles overlap
     reorder_window: int = _in(1, 4096)
-    # cycles a micro-kernel call costs beyond its C tile's loads and stores: the call and return,
-    # pointer set-up and the k loop's exit branch
+    # vector instructions waiting for their operands the core holds (schedulers and queues before
+    # them) before dispatch stalls: bounds how many FMA chains of consecutive calls overlap
+    scheduler_entries: int = _in(1, 4096)
+    # cycles a micro-kernel call costs beyond its k steps and the C tile's loads and stores: the
+    # call and return, pointer set-up and the k loop's exit branch
     call_cycles: float = _in(0.0, 1000.0)
     # cycles a stack spill and its reload add to a k step (a store slot and a forwarded load)
     spill_cycles: float = _in(0.0, 100.0)

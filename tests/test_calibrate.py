@@ -415,6 +415,47 @@ def test_the_kernels_compile_for_every_cpu_target_with_the_loops_they_say(target
     assert 8 <= loop_instructions(asm, f"stream_{v}_u8") <= 8 + 4
 
 
+@pytest.mark.parametrize("target", ["znver4", "neoverse-n1", "haswell", "skylake-avx512"])
+def test_the_call_probes_time_what_they_say_on_every_cpu_target(target):
+    """The call probes' kernels exist in every CPU target's space, keep their C tiles in L1 and A
+    in L2, and on the FMA-bound tiles the model charges nothing for the C tile's loads and stores
+    (so the time per extra call is the call's own)."""
+    from aotune.analysis import model
+
+    hw = load_target(target)
+    l2 = hw.cache(2).size_kib * 1024 // hw.cache(2).shared_by_cores
+    tiles = [(r, v, kc) for r, v in probes.CALL_PROBE_TILES for kc in (8, probes.CALL_PROBE_K)]
+    for rows, vectors, kc in [*tiles, (1, 1, probes.CALL_PROBE_K)]:
+        s = probes.call_probe_schedule(hw, rows, vectors, kc)
+        assert s is not None, (target, rows, vectors, kc)
+        assert (s.mr, s.nr, s.kc, s.order) == (rows, vectors * s.lanes, kc, "mkn")
+        assert s.mc == s.mr and s.nc == s.nr == s.N and s.M % s.mr == 0
+        assert not s.pack_a and not s.pack_b and s.threads == 1
+        assert s.M * s.K * 4 <= l2 // 2
+        assert model._c_stays_in_l1(s, hw, s.M, s.N)
+        if rows > 1:
+            mix = model.mix_from_schedule(s, hw)
+            cyc_k, load_k = model._cycles_per_kstep(mix, hw, kc)
+            vload = hw.core.load_ports * min(1.0, hw.core.load_width_bits / hw.isa.vector_bits)
+            ports = model._c_tile_port_cycles(
+                rows * vectors, kc, cyc_k, load_k, mix.stores, vload, hw.core.store_ports
+            )
+            assert ports == 0.0, (target, rows, vectors, kc)
+
+
+def test_c_tile_loads_and_stores_cost_only_beyond_the_ports_idle_cycles():
+    from aotune.analysis.model import _c_tile_port_cycles
+
+    # 8 FMA cycles per k step, 5 of them load-port cycles: 8 loads and 8 stores hide in 8 steps
+    assert _c_tile_port_cycles(8, 8, 8.0, 5.0, 0.0, 1.0, 1) == 0.0
+    # 1 step of 2 cycles, both on the load ports: the tile's 4 loads and 4 stores show
+    assert _c_tile_port_cycles(4, 1, 2.0, 2.0, 0.0, 1.0, 1) == 4.0 + 2.0
+    # more work never costs less
+    assert _c_tile_port_cycles(16, 8, 8.0, 5.0, 0.0, 1.0, 1) >= _c_tile_port_cycles(
+        8, 8, 8.0, 5.0, 0.0, 1.0, 1
+    )
+
+
 @ON_HOST
 def test_the_quickest_probes_read_physical_values_here():
     host, base = cal.check_can_calibrate()

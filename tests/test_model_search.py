@@ -663,3 +663,18 @@ def test_issue_and_miss_waits_overlap_imperfectly_when_close():
     assert 7.0 * 1.15 < _overlapped(7.0, 7.0) < 10.0
     assert _overlapped(7.0, 2.0) == pytest.approx(7.0, rel=0.01)
     assert _overlapped(2.0, 7.0) == _overlapped(7.0, 2.0)
+
+
+def test_calls_overlap_as_far_as_the_window_and_the_schedulers_hold_them():
+    from aotune.analysis.model import KStepMix, _calls_in_flight
+
+    hw = load_target("znver4")
+    mix = KStepMix(3.0, 1.0, 3.0, 0.0, 0.0, 4.5)  # a 3 x 16 tile's k step
+    roomy = dataclasses.replace(hw, core=dataclasses.replace(hw.core, scheduler_entries=4096))
+    window = hw.core.reorder_window / (32 * 4.5 + 30.0)
+    assert _calls_in_flight(mix, roomy, 32) == pytest.approx(window)
+    # 96 FMAs wait per call of kc = 32: a scheduler of 128 holds 1.33 calls' worth, 64 not one
+    tight = dataclasses.replace(hw, core=dataclasses.replace(hw.core, scheduler_entries=128))
+    assert _calls_in_flight(mix, tight, 32) == pytest.approx(128 / 96)
+    tiny = dataclasses.replace(hw, core=dataclasses.replace(hw.core, scheduler_entries=64))
+    assert _calls_in_flight(mix, tiny, 32) == 1.0

@@ -314,7 +314,10 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
             expected = _TYPE_NAMES.get(
                 tp, "table" if dataclasses.is_dataclass(tp) else "array of tables"
             )
-            raise HwSpecError(f"{where}: missing key {name!r} ({expected})")
+            raise HwSpecError(
+                f"{where}: missing key {name!r} ({expected}); add it (`aotune hw show NAME` "
+                "prints a built-in spec with every key and where its values come from)"
+            )
         sub = f"{where}.{name}" if where.count(":") else f"{where}:{name}"
         kwargs[name] = _convert(data[name], tp, sub, f.metadata)
     return cls(**kwargs)

@@ -14,10 +14,13 @@ and two shares of the cache-set model that were fitted on Zen 4 and are said to 
 are defined (SHARED_SET_MEETING_SHARE, PANEL_L1_SHARE).
 
 Cost of one thread (the slowest one, since threads split the parallel loop):
-    compute   = k steps * (max(FMA issue, load ports, issue width, store port, FMA latency,
-                               unpacked-operand L1 misses) + DTLB misses) + per-call C I/O
-                (C stores that miss, or whose line pair another thread writes); unpacked B rows
-                that the micro-kernel prefetches pay no first-touch or translation wait
+    compute   = k steps * (max(FMA issue, load ports, issue width, store port, FMA latency
+                               over the calls in flight, unpacked-operand L1 misses) + DTLB
+                               misses) + per call: the call, the C tile's loads and stores
+                beyond the ports' idle cycles, C stores that miss, or whose line pair another
+                thread writes; calls in flight are bounded by the reorder window and by the
+                FMAs the schedulers hold; unpacked B rows that the micro-kernel prefetches pay no
+                first-touch or translation wait
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
     memory    = bytes from DRAM (all threads) / DRAM bandwidth: each tensor once, again on each
                 sweep that comes back to it after more than the last level holds (the loop

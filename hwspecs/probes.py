@@ -212,6 +212,30 @@ def per_thread_cost(one: float, many: float, threads: int) -> float:
     return max(0.0, (many - one) / (threads - 1))
 
 
+def cycles_per_extra_call(short: float, long: float, ghz: float, extra_calls: int) -> float:
+    """Cycles each extra call adds: seconds of the run with more calls (``short`` k blocks) less
+    the run with fewer (``long``), over the extra calls."""
+    if extra_calls < 1:
+        raise CalibrationError("a per-call cost needs a run with more calls than the other")
+    return cycles(short - long, ghz) / extra_calls
+
+
+def chains_in_flight(
+    seconds: float,
+    overhead: float,
+    ghz: float,
+    calls: int,
+    call_cycles: float,
+    steps: int,
+    latency: float,
+) -> float:
+    """How many one-chain calls overlap: ``calls`` calls of ``steps`` dependent FMAs each took
+    ``seconds`` (``overhead`` of it the call into the kernel, ``call_cycles`` per call their own),
+    so a k step took the FMA ``latency`` over the chains in flight."""
+    per_step = (cycles(seconds - overhead, ghz) - calls * call_cycles) / (calls * steps)
+    return latency / max(per_step, 1e-9)
+
+
 def chase_order(
     points_per_page: int, pages: int, window_pages: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -1110,7 +1134,8 @@ def probe_call_cycles(s: Session) -> dict[str, Finding]:
         (t_short, r_short), (t_long, r_long) = (_kernel_call_seconds(s, x) for x in (short, long))
         timings += [r_short, r_long]
         extra_calls = short.M // rows * (CALL_PROBE_K // 8 - 1)
-        per_tile.append((f"{rows} x {short.N}", cycles(t_short - t_long, s.ghz) / extra_calls))
+        per_call = cycles_per_extra_call(t_short, t_long, s.ghz, extra_calls)
+        per_tile.append((f"{rows} x {short.N}", per_call))
     if not per_tile:
         return {path: s.assumed(path, "no probe tile fits this target's tile space")}
     value = statistics.mean(c for _, c in per_tile)
@@ -1137,10 +1162,17 @@ def probe_scheduler(s: Session) -> dict[str, Finding]:
     if sched is None:
         return {path: s.assumed(path, "no 1-row tile in this target's tile space")}
     seconds, t = _kernel_call_seconds(s, sched)
-    kernel_cycles = cycles(seconds - s.value("overhead.call_seconds"), s.ghz)
-    per_step = (kernel_cycles - sched.M * s.value("core.call_cycles")) / (sched.M * kc)
     latency = s.value("core.fma_latency_cycles")
-    in_flight = latency / max(per_step, 1e-9)
+    in_flight = chains_in_flight(
+        seconds,
+        s.value("overhead.call_seconds"),
+        s.ghz,
+        sched.M,
+        s.value("core.call_cycles"),
+        kc,
+        latency,
+    )
+    per_step = latency / in_flight
     s.details["scheduler"] = {"cycles_per_step": per_step, "calls_in_flight": in_flight}
     how = (
         f"the real kernel of a 1 x {sched.N} tile, one chain of kc = {kc} FMAs per call, "

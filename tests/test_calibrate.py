@@ -332,6 +332,21 @@ def test_per_thread_cost_and_row_work():
     assert probes.row_fmas(128, 3.7, 0.001, 1.0) == probes.ROW_FMAS[-1]
 
 
+def test_call_cycles_and_chains_in_flight_from_synthetic_readings():
+    # 1792 extra calls of 10 cycles at 3.5 GHz: 5.12 us more
+    assert probes.cycles_per_extra_call(55.12e-6, 50e-6, 3.5, 1792) == pytest.approx(10.0)
+    with pytest.raises(CalibrationError):
+        probes.cycles_per_extra_call(1e-5, 1e-5, 3.5, 0)
+    # 2048 calls of 64 dependent 4-cycle FMAs, 2 chains in flight: 2 cycles a step, plus 10 per
+    # call and 8 us of overhead
+    cyc = 2048 * (64 * 2.0 + 10.0)
+    seconds = cyc / 3.5e9 + 8e-6
+    assert probes.chains_in_flight(seconds, 8e-6, 3.5, 2048, 10.0, 64, 4) == pytest.approx(2.0)
+    # no overlap: the chain's latency per step
+    seconds = 2048 * (64 * 4.0 + 10.0) / 3.5e9 + 8e-6
+    assert probes.chains_in_flight(seconds, 8e-6, 3.5, 2048, 10.0, 64, 4) == pytest.approx(1.0)
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     per_page=st.sampled_from([1, 2, 8, 32]),

@@ -29,7 +29,7 @@ import llvmlite.ir as ir
 from aotune.analysis.workload import Workload
 from aotune.artifact import runtime
 from aotune.codegen.compile import _LLVM_LOCK, optimize, target_machine
-from aotune.codegen.launch import launch_plan
+from aotune.codegen.launch import launch_plan, page_rounded
 from aotune.codegen.llvm_cpu import generate_ir
 from aotune.codegen.schedule import CpuSchedule
 from aotune.errors import CodegenError
@@ -116,13 +116,10 @@ def _wrapper_ir(
         layout += [(f"ws_a{t}", plan.ws_a_elems), (f"ws_b{t}", plan.ws_b_elems)]
     for t in range(plan.pad_buffers):
         layout.append((f"padded{t}", plan.pad_elems))
-    # each buffer on pages of its own, as the runner's: one share's packing must not end on a page
-    # whose next lines another core writes (its prefetcher would pull them across)
-    page = hw.memory.page_bytes // 4
     offsets, total = {}, 0
-    for key, elems in layout:
+    for key, elems in layout:  # each buffer on pages of its own, as the runner's
         offsets[key] = total
-        total += -(-elems // page) * page
+        total += page_rounded(elems, hw.memory.page_bytes)
     buf_ty = ir.ArrayType(F32, total)
     buf = ir.GlobalVariable(mod, buf_ty, name=f"{name}.buffers")
     buf.linkage = "internal"

@@ -41,6 +41,13 @@ class LaunchPlan:
         return len(self.shares)
 
 
+def page_rounded(elems: int, page_bytes: int) -> int:
+    """``elems`` float32 rounded up to whole pages: each per-thread buffer gets pages of its own,
+    so one core's prefetcher never pulls lines another core is writing."""
+    page = page_bytes // 4
+    return -(-elems // page) * page
+
+
 def launch_plan(s: CpuSchedule) -> LaunchPlan:
     """The launch plan of a kernel built from schedule ``s``.
 

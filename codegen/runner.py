@@ -18,7 +18,7 @@ import numpy as np
 from aotune.analysis.workload import ConvParams, Workload
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
 from aotune.codegen.executions import count_execution
-from aotune.codegen.launch import launch_plan
+from aotune.codegen.launch import launch_plan, page_rounded
 from aotune.codegen.schedule import CpuSchedule
 from aotune.codegen.workers import workers
 from aotune.errors import FinalCheckError
@@ -41,10 +41,8 @@ def _aligned(shape: int | tuple[int, ...], align: int = 64) -> np.ndarray:
 
 def own_pages(elems: int, page_bytes: int) -> np.ndarray:
     """Zeros of ``elems`` float32 on whole pages of their own (page-aligned, the size rounded up
-    to pages): per-thread buffers side by side on one page would let one core's prefetcher pull
-    the lines the other core is writing."""
-    page = page_bytes // 4
-    return _aligned(-(-elems // page) * page, page_bytes)[:elems]
+    to pages, ``page_rounded``)."""
+    return _aligned(page_rounded(elems, page_bytes), page_bytes)[:elems]
 
 
 def aligned_copy(x: np.ndarray, align: int = 64) -> np.ndarray:

@@ -1016,8 +1016,6 @@ def probe_overhead(s: Session) -> dict[str, Finding]:
     """What a call costs as the runner makes it: a 1 x 16 x 1 matmul (an empty kernel) through
     ``HostKernel``, on one thread and on every core."""
     from aotune.analysis.workload import matmul
-    from aotune.codegen.compile import compile_kernel
-    from aotune.codegen.runner import HostKernel, random_operands
     from aotune.codegen.schedule import schedule_from_config
     from aotune.constraints.cpu import build_cpu_space
 
@@ -1027,16 +1025,7 @@ def probe_overhead(s: Session) -> dict[str, Finding]:
     def seconds_per_call(threads: int) -> tuple[float, Timing]:
         space = build_cpu_space(matmul(threads, 16, 1), s.host)
         sched = schedule_from_config(space, space.solve(allowed={"threads": [threads]}))
-        hk = HostKernel(compile_kernel(sched, s.host), s.host)
-        a, b, bias = random_operands(sched)
-        call = hk.call_on(a, b, bias)
-
-        def run() -> None:
-            for _ in range(calls_per_run):
-                call()
-
-        t = s.best(run, subtract=False)
-        return t.seconds / calls_per_run, t
+        return _kernel_call_seconds(s, sched, calls_per_run)
 
     one, t1 = seconds_per_call(1)
     out = {
@@ -1087,7 +1076,7 @@ def call_probe_schedule(spec: HwSpec, rows: int, vectors: int, kc: int) -> CpuSc
     from aotune.errors import AotuneError
 
     n = vectors * spec.isa.vector_bits // 32
-    l2 = spec.cache(2).size_kib * 1024 // max(1, spec.cache(2).shared_by_cores)
+    l2 = spec.cache_bytes_per_core(2)
     m = max(48, min(2048, l2 // 2 // (CALL_PROBE_K * 4))) // rows * rows
     fixed = {"mr": [rows], "nr": [n], "kc": [kc], "mc": [rows], "nc": [n], "pack_a": [0]}
     fixed |= {"pack_b": [0], "threads": [1], "unroll": [1], "order": [ORDERS.index("mkn")]}
@@ -1098,13 +1087,14 @@ def call_probe_schedule(spec: HwSpec, rows: int, vectors: int, kc: int) -> CpuSc
         return None
 
 
-def _kernel_call_seconds(s: Session, sched: CpuSchedule) -> tuple[float, Timing]:
+def _kernel_call_seconds(
+    s: Session, sched: CpuSchedule, calls_per_run: int = 20
+) -> tuple[float, Timing]:
     """(seconds per call, reading) of the kernel built from ``sched``, through the runner."""
     from aotune.codegen.compile import compile_kernel
     from aotune.codegen.runner import HostKernel, random_operands
 
     call = HostKernel(compile_kernel(sched, s.host), s.host).call_on(*random_operands(sched))
-    calls_per_run = 20
 
     def run() -> None:
         for _ in range(calls_per_run):

@@ -111,12 +111,8 @@ def test_compute_and_traffic_overlap_as_a_4_norm():
     """The prediction is the 4-norm of compute and the L2, L3 and DRAM terms, plus packing and
     overhead: never below the largest term, and above it when two are close."""
     hw = load_target("skylake-avx512")
-    space = build_cpu_space(matmul(2048, 2048, 2048), hw)
-    s = schedule_from_config(
-        space,
-        space.parse_config(
-            "mr=8,nr=32,kc=128,mc=8,nc=2048,order=mkn,pack_a=1,pack_b=0,unroll=4,par=m,threads=2"
-        ),
+    s = _sched_2048(
+        hw, "mr=8,nr=32,kc=128,mc=8,nc=2048,order=mkn,pack_a=1,pack_b=0,unroll=4,par=m,threads=2"
     )
     (p,) = AnalyticalCpuModel(hw).estimate_batch([s])
     parts = dict(p.breakdown)

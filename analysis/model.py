@@ -183,14 +183,14 @@ def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
 
 
 def _calls_in_flight(mix: KStepMix, hw: HwSpec, kc: int) -> float:
-    """How many micro-kernel calls the core holds at once (at least 1): short calls overlap, so
-    latencies they wait on (FMA chains, C tiles from afar) overlap too. Both the reorder window
-    and the schedulers bound it: a call's FMAs wait there for their chains, and dispatch stops
-    when they are full (a 3 x 16 tile, kc = 32, on Zen 4 took its chains' 128 cycles plus a C
-    fetch from L3 per call, no overlap)."""
+    """How many micro-kernel calls the core holds at once: short calls overlap, so latencies they
+    wait on (FMA chains, C tiles from afar) overlap too. The running call, plus as many later ones
+    as the schedulers hold waiting FMAs of (dispatch stops when they are full), or the reorder
+    window instructions of, whichever is less: on Zen 4 (64 FP scheduler entries) 1 x 16 and
+    2 x 16 tiles ran at 1 + 64 / (FMAs per call) within 7% from 96 to 512 FMAs per call."""
     window = hw.core.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS)
     waiting = hw.core.scheduler_entries / max(1.0, kc * mix.fma)
-    return max(1.0, min(window, waiting))
+    return 1.0 + min(window, waiting)
 
 
 @dataclass(frozen=True)
@@ -349,29 +349,56 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     a_tile = s.nr * _distinct_share(s.a_gather, s.mr, s.kc) if s.a_shared and s.a_gather else 1.0
     a_bytes_l2 = calls * s.mr * s.kc * a_tile * isz
     b_panels = calls if not b_reused else share.n_tiles * share.k_blocks * mblocks
+    if b_reused and _reuse_bytes(s, share)[1] <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024:
+        b_panels = share.n_tiles * share.k_blocks  # all of B the m blocks use stays in L1
     b_bytes_l2 = b_panels * s.kc * s.nr * isz
     c_bytes = calls * s.mr * s.nr * isz * 2
     if _c_stays_in_l1(s, hw, m_share, n_share):
         c_bytes = min(c_bytes, m_share * n_share * isz * 2)  # in once, out once
     l2_bytes = a_bytes_l2 + b_bytes_l2 + c_bytes
-    # Into L2 from L3: A blocks once per n block, B panels once per m block, C tiles every call
-    # unless the C rows of an mc block stay in L2.
-    a_bytes_l3 = m_share * s.K * isz * (1 if s.order == "mkn" else nblocks)
+    # Into L2 from L3: A blocks once per n block, B panels once per m block, unless what the
+    # thread touches between two uses stays in its L2; C tiles every call unless the C rows of an
+    # mc block stay in L2.
+    a_sweeps, b_sweeps = _l2_sweeps(s, hw, share)
+    a_bytes_l3 = m_share * s.K * isz * a_sweeps
     if s.a_gather and s.a_shared:
         # each element belongs to one column: the thread's rows of A, once
         a_bytes_l3 = a_elems * isz * m_share / s.M
     elif s.a_gather and s.pack_a:
         # packing gathers the window from the tensor: L3 serves each element once
-        a_bytes_l3 = min(
-            a_bytes_l3, a_elems * isz * m_share / s.M * (1 if s.order == "mkn" else nblocks)
-        )
-    b_bytes_l3 = n_share * s.K * isz * mblocks
+        a_bytes_l3 = min(a_bytes_l3, a_elems * isz * m_share / s.M * a_sweeps)
+    b_bytes_l3 = n_share * s.K * isz * b_sweeps
     if s.b_gather and s.pack_b:
-        b_bytes_l3 = min(b_bytes_l3, b_elems * isz * n_share / s.N * mblocks)
+        b_bytes_l3 = min(b_bytes_l3, b_elems * isz * n_share / s.N * b_sweeps)
     c_in_l2 = s.mc * n_share * isz <= hw.cache_bytes_per_core(2) * hw.cache(2).usable_fraction
     c_l3 = m_share * n_share * isz * 2 if c_in_l2 else c_bytes
     l3_bytes = a_bytes_l3 + b_bytes_l3 + c_l3
     return l2_bytes, l3_bytes, dram_bytes_of(s, hw, share)
+
+
+def _reuse_bytes(s: CpuSchedule, share: ThreadShare) -> tuple[float, float]:
+    """(A's, B's) reuse distance: the bytes the thread touches between two uses of an element of
+    A in consecutive n blocks (0 when m is outermost: A is used in one sweep) and of B in
+    consecutive m blocks."""
+    isz, m_share, n_share = 4, share.m_share, share.n_share
+    a_block, c_block = s.mc * s.K * isz, s.mc * min(s.nc, n_share) * isz
+    a_reuse = (m_share * s.K + s.K * s.nc + m_share * s.nc) * isz
+    if s.order == "mkn":
+        return 0.0, n_share * s.K * isz + a_block + s.mc * n_share * isz
+    if s.order == "nmk":
+        return a_reuse, s.K * s.nc * isz + a_block + c_block
+    # nkm: a kc x nc panel of B serves the m blocks of its k block
+    return a_reuse, (s.kc * s.nc + s.mc * s.kc) * isz + c_block
+
+
+def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[int, int]:
+    """(times A, times B) of the thread's share come into its L2 from L3: again per n block (A,
+    unless m is outermost) and per m block (B), unless the thread's data touched between two
+    uses fits its L2 (a 4 KiB B of a 2048 x 16 x 64 matmul stays there over all 2048 m blocks)."""
+    l2 = hw.cache_bytes_per_core(2) * hw.cache(2).usable_fraction
+    a_reuse, b_reuse = _reuse_bytes(s, share)
+    a_sweeps = 1 if a_reuse <= l2 else -(-share.n_share // s.nc)
+    return a_sweeps, -(-share.m_share // s.mc) if b_reuse > l2 else 1
 
 
 def dram_bytes_of(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:

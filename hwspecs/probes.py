@@ -1141,7 +1141,8 @@ def probe_call_cycles(s: Session) -> dict[str, Finding]:
 
 def probe_scheduler(s: Session) -> dict[str, Finding]:
     """How many FMAs waiting on their chains the core holds: consecutive calls of a 1-accumulator
-    tile (one dependent chain of kc = 64 FMAs each) overlap as far as the schedulers let them.
+    tile (one dependent chain of kc = 64 FMAs each) overlap as far as the schedulers let them:
+    the running call and as many later ones as their entries hold (calls in flight - 1) x kc.
 
     The real kernel of ``call_probe_schedule``'s 1 x one-vector tile: its k steps take the FMA
     latency over the calls in flight, so calls in flight x kc FMAs wait at once. Needs the clock,
@@ -1169,7 +1170,8 @@ def probe_scheduler(s: Session) -> dict[str, Finding]:
         f"{sched.M} calls (C tiles in L1): {per_step:.2f} cycles per k step against the FMA "
         f"latency {latency}, so {in_flight:.2f} calls' chains in flight; {t.describe()}"
     )
-    return {path: s.checked(path, round(in_flight * kc), kc, 4096, how)}
+    waiting = round((in_flight - 1.0) * kc)  # the running call's chain holds no entries
+    return {path: s.checked(path, waiting, 1, 4096, how)}
 
 
 def _spread(timings: Sequence[Timing]) -> str:

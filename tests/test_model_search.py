@@ -341,6 +341,28 @@ def test_c_tiles_fetched_from_l3_down_a_strided_column_wait_each_call():
     assert _c_tile_fetch_cycles(small, hw, 256, 128) == 0.0  # 256 KiB of C stays in L2
 
 
+def test_a_b_that_stays_in_a_cache_over_the_m_blocks_is_read_into_it_once():
+    """B is fetched again per m block only when what the thread touches in between does not fit:
+    a 2048 x 16 x 64 matmul's 4 KiB B stays in L1 and L2 over its 2048 one-row m blocks (the model
+    had charged 8 MiB from L3 and L2, and predicted it 1.7x too slow), 2048^3's B does not."""
+    from aotune.analysis.model import ThreadShare, _l2_sweeps, traffic_bytes
+
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(2048, 16, 64), hw)
+    cfg = "mr=1,nr=16,kc=64,mc=1,nc=16,order=mkn,pack_a=0,pack_b=0,unroll=1,par=m,threads=1"
+    small = schedule_from_config(space, space.parse_config(cfg))
+    share = ThreadShare.of(small)
+    assert _l2_sweeps(small, hw, share) == (1, 1)
+    l2_bytes, l3_bytes, _ = traffic_bytes(small, hw, share)
+    a_bytes, b_bytes, c_bytes = 2048 * 64 * 4, 64 * 16 * 4, 2048 * 16 * 4 * 2
+    assert l3_bytes == pytest.approx(a_bytes + b_bytes + c_bytes)
+    assert l2_bytes == pytest.approx(a_bytes + b_bytes + c_bytes)
+    big = _sched_2048(
+        hw, "mr=8,nr=32,kc=128,mc=64,nc=1024,order=mkn,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"
+    )
+    assert _l2_sweeps(big, hw, ThreadShare.of(big)) == (1, 2048 // 64)
+
+
 def test_search_ends_where_no_local_move_predicts_faster(space):
     model = AnalyticalCpuModel(space.hw)
     score = lambda cfg: model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds  # noqa: E731
@@ -560,7 +582,7 @@ def test_rows_mixing_full_and_narrow_vectors_are_bound_by_their_fma_instructions
 def test_c_tile_waits_overlap_across_short_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """1 x 32 tiles at kc=8 over 4 KiB-strided C rows: several calls fit the reorder window, so
     their C fetches from beyond L2 overlap (measured 116 GFLOP/s, where one wait per call predicted
-    33); at kc=192 one call fills the window and waits alone."""
+    33); at kc=192 one call's FMAs fill the schedulers 6 times over and it waits nearly alone."""
     import aotune.analysis.model as model_module
 
     hw = load_target("znver4")
@@ -583,7 +605,7 @@ def test_c_tile_waits_overlap_across_short_calls(monkeypatch: pytest.MonkeyPatch
             without = dict(model.estimate_batch([s])[0].breakdown)["compute"]
         calls = 1024 * (512 // 32) * -(-1024 // kc)  # one thread's tiles x k blocks
         charged.append((with_wait - without) * freq / calls / wait)
-    assert charged[0] < 0.5 and charged[1] == pytest.approx(1.0)
+    assert charged[0] < 0.5 and 0.8 < charged[1] <= 1.0
 
 
 def test_a_packing_copy_waits_once_per_line_not_per_short_segment():
@@ -668,9 +690,11 @@ def test_calls_overlap_as_far_as_the_window_and_the_schedulers_hold_them():
     mix = KStepMix(3.0, 1.0, 3.0, 0.0, 0.0, 4.5)  # a 3 x 16 tile's k step
     roomy = dataclasses.replace(hw, core=dataclasses.replace(hw.core, scheduler_entries=4096))
     window = hw.core.reorder_window / (32 * 4.5 + 30.0)
-    assert _calls_in_flight(mix, roomy, 32) == pytest.approx(window)
-    # 96 FMAs wait per call of kc = 32: a scheduler of 128 holds 1.33 calls' worth, 64 not one
+    assert _calls_in_flight(mix, roomy, 32) == pytest.approx(1.0 + window)
+    # 96 FMAs per call of kc = 32: beside the running call, 128 entries hold 1.33 calls' worth
     tight = dataclasses.replace(hw, core=dataclasses.replace(hw.core, scheduler_entries=128))
-    assert _calls_in_flight(mix, tight, 32) == pytest.approx(128 / 96)
+    assert _calls_in_flight(mix, tight, 32) == pytest.approx(1.0 + 128 / 96)
     tiny = dataclasses.replace(hw, core=dataclasses.replace(hw.core, scheduler_entries=64))
-    assert _calls_in_flight(mix, tiny, 32) == 1.0
+    assert _calls_in_flight(mix, tiny, 32) == pytest.approx(1.0 + 64 / 96)
+    # a call far longer than the schedulers hold runs nearly alone
+    assert 1.0 < _calls_in_flight(mix, tiny, 4096) < 1.01

@@ -337,7 +337,7 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     the caches, all threads' for DRAM."""
     isz = 4
     calls, m_share, n_share = share.calls, share.m_share, share.n_share
-    mblocks, nblocks = -(-m_share // s.mc), -(-n_share // s.nc)
+    mblocks = -(-m_share // s.mc)
     a_elems, b_elems = _operand_elements(s)
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
     # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets.

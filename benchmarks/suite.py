@@ -179,7 +179,8 @@ def model_accuracy(
     predicted: list[float] = []
     runs: list[Callable[[], object]] = []
     incorrect = 0
-    for cfg in space.sample(samples, seed=seed):
+    configs = space.sample(samples, seed=seed)
+    for cfg in configs:
         sched = schedule_from_config(space, cfg)
         kernel = compile_kernel(sched, hw)
         (pred,) = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
@@ -209,6 +210,11 @@ def model_accuracy(
         "best_sampled_gflops": w.flops / t.min() / 1e9,
         "core_to_core_ns": [h for h in handoff if h is not None],
         "rounds": {"sweep": sweep_rounds, "finalists": finalist_rounds},
+        # each sampled config with its prediction and time, to plot or re-score
+        "samples": [
+            {"config": space.describe_config(c), "predicted_s": pi, "measured_s": ti}
+            for c, pi, ti in zip(configs, p.tolist(), t.tolist())
+        ],
     }
 
 

@@ -9,7 +9,14 @@ import os
 import numpy as np
 import pytest
 from aotune.analysis.workload import matmul
-from aotune.benchmarks.suite import _timed, kendall, model_accuracy, spearman, topk_score
+from aotune.benchmarks.suite import (
+    _timed,
+    kendall,
+    median_abs_error,
+    model_accuracy,
+    spearman,
+    topk_score,
+)
 from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import load_target
 from hypothesis import given, settings
@@ -66,6 +73,14 @@ def test_model_accuracy_measures_every_sampled_config_and_records_the_core_hando
     assert acc["n"] == 6 and acc["incorrect"] == 0
     assert acc["rounds"] == {"sweep": 3, "finalists": 6}  # the minimums, with no time to go on
     assert -1.0 <= acc["spearman"] <= 1.0 and 0.0 < acc["top1"] <= acc["top5"] <= 1.0
+    # every sampled config with its prediction and time, consistent with the scores
+    samples = acc["samples"]
+    assert len({r["config"] for r in samples}) == 6
+    p = np.array([r["predicted_s"] for r in samples])
+    t = np.array([r["measured_s"] for r in samples])
+    assert (p > 0).all() and (t > 0).all()
+    assert acc["median_abs_error"] == pytest.approx(median_abs_error(p, t))
+    assert acc["spearman"] == pytest.approx(spearman(p, t))
     # a probe before the sweep, after it, and after the finalists' rounds (none on one core)
     probes = acc["core_to_core_ns"]
     assert len(probes) == (3 if HOST.core.cores >= 2 and len(os.sched_getaffinity(0)) >= 2 else 0)

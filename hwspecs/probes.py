@@ -1141,12 +1141,12 @@ def probe_call_cycles(s: Session) -> dict[str, Finding]:
 
 def probe_scheduler(s: Session) -> dict[str, Finding]:
     """How many FMAs waiting on their chains the core holds: consecutive calls of a 1-accumulator
-    tile (one dependent chain of kc = 64 FMAs each) overlap as far as the schedulers let them:
-    the running call and as many later ones as their entries hold (calls in flight - 1) x kc.
+    tile (one dependent chain of kc = 64 FMAs each) overlap as far as the schedulers let them.
 
     The real kernel of ``call_probe_schedule``'s 1 x one-vector tile: its k steps take the FMA
-    latency over the calls in flight, so calls in flight x kc FMAs wait at once. Needs the clock,
-    the FMA latency, the call overhead and the call cycles measured before it.
+    latency over the calls in flight; beside the running call, the later ones' (calls in flight
+    - 1) x kc FMAs wait in the schedulers. Needs the clock, the FMA latency, the call overhead and
+    the call cycles measured before it.
     """
     path, kc = "core.scheduler_entries", CALL_PROBE_K
     sched = call_probe_schedule(s.host, 1, 1, kc)

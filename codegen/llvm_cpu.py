@@ -10,10 +10,11 @@ Structure of the generated module (all sizes and strides are compile-time consta
         columns, ir over mr rows, calling a micro-kernel variant:
     void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first[, i1 last,
                                float* bias] [, i64* row_off, i64* k_off])
-        rows x ceil(cols/lanes) accumulator vectors, explicit llvm.fma per (row, vector), the k loop
-        unrolled; the last vector of a column tail is the narrowest power-of-two width that holds it
-        (a scalar for one column), loaded/stored with a lane mask where it overhangs. With an
-        epilogue, the store of the last k block adds bias[n] and applies the activation.
+        rows x ceil(cols/lanes) accumulator vectors from zero, explicit llvm.fma per (row, vector),
+        C added at the end unless this is the first k block (first), the k loop unrolled; the last
+        vector of a column tail is the narrowest power-of-two width that holds it (a scalar for one
+        column), loaded/stored with a lane mask where it overhangs. With an epilogue, the store of
+        the last k block adds bias[n] and applies the activation.
         A is a broadcast scalar per (row, k), or, when A is shared along the columns (NHWC
         depthwise), a vector at a + row_off[r] + k_off[k], loaded in place like B.
 
@@ -198,15 +199,12 @@ class CpuKernelBuilder:
                 )
             return b.load(vptr(base, offset, v), align=4)
 
-        with b.if_else(first) as (then, otherwise):
-            with then:
-                for r in range(rows):
-                    for v in range(nvec):
-                        b.store(zeros[v], acc[r][v])
-            with otherwise:
-                for r in range(rows):
-                    for v in range(nvec):
-                        b.store(load_vec(c_ptr, c64(r * c_rs + v * lanes), v, True), acc[r][v])
+        # The accumulators start from zero and C is added at the end, as BLAS kernels do: loaded
+        # first, C would hold the FMA chains back whenever its loads wait for the last call's
+        # stores, which they do when the rows alias them (a page apart: 1.3-1.5x slower calls).
+        for r in range(rows):
+            for v in range(nvec):
+                b.store(zeros[v], acc[r][v])
 
         # B panels are zero-padded to nr columns, so only unpacked B needs masked loads.
         b_masked = not s.pack_b
@@ -268,7 +266,7 @@ class CpuKernelBuilder:
             with counted_loop(b, k_main, kc, 1, "krem") as k:
                 k_step(k)
 
-        def store_tile(epilogue: bool) -> None:
+        def store_tile(epilogue: bool, add_c: bool) -> None:
             bias_vec = (
                 [load_vec(fn.args[6], c64(v * lanes), v, True) for v in range(nvec)]
                 if epilogue and s.bias
@@ -277,6 +275,8 @@ class CpuKernelBuilder:
             for r in range(rows):
                 for v in range(nvec):
                     val = b.load(acc[r][v])
+                    if add_c:
+                        val = b.fadd(val, load_vec(c_ptr, c64(r * c_rs + v * lanes), v, True))
                     if epilogue:
                         val = self.epilogue(b, val, bias_vec[v] if bias_vec else None)
                     ptr = vptr(c_ptr, c64(r * c_rs + v * lanes), v)
@@ -287,14 +287,21 @@ class CpuKernelBuilder:
                     else:
                         b.store(val, ptr, align=4)
 
-        if s.has_epilogue:
-            with b.if_else(fn.args[5]) as (then, otherwise):  # the last k block finishes the tile
-                with then:
-                    store_tile(True)
-                with otherwise:
-                    store_tile(False)
-        else:
-            store_tile(False)
+        def finish(add_c: bool) -> None:
+            if s.has_epilogue:
+                with b.if_else(fn.args[5]) as (then, otherwise):  # the last k block ends the tile
+                    with then:
+                        store_tile(True, add_c)
+                    with otherwise:
+                        store_tile(False, add_c)
+            else:
+                store_tile(False, add_c)
+
+        with b.if_else(first) as (then, otherwise):  # the first k block overwrites C
+            with then:
+                finish(False)
+            with otherwise:
+                finish(True)
         b.ret_void()
         self.ukernels[key] = fn
         return fn

@@ -292,6 +292,7 @@ def micro_kernel_cycles(
             tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
         )
         call_cycles += _c_store_miss_cycles(s, hw, rows, cols, share.m_share, share.n_share)
+        call_cycles += _store_alias_cycles(s, hw, rows)
         call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
         call_cycles += (
             pair_shared
@@ -862,6 +863,23 @@ def _c_store_miss_cycles(
     return miss * rows * -(-cols * isz // line) * _latency_of_level_holding(c_bytes, hw) / 2
 
 
+def _store_alias_cycles(s: CpuSchedule, hw: HwSpec, rows: int) -> float:
+    """Cycles a call's C loads wait behind the last call's C stores they match in the page-offset
+    bits, when the calls step down C's rows: each (load row, store row) pair a whole number of
+    pages apart costs ``core.store_alias_cycles`` (rows x rows pairs at a 4 KiB row stride). The
+    first k block loads no C."""
+    if s.K <= s.kc or not _calls_step_down_rows(s):
+        return 0.0
+    stride, page = s.c_sm * 4, hw.memory.page_bytes
+    period = page // math.gcd(stride, page)  # row distances that alias: multiples of this
+    pairs = 0
+    for dist in range(period, s.mr + rows, period):  # load row i, store row l: dist = mr + i - l
+        lo, hi = max(0, dist - s.mr), min(rows - 1, dist - 1)
+        pairs += max(0, hi - lo + 1)
+    kt = -(-s.K // s.kc)
+    return pairs * hw.core.store_alias_cycles * (kt - 1) / kt
+
+
 def _c_block(s: CpuSchedule, m_share: int, n_share: int) -> tuple[int, int]:
     """Rows and columns of C touched between two visits of one C tile: the loops inside the k-block
     loop."""
@@ -885,9 +903,10 @@ def _sets(cache: CacheSpec) -> int:
 def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) -> float:
     """Extra cycles per call waiting for the C tile when it comes from beyond L2.
 
-    Calls walk down the rows (ir inside jr), so each C load steps ``mr`` rows from the last call's;
-    beyond the stride the hardware prefetcher follows, each call's C lines are demand misses, and
-    the accumulators' first FMAs wait for them while the reorder window fills (measured on Zen 4,
+    Calls walk down the rows (``_calls_step_down_rows``), so each C load steps ``mr`` rows from the
+    last call's; beyond the stride the hardware prefetcher follows, each call's C lines are demand
+    misses, and the call's end waits for them (the same whether C is loaded before the k steps or
+    added after them: the window does not reach far enough ahead to hide it) (measured on Zen 4,
     2048^3, 7 x 16 tiles, kc=24: a C block of 70 x 672 floats in L2 ran at 62-90 GFLOP/s, one of
     1743 x 672 in L3 at 46-56). The first k block starts from zero and loads no C. The caller
     divides this by the calls in flight: calls of a few k steps each (kc = 8) overlap their waits
@@ -895,30 +914,41 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     """
     if (
         s.K <= s.kc
-        or s.mc <= s.mr
+        or not _calls_step_down_rows(s)
         or s.mr * s.c_sm * 4 <= hw.memory.prefetch_stride_bytes
         or len(hw.caches) < 3
     ):
-        return 0.0  # (one tile per m block: calls step along the rows of C, which is prefetched)
+        return 0.0
     rows, cols = _c_block(s, m_share, n_share)
     l2 = hw.cache(2)
-    # rows a power of two apart use few L2 sets: a block that fits L2 by size may still not stay
-    # (checked only for blocks that fit by size, which bounds the lines counted)
-    if (
-        rows * cols * 4 <= hw.cache_bytes_per_core(2)
-        and _set_overflow_share(
-            s.c_sm * 4,
-            rows,
-            cols * 4,
-            l2.line_bytes,
-            _sets(l2),
-            l2.conflict_slack * l2.associativity,
-        )
-        <= 0.5
-    ):
+    # the A and B lines of the calls in between pass through L2 too; rows a power of two apart
+    # use few L2 sets: a block that fits L2 by size may still not stay (checked only for blocks
+    # that fit by size, which bounds the lines counted)
+    if (rows * cols + rows * s.kc + s.kc * cols) * 4 <= hw.cache_bytes_per_core(
+        2
+    ) and _set_overflow_share(
+        s.c_sm * 4,
+        rows,
+        cols * 4,
+        l2.line_bytes,
+        _sets(l2),
+        l2.conflict_slack * l2.associativity,
+    ) <= 0.5:
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads
     kt = -(-s.K // s.kc)
     return hw.cache(3).latency_cycles * (kt - 1) / kt
+
+
+def _calls_step_down_rows(s: CpuSchedule) -> bool:
+    """Whether consecutive micro-kernel calls move to the next tile down C's rows: the tile loops
+    of a block run ir inside jr, so they do when a block holds several row tiles; with one row
+    tile and several column tiles they step along the row; with one tile the innermost block
+    loop decides."""
+    if s.mc > s.mr:
+        return True
+    if s.nc > s.nr:
+        return False
+    return s.order[-1] == "m"
 
 
 def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:

@@ -199,6 +199,10 @@ SOURCES: dict[str, tuple[str, str]] = {
     ),
     "memory.page_bytes": ("os", "sysconf(SC_PAGE_SIZE)"),
     "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
+    "core.store_alias_cycles": (
+        "assumed",
+        "the wait of a load behind stores it aliases in the page-offset bits is not probed yet",
+    ),
     "caches.*.conflict_slack": (
         "assumed",
         "how far a set-conflicting group of lines may overflow its ways before it thrashes is "

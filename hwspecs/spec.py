@@ -77,6 +77,9 @@ class CoreSpec:
     call_cycles: float = _in(0.0, 1000.0)
     # cycles a stack spill and its reload add to a k step (a store slot and a forwarded load)
     spill_cycles: float = _in(0.0, 100.0)
+    # cycles a load waits per older store whose address matches it only in the page-offset bits
+    # (the bits the store queue compares before translation): "4K aliasing"
+    store_alias_cycles: float = _in(0.0, 100.0)
 
 
 @dataclass(frozen=True)

@@ -865,19 +865,25 @@ def _c_store_miss_cycles(
 
 def _store_alias_cycles(s: CpuSchedule, hw: HwSpec, rows: int) -> float:
     """Cycles a call's C loads wait behind the last call's C stores they match in the page-offset
-    bits, when the calls step down C's rows: each (load row, store row) pair a whole number of
-    pages apart costs ``core.store_alias_cycles`` (rows x rows pairs at a 4 KiB row stride). The
-    first k block loads no C."""
+    bits, when the calls step down C's rows: ``core.store_alias_cycles`` per aliasing pair
+    (``aliasing_row_pairs``). The first k block loads no C."""
     if s.K <= s.kc or not _calls_step_down_rows(s):
         return 0.0
-    stride, page = s.c_sm * 4, hw.memory.page_bytes
-    period = page // math.gcd(stride, page)  # row distances that alias: multiples of this
-    pairs = 0
-    for dist in range(period, s.mr + rows, period):  # load row i, store row l: dist = mr + i - l
-        lo, hi = max(0, dist - s.mr), min(rows - 1, dist - 1)
-        pairs += max(0, hi - lo + 1)
+    pairs = aliasing_row_pairs(rows, s.mr, s.c_sm * 4, hw.memory.page_bytes)
     kt = -(-s.K // s.kc)
     return pairs * hw.core.store_alias_cycles * (kt - 1) / kt
+
+
+def aliasing_row_pairs(rows: int, mr: int, stride_bytes: int, page_bytes: int) -> int:
+    """(load row, store row) pairs a whole number of pages apart, between a tile of ``rows`` rows
+    and the ``mr``-row tile just above it, rows ``stride_bytes`` apart: the store queue compares
+    only the page-offset bits before translation, so each such load waits on each such store
+    (rows x mr pairs at a 4 KiB stride, none at 4160 bytes)."""
+    period = page_bytes // math.gcd(stride_bytes, page_bytes)  # row distances that alias
+    pairs = 0
+    for dist in range(period, mr + rows, period):  # load row i, store row l: dist = mr + i - l
+        pairs += max(0, min(rows - 1, dist - 1) - max(0, dist - mr) + 1)
+    return pairs
 
 
 def _c_block(s: CpuSchedule, m_share: int, n_share: int) -> tuple[int, int]:
@@ -887,11 +893,17 @@ def _c_block(s: CpuSchedule, m_share: int, n_share: int) -> tuple[int, int]:
     return (m_share if "m" in inner else s.mc), (n_share if "n" in inner else s.nc)
 
 
+def _bytes_between_visits(s: CpuSchedule, m_share: int, n_share: int) -> int:
+    """Bytes the calls between two visits of one C tile touch: the C block (``_c_block``) and the
+    A rows and B columns of its k block."""
+    rows, cols = _c_block(s, m_share, n_share)
+    return (rows * cols + rows * s.kc + s.kc * cols) * 4
+
+
 def _c_stays_in_l1(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) -> bool:
     """Whether a C tile is still in L1 when its next k block comes: the C block, A and B lines
     the calls in between touch fit in L1's usable share."""
-    rows, cols = _c_block(s, m_share, n_share)
-    between = (rows * cols + rows * s.kc + s.kc * cols) * 4
+    between = _bytes_between_visits(s, m_share, n_share)
     return between <= hw.cache(1).size_kib * 1024 * hw.cache(1).usable_fraction
 
 
@@ -924,16 +936,18 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     # the A and B lines of the calls in between pass through L2 too; rows a power of two apart
     # use few L2 sets: a block that fits L2 by size may still not stay (checked only for blocks
     # that fit by size, which bounds the lines counted)
-    if (rows * cols + rows * s.kc + s.kc * cols) * 4 <= hw.cache_bytes_per_core(
-        2
-    ) and _set_overflow_share(
-        s.c_sm * 4,
-        rows,
-        cols * 4,
-        l2.line_bytes,
-        _sets(l2),
-        l2.conflict_slack * l2.associativity,
-    ) <= 0.5:
+    between = _bytes_between_visits(s, m_share, n_share)
+    if between <= hw.cache_bytes_per_core(2) and (
+        _set_overflow_share(
+            s.c_sm * 4,
+            rows,
+            cols * 4,
+            l2.line_bytes,
+            _sets(l2),
+            l2.conflict_slack * l2.associativity,
+        )
+        <= 0.5
+    ):
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads
     kt = -(-s.K // s.kc)
     return hw.cache(3).latency_cycles * (kt - 1) / kt

@@ -43,6 +43,7 @@ from aotune.hwspecs.probes import (
     probe_prefetch_ahead,
     probe_prefetch_stride,
     probe_scheduler,
+    probe_store_alias,
     probe_stores,
     probe_tlb,
 )
@@ -166,6 +167,12 @@ PROBES: tuple[Probe, ...] = (
         probe_scheduler,
         "the real kernel's one-chain calls, overlapped",
     ),
+    Probe(
+        "store aliasing",
+        ("core.store_alias_cycles",),
+        probe_store_alias,
+        "the real kernel with C rows a page apart and not",
+    ),
 )
 
 # Where each field no probe sets comes from: "os" (sysfs, sysconf), "llvm" (LLVM's host CPU name
@@ -199,10 +206,6 @@ SOURCES: dict[str, tuple[str, str]] = {
     ),
     "memory.page_bytes": ("os", "sysconf(SC_PAGE_SIZE)"),
     "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
-    "core.store_alias_cycles": (
-        "assumed",
-        "the wait of a load behind stores it aliases in the page-offset bits is not probed yet",
-    ),
     "caches.*.conflict_slack": (
         "assumed",
         "how far a set-conflicting group of lines may overflow its ways before it thrashes is "

@@ -1174,6 +1174,80 @@ def probe_scheduler(s: Session) -> dict[str, Finding]:
     return {path: s.checked(path, waiting, 1, 4096, how)}
 
 
+# The alias probe's kernel: 8 x one-vector tiles stepping down 9 tiles of rows, kc = 24 (short
+# calls, where the wait shows), 32 k blocks (a reading long beside the threads' hand-over)
+ALIAS_PROBE_ROWS, ALIAS_PROBE_TILES, ALIAS_PROBE_KC, ALIAS_PROBE_BLOCKS = 8, 9, 24, 32
+
+
+def alias_probe_schedule(spec: HwSpec, n: int) -> CpuSchedule | None:
+    """The schedule the store-alias probe times: a matmul with N = ``n`` (C rows ``4 n`` bytes
+    apart), one block of all ``ALIAS_PROBE_TILES`` row tiles and all columns, the k blocks
+    outside it (nmk), so each call steps down C's rows from the last one and adds C to its tile
+    from L2, as a tuned kernel's calls do; B packed (unpacked, its rows a page apart would crowd
+    one L1 set); the columns split over every core, as tuned kernels run (the wait measured 0.6
+    cycles a pair on one Zen 4 core, 1.0 with both busy). None where the target's tile space has
+    no such tile."""
+    from aotune.analysis.workload import matmul
+    from aotune.codegen.schedule import schedule_from_config
+    from aotune.constraints.cpu import ORDERS, PAR_LOOPS, build_cpu_space
+    from aotune.errors import AotuneError
+
+    rows, lanes = ALIAS_PROBE_ROWS, spec.isa.vector_bits // 32
+    m, k = rows * ALIAS_PROBE_TILES, ALIAS_PROBE_KC * ALIAS_PROBE_BLOCKS
+    fixed = {"mr": [rows], "nr": [lanes], "kc": [ALIAS_PROBE_KC], "mc": [m], "nc": [n]}
+    fixed |= {"pack_a": [0], "pack_b": [1], "threads": [spec.core.cores], "unroll": [1]}
+    fixed |= {"order": [ORDERS.index("nmk")], "par": [PAR_LOOPS.index("n")]}
+    try:
+        space = build_cpu_space(matmul(m, n, k), spec)
+        return schedule_from_config(space, space.solve(allowed=fixed))
+    except AotuneError:
+        return None
+
+
+def alias_wait_cycles(
+    aliased: float, clear: float, ghz: float, calls: tuple[int, int], pairs: float
+) -> float:
+    """Cycles per aliasing (load, store) pair: the seconds per call of the kernel whose C rows
+    alias (``aliased``, ``calls[0]`` calls) less those of the one whose rows do not (``clear``,
+    ``calls[1]``), over the aliasing pairs per call."""
+    if pairs <= 0 or min(calls) < 1:
+        raise CalibrationError("an alias reading needs aliasing pairs and calls on both sides")
+    return max(0.0, cycles(aliased / calls[0] - clear / calls[1], ghz)) / pairs
+
+
+def probe_store_alias(s: Session) -> dict[str, Finding]:
+    """How long a load waits per older store it matches only in the page-offset bits.
+
+    The real kernel of ``alias_probe_schedule`` with C rows one page apart (every row of a call's
+    tile aliases every row of the last call's: 8 x 8 pairs) and one vector further apart (none);
+    the difference per call, over the pairs, is the wait. Needs the clock and the call overhead
+    measured before it."""
+    from aotune.analysis.model import ThreadShare, aliasing_row_pairs
+
+    path = "core.store_alias_cycles"
+    page, lanes = s.host.memory.page_bytes, s.host.isa.vector_bits // 32
+    scheds = [alias_probe_schedule(s.host, n) for n in (page // 4, page // 4 + lanes)]
+    if scheds[0] is None or scheds[1] is None:
+        return {path: s.assumed(path, "no 8-row one-vector tile in this target's tile space")}
+    overhead = s.value("overhead.call_seconds")
+    readings = [_kernel_call_seconds(s, x) for x in scheds]
+    calls = (ThreadShare.of(scheds[0]).calls, ThreadShare.of(scheds[1]).calls)
+    rows = ALIAS_PROBE_ROWS
+    pairs = aliasing_row_pairs(rows, rows, page, page) * (1 - 1 / ALIAS_PROBE_BLOCKS)
+    wait = alias_wait_cycles(
+        readings[0][0] - overhead, readings[1][0] - overhead, s.ghz, calls, pairs
+    )
+    s.details["store alias"] = {"cycles_per_pair": wait}
+    how = (
+        f"the real kernel of {rows} x {lanes} tiles on {scheds[0].threads} threads stepping "
+        f"down C rows {page} bytes apart "
+        f"(each call's {rows} C loads alias the last call's {rows} stores) against "
+        f"{page + 4 * lanes} bytes apart (none alias), kc = {ALIAS_PROBE_KC}: the difference per "
+        f"call over {pairs:.0f} pairs; {_spread([r for _, r in readings])}"
+    )
+    return {path: s.checked(path, round(wait, 2), 0.0, 100.0, how)}
+
+
 def _spread(timings: Sequence[Timing]) -> str:
     """The worst agreement and median excess of several readings, for a comment."""
     if not timings:

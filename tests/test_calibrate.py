@@ -458,6 +458,52 @@ def test_the_call_probes_time_what_they_say_on_every_cpu_target(target):
             assert ports == 0.0, (target, rows, vectors, kc)
 
 
+def test_the_alias_wait_per_pair_from_synthetic_readings():
+    # 4608 calls at 250 cycles against 4680 at 200, 56 pairs per call: 50 / 56 cycles a pair
+    aliased, clear = 4608 * 250 / 3.5e9, 4680 * 200 / 3.5e9
+    wait = probes.alias_wait_cycles(aliased, clear, 3.5, (4608, 4680), 56.0)
+    assert wait == pytest.approx(50 / 56)
+    assert probes.alias_wait_cycles(clear, aliased, 3.5, (4680, 4608), 56.0) == 0.0
+    with pytest.raises(CalibrationError):
+        probes.alias_wait_cycles(aliased, clear, 3.5, (4608, 4680), 0.0)
+
+
+@pytest.mark.parametrize("target", ["znver4", "skylake-avx512", "haswell", "neoverse-n1"])
+def test_the_alias_probe_steps_down_rows_a_page_apart_and_not(target):
+    """Both kernels of the alias probe exist in every CPU target's space; each call steps down
+    C's rows and adds C, and the model counts 8 x 8 aliasing pairs at the page stride and none a
+    vector further."""
+    from aotune.analysis import model
+
+    hw = load_target(target)
+    page, lanes = hw.memory.page_bytes, hw.isa.vector_bits // 32
+    aliased, clear = (probes.alias_probe_schedule(hw, n) for n in (page // 4, page // 4 + lanes))
+    for s in (aliased, clear):
+        assert s is not None, target
+        assert (s.mr, s.nr, s.kc, s.order, s.par) == (8, lanes, 24, "nmk", "n")
+        assert s.threads == hw.core.cores
+        assert s.mc == s.M == 72 and s.K == 24 * 32 and s.pack_b and not s.pack_a
+        assert model._calls_step_down_rows(s)
+    assert model.aliasing_row_pairs(8, 8, aliased.c_sm * 4, page) == 64
+    assert model.aliasing_row_pairs(8, 8, clear.c_sm * 4, page) == 0
+    kt = probes.ALIAS_PROBE_BLOCKS
+    charged = model._store_alias_cycles(aliased, hw, 8)
+    assert charged == pytest.approx(64 * hw.core.store_alias_cycles * (kt - 1) / kt)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 32),
+    mr=st.integers(1, 32),
+    stride=st.integers(1, 4096).map(lambda x: 4 * x),
+)
+def test_aliasing_row_pairs_counts_what_a_brute_force_counts(rows, mr, stride):
+    from aotune.analysis.model import aliasing_row_pairs
+
+    brute = sum(((mr + i - j) * stride) % 4096 == 0 for i in range(rows) for j in range(mr))
+    assert aliasing_row_pairs(rows, mr, stride, 4096) == brute
+
+
 def test_c_tile_loads_and_stores_cost_only_beyond_the_ports_idle_cycles():
     from aotune.analysis.model import _c_tile_port_cycles
 

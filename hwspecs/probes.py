@@ -1070,19 +1070,29 @@ def call_probe_schedule(spec: HwSpec, rows: int, vectors: int, kc: int) -> CpuSc
     core's L2, unpacked, one ``rows`` x ``vectors`` tile per m block with the k blocks inside
     (mkn), so the C tile stays in L1 from one call to the next; None where the target's tile space
     has no such tile."""
-    from aotune.analysis.workload import matmul
-    from aotune.codegen.schedule import schedule_from_config
-    from aotune.constraints.cpu import ORDERS, build_cpu_space
-    from aotune.errors import AotuneError
-
     n = vectors * spec.isa.vector_bits // 32
     l2 = spec.cache_bytes_per_core(2)
     m = max(48, min(2048, l2 // 2 // (CALL_PROBE_K * 4))) // rows * rows
-    fixed = {"mr": [rows], "nr": [n], "kc": [kc], "mc": [rows], "nc": [n], "pack_a": [0]}
-    fixed |= {"pack_b": [0], "threads": [1], "unroll": [1], "order": [ORDERS.index("mkn")]}
+    fixed = {"mr": rows, "nr": n, "kc": kc, "mc": rows, "nc": n, "pack_a": 0, "pack_b": 0}
+    fixed |= {"threads": 1, "unroll": 1, "order": "mkn"}
+    return _fixed_matmul_schedule(spec, (m, n, CALL_PROBE_K), fixed)
+
+
+def _fixed_matmul_schedule(
+    spec: HwSpec, shape: tuple[int, int, int], fixed: Mapping[str, int | str]
+) -> CpuSchedule | None:
+    """The schedule of an M x N x K matmul with the decisions ``fixed`` (``order`` and ``par``
+    by name), solved by CP-SAT for the rest; None where the target's tile space has none."""
+    from aotune.analysis.workload import matmul
+    from aotune.codegen.schedule import schedule_from_config
+    from aotune.constraints.cpu import ORDERS, PAR_LOOPS, build_cpu_space
+    from aotune.errors import AotuneError
+
+    names = {"order": ORDERS, "par": PAR_LOOPS}
+    allowed = {key: [names[key].index(v) if key in names else v] for key, v in fixed.items()}
     try:
-        space = build_cpu_space(matmul(m, n, CALL_PROBE_K), spec)
-        return schedule_from_config(space, space.solve(allowed=fixed))
+        space = build_cpu_space(matmul(*shape), spec)
+        return schedule_from_config(space, space.solve(allowed=allowed))
     except AotuneError:
         return None
 
@@ -1187,21 +1197,11 @@ def alias_probe_schedule(spec: HwSpec, n: int) -> CpuSchedule | None:
     one L1 set); the columns split over every core, as tuned kernels run (the wait measured 0.6
     cycles a pair on one Zen 4 core, 1.0 with both busy). None where the target's tile space has
     no such tile."""
-    from aotune.analysis.workload import matmul
-    from aotune.codegen.schedule import schedule_from_config
-    from aotune.constraints.cpu import ORDERS, PAR_LOOPS, build_cpu_space
-    from aotune.errors import AotuneError
-
     rows, lanes = ALIAS_PROBE_ROWS, spec.isa.vector_bits // 32
     m, k = rows * ALIAS_PROBE_TILES, ALIAS_PROBE_KC * ALIAS_PROBE_BLOCKS
-    fixed = {"mr": [rows], "nr": [lanes], "kc": [ALIAS_PROBE_KC], "mc": [m], "nc": [n]}
-    fixed |= {"pack_a": [0], "pack_b": [1], "threads": [spec.core.cores], "unroll": [1]}
-    fixed |= {"order": [ORDERS.index("nmk")], "par": [PAR_LOOPS.index("n")]}
-    try:
-        space = build_cpu_space(matmul(m, n, k), spec)
-        return schedule_from_config(space, space.solve(allowed=fixed))
-    except AotuneError:
-        return None
+    fixed = {"mr": rows, "nr": lanes, "kc": ALIAS_PROBE_KC, "mc": m, "nc": n, "pack_a": 0}
+    fixed |= {"pack_b": 1, "threads": spec.core.cores, "unroll": 1, "order": "nmk", "par": "n"}
+    return _fixed_matmul_schedule(spec, (m, n, k), fixed)
 
 
 def alias_wait_cycles(

@@ -1101,17 +1101,23 @@ def _kernel_call_seconds(
     s: Session, sched: CpuSchedule, calls_per_run: int = 20
 ) -> tuple[float, Timing]:
     """(seconds per call, reading) of the kernel built from ``sched``, through the runner."""
+    t = s.best(_kernel_runs(s, sched, calls_per_run), subtract=False)
+    return t.seconds / calls_per_run, t
+
+
+def _kernel_runs(s: Session, sched: CpuSchedule, calls: int) -> Callable[[], None]:
+    """A run of ``calls`` calls of the kernel built from ``sched``, through the runner, on fixed
+    inputs (compiled once, timed as often as needed)."""
     from aotune.codegen.compile import compile_kernel
     from aotune.codegen.runner import HostKernel, random_operands
 
     call = HostKernel(compile_kernel(sched, s.host), s.host).call_on(*random_operands(sched))
 
     def run() -> None:
-        for _ in range(calls_per_run):
+        for _ in range(calls):
             call()
 
-    t = s.best(run, subtract=False)
-    return t.seconds / calls_per_run, t
+    return run
 
 
 def probe_call_cycles(s: Session) -> dict[str, Finding]:
@@ -1187,6 +1193,9 @@ def probe_scheduler(s: Session) -> dict[str, Finding]:
 # The alias probe's kernel: 8 x one-vector tiles stepping down 9 tiles of rows, kc = 24 (short
 # calls, where the wait shows), 32 k blocks (a reading long beside the threads' hand-over)
 ALIAS_PROBE_ROWS, ALIAS_PROBE_TILES, ALIAS_PROBE_KC, ALIAS_PROBE_BLOCKS = 8, 9, 24, 32
+# the two kernels differ by ~20% a call: single pairs of readings read 0.4-1.9 cycles a pair over
+# runs here, five interleaved pairs agree within a run (their median is the value)
+ALIAS_PROBE_READINGS = 5
 
 
 def alias_probe_schedule(spec: HwSpec, n: int) -> CpuSchedule | None:
@@ -1230,20 +1239,35 @@ def probe_store_alias(s: Session) -> dict[str, Finding]:
     if scheds[0] is None or scheds[1] is None:
         return {path: s.assumed(path, "no 8-row one-vector tile in this target's tile space")}
     overhead = s.value("overhead.call_seconds")
-    readings = [_kernel_call_seconds(s, x) for x in scheds]
+    per_run = 20
+    runs = [_kernel_runs(s, x, per_run) for x in scheds]
     calls = (ThreadShare.of(scheds[0]).calls, ThreadShare.of(scheds[1]).calls)
     rows = ALIAS_PROBE_ROWS
     pairs = aliasing_row_pairs(rows, rows, page, page) * (1 - 1 / ALIAS_PROBE_BLOCKS)
-    wait = alias_wait_cycles(
-        readings[0][0] - overhead, readings[1][0] - overhead, s.ghz, calls, pairs
-    )
-    s.details["store alias"] = {"cycles_per_pair": wait}
+    readings: list[Timing] = []
+    waits = []
+    for _ in range(ALIAS_PROBE_READINGS):  # interleaved: both kernels under the same drift
+        aliased, clear = (s.best(run, subtract=False) for run in runs)
+        readings += [aliased, clear]
+        waits.append(
+            alias_wait_cycles(
+                aliased.seconds / per_run - overhead,
+                clear.seconds / per_run - overhead,
+                s.ghz,
+                calls,
+                pairs,
+            )
+        )
+    wait = statistics.median(waits)
+    s.details["store alias"] = {"cycles_per_pair": wait, "readings": waits}
     how = (
         f"the real kernel of {rows} x {lanes} tiles on {scheds[0].threads} threads stepping "
         f"down C rows {page} bytes apart "
         f"(each call's {rows} C loads alias the last call's {rows} stores) against "
         f"{page + 4 * lanes} bytes apart (none alias), kc = {ALIAS_PROBE_KC}: the difference per "
-        f"call over {pairs:.0f} pairs; {_spread([r for _, r in readings])}"
+        f"call over {pairs:.0f} pairs, the median of "
+        + ", ".join(f"{w:.2f}" for w in waits)
+        + f" from {ALIAS_PROBE_READINGS} interleaved pairs of readings; {_spread(readings)}"
     )
     return {path: s.checked(path, round(wait, 2), 0.0, 100.0, how)}
 

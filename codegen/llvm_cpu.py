@@ -392,6 +392,22 @@ class CpuKernelBuilder:
     ) -> Callable[[ir.IRBuilder, ir.Value, ir.Value], tuple[ir.Value, ir.Value | None]]:
         """offset(b, row, k) -> (element offset, inside or None when nothing is guarded), from
         tables."""
+        offset = self.gather_offsets_lane_guard(name, gather, None)
+
+        def whole(b: ir.IRBuilder, row: ir.Value, k: ir.Value) -> tuple[ir.Value, ir.Value | None]:
+            off, inside, _ = offset(b, row, k)
+            return off, inside
+
+        return whole
+
+    def gather_offsets_lane_guard(
+        self, name: str, gather: Gather, lane_dim: int | None
+    ) -> Callable[
+        [ir.IRBuilder, ir.Value, ir.Value], tuple[ir.Value, ir.Value | None, ir.Value | None]
+    ]:
+        """offset(b, row, k) -> (element offset, inside, index along ``lane_dim``): inside covers
+        every guard but ``lane_dim``'s (None when none is left), whose index (i64) the caller
+        checks per lane (i32); None for the index when ``lane_dim`` is None."""
         row_off, k_off, guards = gather.tables()
         g_row = self.table(f"{name}_row_off", row_off, I64)
         g_k = self.table(f"{name}_k_off", k_off, I64)
@@ -400,22 +416,27 @@ class CpuKernelBuilder:
                 self.table(f"{name}_row_idx{d}", ri, I32),
                 self.table(f"{name}_k_idx{d}", ki, I32),
                 bound,
+                dim,
             )
-            for d, (ri, ki, bound) in enumerate(guards)
+            for d, (dim, (ri, ki, bound)) in enumerate(zip(gather.guarded, guards))
         ]
 
         def at(b: ir.IRBuilder, g: ir.GlobalVariable, i: ir.Value) -> ir.Value:
             return b.load(b.gep(g, [ir.Constant(I32, 0), i], inbounds=True))
 
-        def offset(b: ir.IRBuilder, row: ir.Value, k: ir.Value) -> tuple[ir.Value, ir.Value | None]:
+        def offset(
+            b: ir.IRBuilder, row: ir.Value, k: ir.Value
+        ) -> tuple[ir.Value, ir.Value | None, ir.Value | None]:
             off = b.add(at(b, g_row, row), at(b, g_k, k))
-            inside = None
-            for g_ri, g_ki, bound in g_guards:  # 0 <= idx < bound as one unsigned compare
-                ok = b.icmp_unsigned(
-                    "<", b.add(at(b, g_ri, row), at(b, g_ki, k)), ir.Constant(I32, bound)
-                )
+            inside, lane_idx = None, None
+            for g_ri, g_ki, bound, dim in g_guards:  # 0 <= idx < bound as one unsigned compare
+                idx = b.add(at(b, g_ri, row), at(b, g_ki, k))
+                if dim == lane_dim:
+                    lane_idx = idx
+                    continue
+                ok = b.icmp_unsigned("<", idx, ir.Constant(I32, bound))
                 inside = ok if inside is None else b.and_(inside, ok)
-            return off, inside
+            return off, inside, lane_idx
 
         return offset
 
@@ -522,17 +543,28 @@ class CpuKernelBuilder:
         inside: ir.Value | None,
         dst: ir.Value,
         n: ir.Value,
+        lane_guard: tuple[ir.Value, int] | None = None,
     ) -> None:
         """``copy_run`` for short runs (an NCHW output row: 7 to 56 pixels), one masked vector load
         and store per ``lanes`` elements: LLVM's vectorised loop would copy most of such a run in
-        its scalar remainder. (Long runs, such as NHWC channels, go faster through ``copy_run``.)"""
+        its scalar remainder. (Long runs, such as NHWC channels, go faster through ``copy_run``.)
+        ``lane_guard`` = (index of the run's first element along a guarded dim the run walks,
+        bound): lanes whose index leaves [0, bound) load zero (padding at a row's ends)."""
         lanes = self.s.lanes
-        lane_ids = ir.Constant(ir.VectorType(I64, lanes), list(range(lanes)))
+        # 32-bit lane indices: one vector register per mask compare (a run is far below 2^31)
+        lane_ids = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
         zero = ir.Constant(self.vec, [0.0] * lanes)
         with counted_loop(b, c64(0), n, lanes, "copy") as t_:
-            in_run = b.icmp_signed("<", lane_ids, splat(b, b.sub(n, t_), lane_ids.type))
+            t32 = b.trunc(t_, I32)
+            left = b.trunc(b.sub(n, t_), I32)
+            in_run = b.icmp_signed("<", lane_ids, splat(b, left, lane_ids.type))
             # a masked-off lane never touches memory, so a run outside the tensor loads nothing
             load_mask = in_run if inside is None else b.and_(in_run, splat(b, inside, self.mask_ty))
+            if lane_guard is not None:
+                first_idx, bound = lane_guard
+                idx = b.add(lane_ids, splat(b, b.add(first_idx, t32), lane_ids.type))
+                limit = splat(b, ir.Constant(I32, bound), lane_ids.type)
+                load_mask = b.and_(load_mask, b.icmp_unsigned("<", idx, limit))
             src = b.bitcast(b.gep(base, [b.add(off, t_)]), self.pvec)
             val = b.call(self.mload, [src, ir.Constant(I32, 4), load_mask, zero])
             b.call(
@@ -583,7 +615,8 @@ class CpuKernelBuilder:
         run = s.b_pack_run
         fn, b = self.pack_prologue("pack_b")
         B, ws, jc, pc, n_len, k_len = fn.args
-        offset = self.gather_offsets("b", g)
+        lane_dim = g.lane_guard_dim
+        offset = self.gather_offsets_lane_guard("b", g, lane_dim)
         n_pad = b.mul(b.sdiv(b.add(n_len, c64(s.nr - 1)), c64(s.nr)), c64(s.nr))
         with counted_loop(b, c64(0), n_pad, s.nr, "q") as q0:
             panel = b.mul(b.sdiv(q0, c64(s.nr)), c64(s.nr * s.kc))
@@ -594,9 +627,10 @@ class CpuKernelBuilder:
             def copy_down_k(first: ir.Value, length: ir.Value) -> None:
                 dst_first = b.add(panel, b.sub(first, g_lo))
                 with counted_loop(b, c64(0), k_len, 1, "k") as k:
-                    off, inside = offset(b, first, b.add(pc, k))
+                    off, inside, lane_idx = offset(b, first, b.add(pc, k))
                     dst = b.gep(ws, [b.add(dst_first, b.mul(k, c64(s.nr)))], inbounds=True)
-                    self.copy_short_run(b, B, off, inside, dst, length)
+                    guard = None if lane_idx is None else (lane_idx, g.dims[lane_dim or 0])
+                    self.copy_short_run(b, B, off, inside, dst, length, guard)
 
             self.for_each_run(b, g_lo, g_hi, run, copy_down_k)
             with counted_loop(b, c64(0), k_len, 1, "k") as k:

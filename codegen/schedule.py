@@ -43,24 +43,33 @@ class Gather:
     offsets: tuple[int, ...]
     guarded: tuple[int, ...]
 
-    def _run(self, group: GroupSteps) -> int:
+    def _run(self, group: GroupSteps, lane_guard: bool) -> int:
         if not group:
             return 1
         extent, step = group[-1]
         last = len(self.dims) - 1
         unit = step[last] == 1 and not any(step[:last])
-        return extent if unit and last not in self.guarded else 1
+        return extent if unit and (lane_guard or last not in self.guarded) else 1
 
     @property
     def run(self) -> int:
         """How many consecutive k indices are consecutive in memory (the innermost reduction loop,
         e.g. NHWC channels), so packing can copy them as one contiguous run; 1 if none."""
-        return self._run(self.k)
+        return self._run(self.k, lane_guard=False)
 
     @property
     def row_run(self) -> int:
-        """The same along the operand's rows (NCHW output pixels of one row, at stride 1)."""
-        return self._run(self.rows)
+        """The same along the operand's rows (NCHW output pixels of one row, at stride 1). A run
+        may cross the edge of a guarded innermost dim: its copy masks those lanes
+        (``lane_guard_dim``)."""
+        return self._run(self.rows, lane_guard=True)
+
+    @property
+    def lane_guard_dim(self) -> int | None:
+        """The guarded innermost dim that row runs cross (NCHW width with padding): its bound is
+        checked per lane, the other guards once per run; None when there is none."""
+        last = len(self.dims) - 1
+        return last if self.row_run > 1 and last in self.guarded else None
 
     @staticmethod
     def _flat(group: GroupSteps, ndim: int) -> np.ndarray:

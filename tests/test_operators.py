@@ -276,6 +276,42 @@ def test_conv_is_a_gemm_with_the_window_packed():
     assert "pad_copy" not in {v.name for v in plain.variables}
 
 
+@pytest.mark.parametrize(
+    "C, H, W, pad, dilation, depthwise",
+    [
+        (3, 5, 3, 1, 1, False),
+        (2, 6, 17, 2, 1, False),
+        (3, 4, 40, 1, 2, False),
+        (4, 9, 33, 1, 1, True),
+    ],
+)
+def test_nchw_read_in_place_copies_pixel_rows_masked_at_the_padding(
+    C: int, H: int, W: int, pad: int, dilation: int, depthwise: bool
+) -> None:
+    """NCHW without the padded copy: packing copies each output row's pixels as vectors, the
+    lanes left or right of the image (the width's padding) masked to zero, and the result is the
+    convolution's, rows narrower and wider than a vector alike."""
+    w = (
+        depthwise_conv2d(1, C, H, W, 3, 3, pad=pad)
+        if depthwise
+        else conv2d(1, C, H, W, 5, 3, 3, pad=pad, dilation=dilation)
+    )
+    space = build_cpu_space(w, HOST)
+    picked = []
+    for cfg in space.sample(60, seed=5):
+        sched = schedule_from_config(space, cfg)
+        if sched.pad_copy is None and sched.pack_b:
+            picked.append(sched)
+    assert picked, "no in-place, packed-X config drawn"
+    for sched in picked[:4]:
+        assert sched.b_gather is not None and sched.b_gather.lane_guard_dim == 3
+        assert sched.b_pack_run == (W + 2 * pad - dilation * 2)
+        hk = HostKernel(compile_kernel(sched, HOST), HOST)
+        a, b, bias = random_operands(sched, 7)
+        correct, err, tol = check_against_numpy(hk, a, b, bias)
+        assert correct, f"{w.describe()}: max error {err} > {tol}"
+
+
 @pytest.mark.parametrize("par, own_copies", [("m", True), ("n", False)])
 def test_threads_that_all_read_the_padded_input_each_pad_their_own(
     par: str, own_copies: bool

@@ -9,9 +9,9 @@ hwspec; nothing is measured.
 Constants: every property of a CPU is a spec field with its origin (``hwspecs/*.toml``, measured
 by ``aotune hw calibrate``). What stays in this module does not depend on the machine: counts of
 the instructions codegen emits (CALL_INSTRUCTIONS, A_SHARED_LOOP_REGISTERS, RUN_SETUP_INSTRUCTIONS,
-PACK_INSTRUCTIONS_PER_ELEMENT, the epilogue's), the form in which two bounds overlap (a 4-norm),
-and two shares of the cache-set model that were fitted on Zen 4 and are said to be so where they
-are defined (SHARED_SET_MEETING_SHARE, PANEL_L1_SHARE).
+the ROW_RUN_* counts, PACK_INSTRUCTIONS_PER_ELEMENT, the epilogue's), the form in which two bounds
+overlap (a 4-norm), and two shares of the cache-set model that were fitted on Zen 4 and are said
+to be so where they are defined (SHARED_SET_MEETING_SHARE, PANEL_L1_SHARE).
 
 Cost of one thread (the slowest one, since threads split the parallel loop):
     compute   = k steps * (max(FMA issue, load ports, issue width, store port, FMA latency
@@ -493,7 +493,11 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
                 s.K * s.N * isz,
                 threads,
             )
-            per_b = _pack_cycles_per_elem(s.b_gather, s.b_pack_run, s.nr, hw, plain, lanes)
+            per_b = (
+                _row_run_pack_cycles_per_elem(s, hw)
+                if s.b_pack_run > 1
+                else _pack_cycles_per_elem(s.b_gather, 1, s.nr, hw, plain, lanes)
+            )
         cycles += n_share * s.K * packs * per_b
     return cycles
 
@@ -501,13 +505,22 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
 def pad_copy_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     """Cycles of the zero-padded copy of the input, once per call (not per batch entry), before
     the kernel: the threads split it, or each makes its own; a load and a store per vector, or
-    the bytes read and written at about L2 bandwidth, whichever is slower."""
+    the lines moved at the bandwidth of the level that holds input and buffer, whichever is
+    slower. Each written line is read for ownership first and written back later, so the
+    buffer moves twice."""
     if s.pad_copy is None:
         return 0.0
-    moved = (math.prod(s.pad_copy.shape) + s.pad_copy.elems) * 4
+    source, buffer = math.prod(s.pad_copy.shape) * 4, s.pad_copy.elems * 4
+    buffers = share.threads if s.pad_copy_per_thread else 1
+    level = _level_holding(source + buffer * buffers, hw, share.threads)
+    bandwidth = (
+        hw.cache(level).bandwidth_bytes_per_cycle
+        if level is not None
+        else hw.memory.bandwidth_gbs / hw.core.frequency_ghz
+    )
     cycles = max(
         math.prod(s.pad_copy.shape) * 2.0 / s.lanes,
-        moved / hw.cache(min(2, len(hw.caches))).bandwidth_bytes_per_cycle,
+        (source + 2 * buffer) / bandwidth,
     )
     return cycles / (1 if s.pad_copy_per_thread else share.threads)
 
@@ -642,19 +655,58 @@ def _pack_cycles_per_elem(
     return max(plain, (6.0 + 4.0 * len(gather.guarded)) / issue)
 
 
-# Instructions to start one copied run: offset-table loads, the run's bounds, and the entry and exit
-# of the vectorised copy loop with its remainder (fitted on Zen 4: NCHW depthwise with 16-wide
-# panels, ~1.1 runs per panel row, spends ~8 cycles per run).
+# Instructions to start one copied run of a gathered A (a window's channels): offset-table loads,
+# the run's bounds, and the entry and exit of LLVM's vectorised copy loop with its remainder.
 RUN_SETUP_INSTRUCTIONS = 48.0
+
+# Instructions of B's pixel-row copy (``pack_b_runs_fn``), counted in its x86 assembly: per masked
+# vector (the tail mask, load, store, loop step), more per vector where the lanes are checked
+# against the image's width, per k row of a piece (table loads, pointers, loop), per guard checked
+# once per row (table load, add, compare), and per piece (its bounds and its rows' pointers).
+ROW_RUN_VECTOR_INSTRUCTIONS = 8.0
+ROW_RUN_LANE_GUARD_INSTRUCTIONS = 5.0
+ROW_RUN_ROW_INSTRUCTIONS = 7.0
+ROW_RUN_GUARD_INSTRUCTIONS = 4.0
+ROW_RUN_PIECE_INSTRUCTIONS = 45.0
+
+
+def _row_run_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec) -> float:
+    """Cycles per element of B's pack when it copies runs of pixels (NCHW, stride 1): each piece
+    of a run that a panel holds is copied down the block's k rows as masked vectors, at the issue
+    width."""
+    g = s.b_gather
+    assert g is not None
+    elems, vectors = _run_pieces(s.b_pack_run, s.nr, s.lanes)
+    lane_guarded = g.lane_guard_dim is not None
+    row_guards = len(g.guarded) - lane_guarded
+    per_vector = ROW_RUN_VECTOR_INSTRUCTIONS + ROW_RUN_LANE_GUARD_INSTRUCTIONS * lane_guarded
+    per_row = (
+        vectors * per_vector
+        + ROW_RUN_ROW_INSTRUCTIONS
+        + ROW_RUN_GUARD_INSTRUCTIONS * row_guards
+        + ROW_RUN_PIECE_INSTRUCTIONS / min(s.kc, s.K)
+    )
+    return per_row / hw.core.issue_width / elems
 
 
 @functools.lru_cache(maxsize=512)
+def _run_pieces(run: int, panel: int, lanes: int) -> tuple[float, float]:
+    """(elements, vectors of ``lanes``) per copied piece, on average, when panels of ``panel``
+    elements, starting at multiples of ``panel``, are cut at multiples of ``run``."""
+    lengths: list[int] = []
+    for start in range(0, run * panel // math.gcd(run, panel), panel):
+        pos, end = start, start + panel
+        while pos < end:
+            cut = min(end, (pos // run + 1) * run)
+            lengths.append(cut - pos)
+            pos = cut
+    return sum(lengths) / len(lengths), sum(-(-n // lanes) for n in lengths) / len(lengths)
+
+
 def _effective_run(run: int, panel: int) -> float:
     """Mean elements per copied piece when panels of ``panel`` elements, starting at multiples of
     ``panel``, are cut at multiples of ``run`` (64-wide panels of 112-element rows: ~45)."""
-    starts = range(0, run * panel // math.gcd(run, panel), panel)
-    pieces = [(p % run + panel - 1) // run + 1 for p in starts]
-    return panel * len(pieces) / sum(pieces)
+    return _run_pieces(run, panel, 1)[0]
 
 
 @functools.lru_cache(maxsize=512)

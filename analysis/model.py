@@ -505,9 +505,9 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
 def pad_copy_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     """Cycles of the zero-padded copy of the input, once per call (not per batch entry), before
     the kernel: the threads split it, or each makes its own; a load and a store per vector, or
-    the lines moved at the bandwidth of the level that holds input and buffer, whichever is
-    slower. Each written line is read for ownership first and written back later, so the
-    buffer moves twice."""
+    the lines read at the bandwidth of the level that holds input and buffer, whichever is
+    slower: the input, and each buffer line, which a store reads for ownership first (its
+    write-back later takes the write path, which runs beside the reads)."""
     if s.pad_copy is None:
         return 0.0
     source, buffer = math.prod(s.pad_copy.shape) * 4, s.pad_copy.elems * 4
@@ -520,7 +520,7 @@ def pad_copy_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     )
     cycles = max(
         math.prod(s.pad_copy.shape) * 2.0 / s.lanes,
-        (source + 2 * buffer) / bandwidth,
+        (source + buffer) / bandwidth,
     )
     return cycles / (1 if s.pad_copy_per_thread else share.threads)
 

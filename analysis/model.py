@@ -513,10 +513,10 @@ def pad_copy_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     source, buffer = math.prod(s.pad_copy.shape) * 4, s.pad_copy.elems * 4
     buffers = share.threads if s.pad_copy_per_thread else 1
     level = _level_holding(source + buffer * buffers, hw, share.threads)
-    bandwidth = (
+    bandwidth = (  # a core's own path into its caches; DRAM's is shared by the copying threads
         hw.cache(level).bandwidth_bytes_per_cycle
         if level is not None
-        else hw.memory.bandwidth_gbs / hw.core.frequency_ghz
+        else hw.memory.bandwidth_gbs / hw.core.frequency_ghz / share.threads
     )
     cycles = max(
         math.prod(s.pad_copy.shape) * 2.0 / s.lanes,

@@ -406,7 +406,7 @@ class CpuKernelBuilder:
         [ir.IRBuilder, ir.Value, ir.Value], tuple[ir.Value, ir.Value | None, ir.Value | None]
     ]:
         """offset(b, row, k) -> (element offset, inside, index along ``lane_dim``): inside covers
-        every guard but ``lane_dim``'s (None when none is left), whose index (i64) the caller
+        every guard but ``lane_dim``'s (None when none is left), whose index (i32) the caller
         checks per lane (i32); None for the index when ``lane_dim`` is None."""
         row_off, k_off, guards = gather.tables()
         g_row = self.table(f"{name}_row_off", row_off, I64)
@@ -545,7 +545,7 @@ class CpuKernelBuilder:
         n: ir.Value,
         lane_guard: tuple[ir.Value, int] | None = None,
     ) -> None:
-        """``copy_run`` for short runs (an NCHW output row: 7 to 56 pixels), one masked vector load
+        """``copy_run`` for short runs (an NCHW output row: 7 to 112 pixels), one masked vector load
         and store per ``lanes`` elements: LLVM's vectorised loop would copy most of such a run in
         its scalar remainder. (Long runs, such as NHWC channels, go faster through ``copy_run``.)
         ``lane_guard`` = (index of the run's first element along a guarded dim the run walks,
@@ -608,7 +608,8 @@ class CpuKernelBuilder:
         """pack_b for a gathered B whose columns run contiguously (NCHW pixels of one output row at
         stride 1): each run of a panel's columns is copied down all k rows, the columns past N
         zero-filled. Runs outside, k inside: a run's bounds and masks are worked out once per panel,
-        not once per k row, which was most of the packing's instructions."""
+        not once per k row, which was most of the packing's instructions. A run may cross the
+        width's zero padding (read in place): those lanes are masked off."""
         s = self.s
         g = s.b_gather
         assert g is not None
@@ -616,6 +617,7 @@ class CpuKernelBuilder:
         fn, b = self.pack_prologue("pack_b")
         B, ws, jc, pc, n_len, k_len = fn.args
         lane_dim = g.lane_guard_dim
+        lane_bound = g.dims[lane_dim] if lane_dim is not None else 0
         offset = self.gather_offsets_lane_guard("b", g, lane_dim)
         n_pad = b.mul(b.sdiv(b.add(n_len, c64(s.nr - 1)), c64(s.nr)), c64(s.nr))
         with counted_loop(b, c64(0), n_pad, s.nr, "q") as q0:
@@ -629,7 +631,7 @@ class CpuKernelBuilder:
                 with counted_loop(b, c64(0), k_len, 1, "k") as k:
                     off, inside, lane_idx = offset(b, first, b.add(pc, k))
                     dst = b.gep(ws, [b.add(dst_first, b.mul(k, c64(s.nr)))], inbounds=True)
-                    guard = None if lane_idx is None else (lane_idx, g.dims[lane_dim or 0])
+                    guard = None if lane_idx is None else (lane_idx, lane_bound)
                     self.copy_short_run(b, B, off, inside, dst, length, guard)
 
             self.for_each_run(b, g_lo, g_hi, run, copy_down_k)

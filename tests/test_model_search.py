@@ -234,6 +234,23 @@ def test_padded_copy_reads_at_the_bandwidth_of_where_it_lives():
     assert copy == pytest.approx((source + buffer) / hw.cache(3).bandwidth_bytes_per_cycle)
 
 
+def test_padded_copy_from_memory_shares_its_bandwidth_between_the_threads():
+    """An input beyond the last cache level is copied at DRAM's bandwidth, which the threads share:
+    splitting the one buffer over two threads does not make the copy faster."""
+    from aotune.analysis.model import ThreadShare, pad_copy_cycles
+    from aotune.analysis.workload import depthwise_conv2d
+
+    hw = load_target("znver4")
+    space = build_cpu_space(depthwise_conv2d(8, 64, 224, 224, 3, 3, pad=1), hw)
+    cfg = "mr=1,nr=224,kc=9,mc=1,nc=224,order=nkm,pack_a=0,pack_b=1,unroll=2,par=n,pad_copy=1,"
+    copies = []
+    for threads in (1, 2):
+        sched = schedule_from_config(space, space.parse_config(cfg + f"threads={threads}"))
+        assert not sched.pad_copy_per_thread
+        copies.append(pad_copy_cycles(sched, hw, ThreadShare.of(sched)))
+    assert copies[1] == pytest.approx(copies[0])
+
+
 def test_set_conflicts_count_the_sets_wide_rows_cover():
     """Rows wider than a line spread over consecutive L1 sets; the overflow share matches a
     brute-force count of lines per set."""

@@ -310,6 +310,12 @@ def test_nchw_read_in_place_copies_pixel_rows_masked_at_the_padding(
         a, b, bias = random_operands(sched, 7)
         correct, err, tol = check_against_numpy(hk, a, b, bias)
         assert correct, f"{w.describe()}: max error {err} > {tol}"
+    # at stride 2 an output row's pixels are not contiguous: element by element, no lane guard
+    strided = build_cpu_space(conv2d(1, C, H, W, 5, 3, 3, stride=2, pad=pad), HOST)
+    for cfg in strided.sample(20, seed=5):
+        sched = schedule_from_config(strided, cfg)
+        if sched.pack_b and sched.b_gather is not None:
+            assert sched.b_pack_run == 1 and sched.b_gather.lane_guard_dim is None
 
 
 @pytest.mark.parametrize("par, own_copies", [("m", True), ("n", False)])

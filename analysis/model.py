@@ -510,7 +510,8 @@ def pad_copy_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     write-back later takes the write path, which runs beside the reads)."""
     if s.pad_copy is None:
         return 0.0
-    source, buffer = math.prod(s.pad_copy.shape) * 4, s.pad_copy.elems * 4
+    elems = math.prod(s.pad_copy.shape)
+    source, buffer = elems * 4, s.pad_copy.elems * 4
     buffers = share.threads if s.pad_copy_per_thread else 1
     level = _level_holding(source + buffer * buffers, hw, share.threads)
     bandwidth = (  # a core's own path into its caches; DRAM's is shared by the copying threads
@@ -518,10 +519,7 @@ def pad_copy_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
         if level is not None
         else hw.memory.bandwidth_gbs / hw.core.frequency_ghz / share.threads
     )
-    cycles = max(
-        math.prod(s.pad_copy.shape) * 2.0 / s.lanes,
-        (source + buffer) / bandwidth,
-    )
+    cycles = max(elems * 2.0 / s.lanes, (source + buffer) / bandwidth)
     return cycles / (1 if s.pad_copy_per_thread else share.threads)
 
 
@@ -657,6 +655,8 @@ def _pack_cycles_per_elem(
 
 # Instructions to start one copied run of a gathered A (a window's channels): offset-table loads,
 # the run's bounds, and the entry and exit of LLVM's vectorised copy loop with its remainder.
+# Fitted on Zen 4 (~8 cycles per run, NCHW depthwise pixel runs, which no longer use it); not
+# re-measured on A's channel runs.
 RUN_SETUP_INSTRUCTIONS = 48.0
 
 # Instructions of B's pixel-row copy (``pack_b_runs_fn``), counted in its x86 assembly: per masked

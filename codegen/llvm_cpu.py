@@ -407,7 +407,7 @@ class CpuKernelBuilder:
     ]:
         """offset(b, row, k) -> (element offset, inside, index along ``lane_dim``): inside covers
         every guard but ``lane_dim``'s (None when none is left), whose index (i32) the caller
-        checks per lane (i32); None for the index when ``lane_dim`` is None."""
+        checks per lane; None for the index when ``lane_dim`` is None."""
         row_off, k_off, guards = gather.tables()
         g_row = self.table(f"{name}_row_off", row_off, I64)
         g_k = self.table(f"{name}_k_off", k_off, I64)

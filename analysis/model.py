@@ -828,7 +828,10 @@ def _conflict_miss_cycles(
             thrash = _l1_miss_fraction(b_stride, live, s.nr * isz, hw)
         first_touch = (1.0 - thrash) / sweeps
         tlb = hw.memory.tlb_miss_cycles if b_stride >= page else 0
-        extra += thrash * max(l2.latency_cycles, transfer)
+        # a thrashing set refetches its lines one L2 round trip after another; the panel's
+        # sets do so side by side, so a k step waits for its row's lines over those sets
+        sets = _panel_sets(b_stride, s.kc, s.nr * isz, line, _sets(hw.cache(1)))
+        extra += thrash * max(l2.latency_cycles * row_lines / sets, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:
             wait = 0.0 if s.b_prefetch_level == 1 else l2.latency_cycles / rows_in_flight
@@ -1069,6 +1072,17 @@ def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) 
         _sets(l1),
         l1.conflict_slack * l1.associativity * l1.usable_fraction,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _panel_sets(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int) -> int:
+    """Sets (of ``sets``, ``line`` bytes each) that the lines of ``rows`` rows (``row_bytes``
+    long, ``stride_bytes`` apart, the first on a line boundary) fall into."""
+    starts = np.arange(max(rows, 1), dtype=np.int64) * stride_bytes
+    first, last = starts // line, (starts + max(row_bytes, 1) - 1) // line
+    span = int((last - first).max()) + 1
+    lines = first[:, None] + np.arange(span)[None, :]
+    return int(np.unique(lines[np.arange(span)[None, :] <= (last - first)[:, None]] % sets).size)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -794,9 +794,10 @@ def _conflict_miss_cycles(
     """Extra cycles per k step when an unpacked operand's micro-panel is not in L1.
 
     - B is one strided stream (a new row every k step). A panel swept again by the next mr-row
-      tile, in the same order, whose rows overflow their L1 set keeps none of them (LRU), and every
-      row waits for L2 (measured on Zen 4 at 2048^3, 7 x 16 tiles, kc=24, rows 8 KiB apart: met by
-      one call 105-137 GFLOP/s, swept by 10 calls 62-90). Rows met
+      tile, in the same order, whose rows overflow their L1 set keeps none of them (LRU), and each
+      set refetches its lines one L2 round trip after another, the panel's sets side by side
+      (measured on Zen 4 at 2048^3, 7 x 16 tiles, kc=24, rows 8 KiB apart, all in one set: met
+      by one call 105-137 GFLOP/s, swept by 10 calls 62-90). Rows met
       for the first time, on the first call of each sweep over the mr-row tiles, are independent
       loads many k steps ahead in the reorder window, so their misses overlap (a 9 x 16 tile that
       never reuses its panel, at a 2 or 4 KiB stride, ran at FMA speed, 176-206 GFLOP/s). Strides
@@ -832,7 +833,8 @@ def _conflict_miss_cycles(
         # a thrashing set refetches its lines one L2 round trip after another; the panel's
         # sets do so side by side, so a k step waits for its row's lines over those sets
         sets = _panel_sets(b_stride, s.kc, s.nr * isz, line, _sets(hw.cache(1)))
-        extra += thrash * max(l2.latency_cycles * row_lines / sets, transfer)
+        side_by_side = min(sets / row_lines, rows_in_flight)  # rows whose refetches overlap
+        extra += thrash * max(l2.latency_cycles / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:
             wait = 0.0 if s.b_prefetch_level == 1 else l2.latency_cycles / rows_in_flight
@@ -922,27 +924,28 @@ def _c_store_miss_cycles(
 def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> float:
     """Extra cycles per call when an unpacked B's rows stream through the L1 sets of the C tile.
 
-    With both row strides a whole number of L1 ways (size / associativity), B[k, j] and C[i, j]
-    fall into the same set, so a call's kc B rows join the C tile's rows there; where together
-    they overflow it, the C lines loaded at the start of the call (the oldest) are evicted to L2
-    before the call stores them, and each store waits for its line (on Zen 4 at N=1024 versus
-    N=1008, kc=8, one thread: 7 x 16 tiles 12.3 against 7.7 cycles per k step, 9 x 16 17.7
-    against 9.8). A B panel that overflows its sets alone pays its own refetches
-    (``_conflict_miss_cycles``), which these few lines join.
+    With both row strides a whole number of L1 ways (size / associativity, at most a page, so
+    that the set bits are page-offset bits) and the operands at one offset within a way (large
+    buffers start at a page boundary plus the same header), B[k, j] and C[i, j] fall into the
+    same set. A call's C loads depend on nothing, so they issue early, and the kc B rows that
+    stream through the set behind them evict those lines before the call adds and stores them:
+    each store waits for its line from L2 (on Zen 4 at N=1024 against N=1008, kc=8, one thread:
+    7 x 16 tiles 12.3 against 7.7 cycles per k step, 9 x 16 17.7 against 9.8; 9 x 16 with
+    kc = 16, 24, 32: 13.6, 12.1, 12.2 against 9.5-9.6). C's rows beyond the set's capacity on
+    their own are ``_c_store_miss_cycles``'; the first k block loads no C.
     """
-    if s.pack_b or s.a_shared or s.K <= s.kc:
+    if s.pack_b or s.a_shared or s.K <= s.kc or s.b_sk <= 0:
         return 0.0
     l1, isz = hw.cache(1), 4
     way = l1.size_kib * 1024 // l1.associativity
-    if (s.b_sk * isz) % way or (s.c_sm * isz) % way:
+    if way > hw.memory.page_bytes or (s.b_sk * isz) % way or (s.c_sm * isz) % way:
         return 0.0
     capacity = l1.conflict_slack * l1.associativity * l1.usable_fraction
-    if s.kc > capacity:
-        return 0.0
-    evicted = min(1.0, max(0.0, rows + s.kc - capacity) / rows)
+    evicted = min(rows, max(0.0, rows + s.kc - capacity)) - max(0.0, rows - capacity)
     lines = -(-cols * isz // l1.line_bytes)
     l2 = hw.cache(2) if len(hw.caches) > 1 else l1
-    return evicted * rows * lines * l2.latency_cycles / 2
+    kt = -(-s.K // s.kc)
+    return evicted * lines * l2.latency_cycles / 2 * (kt - 1) / kt
 
 
 def _store_alias_cycles(s: CpuSchedule, hw: HwSpec, rows: int) -> float:
@@ -1050,9 +1053,10 @@ def _calls_step_down_rows(s: CpuSchedule) -> bool:
 def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     """Miss share when unpacked A and B rows a whole number of pages apart share the same L1 sets.
 
-    Large numpy arrays start on page boundaries, so the A rows of a tile and the B rows of a k
-    block then compete for one set group during the k loop: each fits alone but not together (seen
-    on Zen 4: a 12 x 16 tile with kc=16 and neither input packed ran 4x slower than predicted).
+    Large numpy arrays start at a page boundary plus the same small header, so the A rows of a
+    tile and the B rows of a k block then compete for one set group during the k loop: each fits
+    alone but not together (seen on Zen 4: a 12 x 16 tile with kc=16 and neither input packed ran
+    4x slower than predicted).
     """
     isz, line, page = 4, hw.cache(1).line_bytes, hw.memory.page_bytes
     a_rows = s.mr if not s.pack_a and not s.a_shared and (s.a_sm * isz) % page == 0 else 0

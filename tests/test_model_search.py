@@ -342,6 +342,7 @@ def test_unpacked_b_rows_evict_the_c_tile_sharing_their_sets():
         (p,) = model.estimate_batch([sched])
         per_step[n, pack_b] = p.seconds * hw.core.frequency_ghz * 1e9 / (28 * n // 16 * 512)
     assert per_step[1024, 0] > 1.3 * per_step[1008, 0]
+    assert per_step[1024, 1] < per_step[1024, 0]
 
 
 def test_unpacked_panel_met_once_overlaps_its_misses():

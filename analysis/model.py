@@ -292,7 +292,6 @@ def micro_kernel_cycles(
             tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
         )
         call_cycles += _c_store_miss_cycles(s, hw, rows, cols, share.m_share, share.n_share)
-        call_cycles += _c_evicted_by_b_cycles(s, hw, rows, cols)
         call_cycles += _store_alias_cycles(s, hw, rows)
         call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
         call_cycles += (
@@ -301,9 +300,11 @@ def micro_kernel_cycles(
             * -(-cols * isz // hw.cache(1).line_bytes)
             * hw.caches[-1].latency_cycles
         )
-        compute_cycles += tiles * (
-            s.K * (_overlapped(cyc_k, conflict) + dtlb) + share.k_blocks * call_cycles
-        )
+        step = _overlapped(cyc_k, conflict)
+        # the C lines B evicts are waited for beside B's own misses: only the excess adds
+        evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc
+        step += max(0.0, evicted - (step - cyc_k))
+        compute_cycles += tiles * (s.K * (step + dtlb) + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles, load_cycles
 
@@ -921,8 +922,8 @@ def _c_store_miss_cycles(
     return miss * rows * -(-cols * isz // line) * _latency_of_level_holding(c_bytes, hw) / 2
 
 
-def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> float:
-    """Extra cycles per call when an unpacked B's rows stream through the L1 sets of the C tile.
+def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_share: int) -> float:
+    """Cycles per call a C tile waits when an unpacked B's fresh rows stream through its L1 sets.
 
     With both row strides a whole number of L1 ways (size / associativity, at most a page, so
     that the set bits are page-offset bits) and the operands at one offset within a way (large
@@ -931,16 +932,18 @@ def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> 
     stream through the set behind them evict those lines before the call adds and stores them:
     each store waits for its line from L2 (on Zen 4 at N=1024 against N=1008, kc=8, one thread:
     7 x 16 tiles 12.3 against 7.7 cycles per k step, 9 x 16 17.7 against 9.8; 9 x 16 with
-    kc = 16, 24, 32: 13.6, 12.1, 12.2 against 9.5-9.6). C's rows beyond the set's capacity on
-    their own are ``_c_store_miss_cycles``'; the first k block loads no C.
+    kc = 16, 24, 32: 13.6, 12.1, 12.2 against 9.5-9.6, where B's own misses hide part of it).
+    A panel that later calls read again is in L1 already and brings no new lines (4 x 96 tiles
+    at kc = 8 swept by 192 calls: no slower than predicted without this term). C's rows beyond
+    the set's capacity on their own are ``_c_store_miss_cycles``'; the first k block loads no C.
     """
-    if s.pack_b or s.a_shared or s.K <= s.kc or s.b_sk <= 0:
+    if s.pack_b or s.a_shared or s.K <= s.kc or s.b_sk <= 0 or _sweep_calls(s, m_share) > 1:
         return 0.0
     l1, isz = hw.cache(1), 4
     way = l1.size_kib * 1024 // l1.associativity
     if way > hw.memory.page_bytes or (s.b_sk * isz) % way or (s.c_sm * isz) % way:
         return 0.0
-    capacity = l1.conflict_slack * l1.associativity * l1.usable_fraction
+    capacity = l1.conflict_slack * l1.associativity  # lines, not a share a tile may claim
     evicted = min(rows, max(0.0, rows + s.kc - capacity)) - max(0.0, rows - capacity)
     lines = -(-cols * isz // l1.line_bytes)
     l2 = hw.cache(2) if len(hw.caches) > 1 else l1

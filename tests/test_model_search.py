@@ -319,10 +319,11 @@ def test_thrashing_sets_refetch_side_by_side():
 
 
 def test_unpacked_b_rows_evict_the_c_tile_sharing_their_sets():
-    """At N=1024 B[k, j] and C[i, j] share an L1 set, so a call's 8 B rows and a 9-row C tile
-    overflow it and the C lines are evicted before the call stores them (Zen 4, one thread:
-    9 x 16 tiles with kc=8 ran at 15.3-17.7 cycles per k step, 9.7-9.8 at N=1008, side by side).
-    A packed B panel is contiguous and evicts nothing of C."""
+    """At N=1024 B[k, j] and C[i, j] share an L1 set, so a call's 8 fresh B rows and a 9-row C
+    tile overflow it and the C lines are evicted before the call stores them (Zen 4, one thread:
+    9 x 16 tiles with kc=8 ran at 15.3-17.7 cycles per k step, 9.7-10.2 at N=1008, side by side).
+    A packed B panel is contiguous and evicts nothing of C; a panel the next calls read again
+    stays in L1 and brings no new lines."""
     from aotune.analysis.model import _c_evicted_by_b_cycles
 
     hw = load_target("znver4")
@@ -337,12 +338,19 @@ def test_unpacked_b_rows_evict_the_c_tile_sharing_their_sets():
                 "par=n,threads=1"
             ),
         )
-        evicted = _c_evicted_by_b_cycles(sched, hw, 9, 16)
+        evicted = _c_evicted_by_b_cycles(sched, hw, 9, 16, 252)
         assert (evicted > 0) == (n == 1024 and not pack_b)
         (p,) = model.estimate_batch([sched])
         per_step[n, pack_b] = p.seconds * hw.core.frequency_ghz * 1e9 / (28 * n // 16 * 512)
     assert per_step[1024, 0] > 1.3 * per_step[1008, 0]
     assert per_step[1024, 1] < per_step[1024, 0]
+    reread = schedule_from_config(
+        space,
+        space.parse_config(
+            "mr=9,nr=16,kc=8,mc=63,nc=1024,order=nkm,pack_a=1,pack_b=0,unroll=4,par=n,threads=1"
+        ),
+    )
+    assert _c_evicted_by_b_cycles(reread, hw, 9, 16, 252) == 0.0
 
 
 def test_unpacked_panel_met_once_overlaps_its_misses():

@@ -1108,15 +1108,21 @@ def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) 
     )
 
 
-@functools.lru_cache(maxsize=4096)
-def _panel_sets(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int) -> int:
-    """Sets (of ``sets``, ``line`` bytes each) that the lines of ``rows`` rows (``row_bytes``
-    long, ``stride_bytes`` apart, the first on a line boundary) fall into."""
-    starts = np.arange(max(rows, 1), dtype=np.int64) * stride_bytes
-    first, last = starts // line, (starts + max(row_bytes, 1) - 1) // line
+def _panel_lines(stride_bytes: int, rows: int, row_bytes: int, line: int) -> np.ndarray:
+    """The distinct line numbers of ``rows`` rows (``row_bytes`` long, ``stride_bytes`` apart, the
+    first on a line boundary)."""
+    starts = np.arange(rows, dtype=np.int64) * stride_bytes
+    first, last = starts // line, (starts + row_bytes - 1) // line
     span = int((last - first).max()) + 1
     lines = first[:, None] + np.arange(span)[None, :]
-    return int(np.unique(lines[np.arange(span)[None, :] <= (last - first)[:, None]] % sets).size)
+    return np.unique(lines[np.arange(span)[None, :] <= (last - first)[:, None]])
+
+
+@functools.lru_cache(maxsize=4096)
+def _panel_sets(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int) -> int:
+    """Sets (of ``sets``, ``line`` bytes each) that the lines of such a panel fall into."""
+    lines = _panel_lines(stride_bytes, max(rows, 1), max(row_bytes, 1), line)
+    return int(np.unique(lines % sets).size)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1127,14 +1133,7 @@ def _set_overflow_share(
     the first on a line boundary) beyond ``capacity`` lines in their set."""
     if rows <= 0 or row_bytes <= 0:
         return 0.0
-    starts = np.arange(rows, dtype=np.int64) * stride_bytes
-    first, last = starts // line, (starts + row_bytes - 1) // line
-    span = int((last - first).max()) + 1
-    lines = np.unique(
-        (first[:, None] + np.arange(span)[None, :])[
-            np.arange(span)[None, :] <= (last - first)[:, None]
-        ]
-    )
+    lines = _panel_lines(stride_bytes, rows, row_bytes, line)
     per_set = np.bincount(lines % sets, minlength=sets)
     return float(np.maximum(per_set - capacity, 0.0).sum() / lines.size)
 

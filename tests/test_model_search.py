@@ -277,6 +277,14 @@ def test_set_conflicts_count_the_sets_wide_rows_cover():
     assert _set_overflow_share(4096, 24, 64, 64, 64, 12.8) == pytest.approx(1 - 12.8 / 24)
 
 
+def _predicted_cycles(hw, workload, cfg: str):
+    """The schedule of ``cfg`` for ``workload`` and the model's cycles for one call of it."""
+    space = build_cpu_space(workload, hw)
+    sched = schedule_from_config(space, space.parse_config(cfg))
+    (p,) = AnalyticalCpuModel(hw).estimate_batch([sched])
+    return sched, p.seconds * hw.core.frequency_ghz * 1e9
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     stride=st.integers(1, 64).map(lambda x: x * 256),
@@ -300,19 +308,11 @@ def test_thrashing_sets_refetch_side_by_side():
     9.6-10 measured, 7.3 predicted; one set with one line per row: 10.7 against 14.6. Both are
     misses the README reports.)"""
     hw = load_target("znver4")
-    model = AnalyticalCpuModel(hw)
     per_step = {}
     for n in (768, 1024, 1280):
-        space = build_cpu_space(matmul(192, n, 384), hw)
-        sched = schedule_from_config(
-            space,
-            space.parse_config(
-                f"mr=1,nr=16,kc=64,mc=192,nc={n},order=nkm,pack_a=1,pack_b=0,unroll=4,par=n,"
-                "threads=1"
-            ),
-        )
-        (p,) = model.estimate_batch([sched])
-        per_step[n] = p.seconds * hw.core.frequency_ghz * 1e9 / (192 * n // 16 * 384)
+        cfg = f"mr=1,nr=16,kc=64,mc=192,nc={n},order=nkm,pack_a=1,pack_b=0,unroll=4,par=n"
+        _, cycles = _predicted_cycles(hw, matmul(192, n, 384), cfg + ",threads=1")
+        per_step[n] = cycles / (192 * n // 16 * 384)
     assert per_step[1024] > hw.cache(2).latency_cycles
     for n in (768, 1280):
         assert per_step[n] < 0.4 * per_step[1024]
@@ -327,23 +327,16 @@ def test_unpacked_b_rows_evict_the_c_tile_sharing_their_sets():
     from aotune.analysis.model import _c_evicted_by_b_cycles
 
     hw = load_target("znver4")
-    model = AnalyticalCpuModel(hw)
     per_step = {}
     for n, pack_b in ((1024, 0), (1008, 0), (1024, 1)):
-        space = build_cpu_space(matmul(252, n, 512), hw)
-        sched = schedule_from_config(
-            space,
-            space.parse_config(
-                f"mr=9,nr=16,kc=8,mc=9,nc={n},order=nkm,pack_a=1,pack_b={pack_b},unroll=4,"
-                "par=n,threads=1"
-            ),
-        )
+        cfg = f"mr=9,nr=16,kc=8,mc=9,nc={n},order=nkm,pack_a=1,pack_b={pack_b},unroll=4,par=n"
+        sched, cycles = _predicted_cycles(hw, matmul(252, n, 512), cfg + ",threads=1")
         evicted = _c_evicted_by_b_cycles(sched, hw, 9, 16, 252)
         assert (evicted > 0) == (n == 1024 and not pack_b)
-        (p,) = model.estimate_batch([sched])
-        per_step[n, pack_b] = p.seconds * hw.core.frequency_ghz * 1e9 / (28 * n // 16 * 512)
+        per_step[n, pack_b] = cycles / (28 * n // 16 * 512)
     assert per_step[1024, 0] > 1.3 * per_step[1008, 0]
     assert per_step[1024, 1] < per_step[1024, 0]
+    space = build_cpu_space(matmul(252, 1024, 512), hw)
     reread = schedule_from_config(
         space,
         space.parse_config(

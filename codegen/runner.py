@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import mmap
 import statistics
 import time
 from collections.abc import Callable
@@ -31,9 +32,20 @@ _SIG = ctypes.CFUNCTYPE(
 )
 
 
-def _aligned(shape: int | tuple[int, ...], align: int = 64) -> np.ndarray:
-    """Zeros of ``shape`` (float32, C order) starting on an ``align``-byte boundary."""
+# Operands of a page or more start on a page boundary, so every measurement sees one placement:
+# the one the model assumes (large buffers at one offset within a page, as an allocator's mmap
+# gives them). At 64 bytes, where the allocator put B one line before C, each call's C stores
+# matched the next call's B loads in the page-offset bits, and a 7 x 16 tile at N = 1024 ran
+# 2.1x slower than with both at one offset (README, "Operand placement").
+PAGE_BYTES = mmap.PAGESIZE
+
+
+def _aligned(shape: int | tuple[int, ...], align: int | None = None) -> np.ndarray:
+    """Zeros of ``shape`` (float32, C order) starting on an ``align``-byte boundary (default: a
+    page for arrays of a page or more, a cache line for smaller ones)."""
     n = math.prod(shape) if isinstance(shape, tuple) else shape
+    if align is None:
+        align = PAGE_BYTES if n * 4 >= PAGE_BYTES else 64
     raw = np.zeros(n + align // 4, dtype=np.float32)
     offset = (-raw.ctypes.data % align) // 4
     return raw[offset : offset + n].reshape(shape)
@@ -45,13 +57,14 @@ def own_pages(elems: int, page_bytes: int) -> np.ndarray:
     return _aligned(page_rounded(elems, page_bytes), page_bytes)[:elems]
 
 
-def aligned_copy(x: np.ndarray, align: int = 64) -> np.ndarray:
-    """``x`` as a C-contiguous float32 array whose data starts on an ``align``-byte boundary.
+def aligned_copy(x: np.ndarray, align: int | None = None) -> np.ndarray:
+    """``x`` as a C-contiguous float32 array whose data starts on an ``align``-byte boundary
+    (default: ``_aligned``'s, a page for a page or more, else a cache line).
 
     numpy only promises 16 bytes, so a large array's rows usually start 16 bytes into a cache
     line and every tile row straddles one more line than it needs; how much that costs depends on
-    the tile. Measured inputs are cache-line aligned, as the model assumes (and as a tuned
-    program's allocator gives: PyTorch aligns CPU tensors to 64 bytes).
+    the tile. Measured inputs are at least cache-line aligned, as the model assumes (and as a
+    tuned program's allocator gives: PyTorch aligns CPU tensors to 64 bytes).
     """
     out = _aligned(x.shape, align)
     out[...] = x
@@ -263,7 +276,7 @@ Operands = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # A, B, bias
 
 def random_operands(s: CpuSchedule, seed: int = 0) -> Operands:
     """Reproducible inputs in [-1, 1) for the kernel of schedule ``s``: (A, B, bias or None), each
-    starting on a cache line."""
+    starting on a page (a cache line if smaller)."""
     rng = np.random.default_rng(seed)
     a_shape, b_shape, c_shape = s.shapes
 

@@ -370,5 +370,5 @@ def test_bench_rows_say_where_a_missing_file_was_looked_for(tmp_path: Path):
     assert all(str(tmp_path) in r["skipped"] for r in rows)
     scored = {"file": "f.json.gz", **dict.fromkeys(JSON_FIELDS, 0.5), "target": "t4"}
     out = io.StringIO()
-    print_bench_rows([*rows, scored], Console(file=out, width=200))
+    print_bench_rows([*rows, scored], Console(file=out, width=400))  # no wrapped cell
     assert "not found" in out.getvalue() and "t4" in out.getvalue()

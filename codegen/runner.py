@@ -197,8 +197,9 @@ class HostKernel:
         bias: np.ndarray | None = None,
         out: np.ndarray | None = None,
     ) -> Callable[[], np.ndarray]:
-        """A no-argument call of this kernel on fixed inputs, for timing: the output buffer (a fresh
-        cache-line-aligned one unless given) is allocated once, not on every call."""
+        """A no-argument call of this kernel on fixed inputs, for timing: the output buffer (a
+        fresh one, page-aligned when a page or more, unless given) is allocated once, not on
+        every call."""
         c = out if out is not None else _aligned(self.kernel.schedule.shapes[2])
         return lambda: self(a, b, bias, c)
 

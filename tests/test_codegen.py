@@ -68,12 +68,13 @@ def test_measured_operands_start_on_a_page_or_a_cache_line():
     """The model assumes line-aligned operands, and large ones at one offset within a page; the
     measured ones are (numpy promises only 16 B): a page for a page or more, else a line."""
     hw = load_target("host")
-    space = build_cpu_space(matmul(37, 1000, 13), hw)
+    N = max(1000, 4 * PAGE_BYTES // 13)  # B (13 x N) spans pages on any page size
+    space = build_cpu_space(matmul(37, N, 13), hw)
     sched = schedule_from_config(space, space.solve())
     a, b, _ = random_operands(sched, 3)
     hk = HostKernel(compile_kernel(sched, hw), hw)
     c = hk(a, b)
-    out = aligned_copy(np.zeros((37, 1000), np.float32))  # the bench's output buffer
+    out = aligned_copy(np.zeros((37, N), np.float32))  # the bench's output buffer
     assert a.nbytes < PAGE_BYTES <= min(b.nbytes, c.nbytes)
     for x, align in ((a, 64), (b, PAGE_BYTES), (c, PAGE_BYTES), (out, PAGE_BYTES)):
         assert x.ctypes.data % align == 0 and x.flags.c_contiguous and x.dtype == np.float32

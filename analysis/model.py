@@ -940,7 +940,7 @@ def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_s
     if s.pack_b or s.a_shared or s.K <= s.kc or s.b_sk <= 0 or _sweep_calls(s, m_share) > 1:
         return 0.0
     l1, isz = hw.cache(1), 4
-    way = l1.size_kib * 1024 // l1.associativity
+    way = _sets(l1) * l1.line_bytes  # bytes that map onto every set once
     if way > hw.memory.page_bytes or (s.b_sk * isz) % way or (s.c_sm * isz) % way:
         return 0.0
     capacity = l1.conflict_slack * l1.associativity  # lines, not a share a tile may claim

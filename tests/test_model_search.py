@@ -336,13 +336,8 @@ def test_unpacked_b_rows_evict_the_c_tile_sharing_their_sets():
         per_step[n, pack_b] = cycles / (28 * n // 16 * 512)
     assert per_step[1024, 0] > 1.3 * per_step[1008, 0]
     assert per_step[1024, 1] < per_step[1024, 0]
-    space = build_cpu_space(matmul(252, 1024, 512), hw)
-    reread = schedule_from_config(
-        space,
-        space.parse_config(
-            "mr=9,nr=16,kc=8,mc=63,nc=1024,order=nkm,pack_a=1,pack_b=0,unroll=4,par=n,threads=1"
-        ),
-    )
+    cfg = "mr=9,nr=16,kc=8,mc=63,nc=1024,order=nkm,pack_a=1,pack_b=0,unroll=4,par=n,threads=1"
+    reread, _ = _predicted_cycles(hw, matmul(252, 1024, 512), cfg)
     assert _c_evicted_by_b_cycles(reread, hw, 9, 16, 252) == 0.0
 
 

@@ -291,8 +291,11 @@ def micro_kernel_cycles(
         call_cycles = c.call_cycles + _c_tile_port_cycles(
             tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
         )
-        call_cycles += _c_store_miss_cycles(s, hw, rows, cols, share.m_share, share.n_share)
-        call_cycles += _store_alias_cycles(s, hw, rows)
+        # both wait for the same in-order drain of the last call's C stores: the longer counts
+        call_cycles += max(
+            _c_store_miss_cycles(s, hw, rows, cols),
+            _store_alias_cycles(s, hw, rows),
+        )
         call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
         call_cycles += (
             pair_shared
@@ -902,15 +905,18 @@ def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, ranges: Sequence[tuple[int,
     return min(1.0, mid_pair * 2 / threads / -(-widest * isz // line))
 
 
-def _c_store_miss_cycles(
-    s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_share: int, n_share: int
-) -> float:
+def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> float:
     """Extra cycles per call when the C tile's rows evict each other from L1 before they are stored.
 
     C rows sit c_sm apart; at a power-of-two stride more rows than the L1 ways land in one set, so
-    the lines loaded at the start of the call are gone when it stores, and each store waits for its
-    line from wherever C lives between two visits of the tile (stores commit in order, so these
-    misses overlap little; measured on Zen 4: 26 x 16 tiles at a 4 KiB stride, ~36 cycles per row).
+    the rows the call loads last evict the first ones before their sums are stored. Each such
+    store misses to L2 (which holds what L1 just held, wherever C lived between visits), and
+    where its fill must evict one of the tile's dirty lines it first writes that back: two L2
+    round trips, in series because stores commit in order, and the next call waits for them
+    (measured on Zen 4, packed operands, one thread, 1024 or 4096 columns against 1040 or 4112:
+    12, 16-17 and 19 rows cost 86-91, 150-280 and 200-350 cycles a call more, at kc = 8 to 128
+    and with the C block in L2 or L3). Unpacked B rows in the same sets give the fills clean
+    victims, one round trip each.
     """
     if s.K <= s.kc:
         return 0.0  # each tile is visited once; its cold misses are memory traffic
@@ -918,8 +924,26 @@ def _c_store_miss_cycles(
     miss = _l1_miss_fraction(s.c_sm * isz, rows, cols * isz, hw)
     if miss == 0.0:
         return 0.0
-    c_bytes = math.prod(_c_block(s, m_share, n_share)) * isz
-    return miss * rows * -(-cols * isz // line) * _latency_of_level_holding(c_bytes, hw) / 2
+    lines = -(-cols * isz // line)
+    missed = miss * rows  # per line column of the tile
+    clean = s.kc if _b_rows_share_c_sets(s, hw) else 0
+    dirty = max(0.0, missed - clean)
+    below = hw.caches[min(1, len(hw.caches) - 1)]
+    return (missed + dirty) * lines * below.latency_cycles
+
+
+def _b_rows_share_c_sets(s: CpuSchedule, hw: HwSpec) -> bool:
+    """Whether a call's unpacked B rows fall into the L1 sets of its C tile's rows.
+
+    With both row strides a whole number of L1 ways (size / associativity, at most a page, so
+    that the set bits are page-offset bits) and the operands at one offset within a way (large
+    buffers start on a page boundary), B[k, j] and C[i, j] fall into the same set.
+    """
+    if s.pack_b or s.a_shared or s.b_sk <= 0:
+        return False
+    l1, isz = hw.cache(1), 4
+    way = _sets(l1) * l1.line_bytes  # bytes that map onto every set once
+    return way <= hw.memory.page_bytes and not (s.b_sk * isz) % way and not (s.c_sm * isz) % way
 
 
 def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_share: int) -> float:
@@ -937,12 +961,9 @@ def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_s
     at kc = 8 swept by 192 calls: no slower than predicted without this term). C's rows beyond
     the set's capacity on their own are ``_c_store_miss_cycles``'; the first k block loads no C.
     """
-    if s.pack_b or s.a_shared or s.K <= s.kc or s.b_sk <= 0 or _sweep_calls(s, m_share) > 1:
+    if s.K <= s.kc or _sweep_calls(s, m_share) > 1 or not _b_rows_share_c_sets(s, hw):
         return 0.0
     l1, isz = hw.cache(1), 4
-    way = _sets(l1) * l1.line_bytes  # bytes that map onto every set once
-    if way > hw.memory.page_bytes or (s.b_sk * isz) % way or (s.c_sm * isz) % way:
-        return 0.0
     capacity = l1.conflict_slack * l1.associativity  # lines, not a share a tile may claim
     evicted = min(rows, max(0.0, rows + s.kc - capacity)) - max(0.0, rows - capacity)
     lines = -(-cols * isz // l1.line_bytes)

@@ -526,6 +526,61 @@ def test_c_loads_wait_behind_the_stores_of_the_last_call_they_alias(n):
     assert (pairs > 0) == (n != 1040)
 
 
+@pytest.mark.parametrize("rows", [8, 12, 16, 19])
+def test_c_rows_beyond_an_l1_set_cost_two_l2_round_trips_each_before_the_next_call(rows):
+    """A tall C tile at a 16 KiB stride has every row in one L1 set; the rows beyond what the
+    set holds are evicted by the tile's own later rows before their store, and each store then
+    writes back a dirty line and refetches its own from L2 (measured on Zen 4, packed operands,
+    4096 against 4112 columns, one thread: 12, 16 and 19 rows 91, 160-270 and 200-350 cycles a
+    call more). Unpacked B rows in the same sets are clean victims: one round trip each."""
+    from aotune.analysis.model import _c_store_miss_cycles
+
+    hw = load_target("znver4")
+    l1, l2 = hw.cache(1), hw.cache(2)
+    held = l1.conflict_slack * l1.associativity * l1.usable_fraction  # lines one set keeps
+    cfg = (
+        f"mr={rows},nr=16,kc=64,mc={rows},nc=384,order=nkm,"
+        "pack_a=1,pack_b=1,unroll=4,par=m,threads=1"
+    )
+    costs = {}
+    for n in (4096, 4112):
+        space = build_cpu_space(matmul(384, n, 1024), hw)
+        costs[n] = _c_store_miss_cycles(
+            schedule_from_config(space, space.parse_config(cfg)), hw, rows, 16
+        )
+    assert costs[4112] == 0.0  # rows 64 bytes apart in the page: every one in its own set
+    assert costs[4096] == pytest.approx(max(0.0, rows - held) * 2 * l2.latency_cycles)
+    space = build_cpu_space(matmul(384, 4096, 1024), hw)
+    unpacked = schedule_from_config(space, space.parse_config(cfg.replace("pack_b=1", "pack_b=0")))
+    assert _c_store_miss_cycles(unpacked, hw, rows, 16) == pytest.approx(
+        max(0.0, rows - held) * l2.latency_cycles
+    )
+
+
+def test_the_alias_wait_and_the_store_misses_of_one_drain_are_not_added():
+    """Both wait for the last call's C stores to commit, in order: a call pays the longer."""
+    from aotune.analysis.model import (
+        ThreadShare,
+        _c_store_miss_cycles,
+        _store_alias_cycles,
+        micro_kernel_cycles,
+        mix_from_schedule,
+    )
+
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(380, 4096, 1024), hw)  # 20 whole 19-row tiles
+    cfg = "mr=19,nr=16,kc=64,mc=114,nc=384,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=1"
+    s = schedule_from_config(space, space.parse_config(cfg))
+    alias, missed = _store_alias_cycles(s, hw, 19), _c_store_miss_cycles(s, hw, 19, 16)
+    assert alias > 0 and missed > 0
+    mix = mix_from_schedule(s, hw)
+    with_both = micro_kernel_cycles(s, hw, mix, ThreadShare.of(s))[0]
+    no_alias = dataclasses.replace(hw, core=dataclasses.replace(hw.core, store_alias_cycles=0.0))
+    without = micro_kernel_cycles(s, no_alias, mix, ThreadShare.of(s))[0]
+    calls = ThreadShare.of(s).calls
+    assert (with_both - without) / calls == pytest.approx(max(0.0, alias - missed), rel=1e-6)
+
+
 def test_a_page_multiple_c_stride_makes_short_calls_slower_per_flop():
     """The alias wait is a large share of a short call: the 8 x 16, kc = 24 kernel over
     384 x 1024 x 1024 is predicted at least 15% slower per flop than over 384 x 1040 x 1024

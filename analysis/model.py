@@ -949,12 +949,10 @@ def _b_rows_share_c_sets(s: CpuSchedule, hw: HwSpec) -> bool:
 def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_share: int) -> float:
     """Cycles per call a C tile waits when an unpacked B's fresh rows stream through its L1 sets.
 
-    With both row strides a whole number of L1 ways (size / associativity, at most a page, so
-    that the set bits are page-offset bits) and the operands at one offset within a way (large
-    buffers start at a page boundary plus the same header), B[k, j] and C[i, j] fall into the
-    same set. A call's C loads depend on nothing, so they issue early, and the kc B rows that
-    stream through the set behind them evict those lines before the call adds and stores them:
-    each store waits for its line from L2 (on Zen 4 at N=1024 against N=1008, kc=8, one thread:
+    Where B[k, j] and C[i, j] fall into the same set (``_b_rows_share_c_sets``), a call's C
+    loads depend on nothing, so they issue early, and the kc B rows that stream through the set
+    behind them evict those lines before the call adds and stores them: each store waits
+    for its line from L2 (on Zen 4 at N=1024 against N=1008, kc=8, one thread:
     7 x 16 tiles 12.3 against 7.7 cycles per k step, 9 x 16 17.7 against 9.8; 9 x 16 with
     kc = 16, 24, 32: 13.6, 12.1, 12.2 against 9.5-9.6, where B's own misses hide part of it).
     A panel that later calls read again is in L1 already and brings no new lines (4 x 96 tiles

@@ -813,7 +813,7 @@ def _conflict_miss_cycles(
     Packing exists to avoid all of this.
     """
     line, isz, page = hw.cache(1).line_bytes, 4, hw.memory.page_bytes
-    l2 = hw.cache(2) if len(hw.caches) > 1 else hw.cache(1)
+    l2 = _l1_refill_level(hw)
     extra = 0.0
     b_stride, a_stride = s.b_sk * isz, s.a_sm * isz
     shared = _shared_set_miss_fraction(s, hw)
@@ -928,8 +928,7 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> fl
     missed = miss * rows  # per line column of the tile
     clean = s.kc if _b_rows_share_c_sets(s, hw) else 0
     dirty = max(0.0, missed - clean)
-    below = hw.caches[min(1, len(hw.caches) - 1)]
-    return (missed + dirty) * lines * below.latency_cycles
+    return (missed + dirty) * lines * _l1_refill_level(hw).latency_cycles
 
 
 def _b_rows_share_c_sets(s: CpuSchedule, hw: HwSpec) -> bool:
@@ -965,9 +964,8 @@ def _c_evicted_by_b_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int, m_s
     capacity = l1.conflict_slack * l1.associativity  # lines, not a share a tile may claim
     evicted = min(rows, max(0.0, rows + s.kc - capacity)) - max(0.0, rows - capacity)
     lines = -(-cols * isz // l1.line_bytes)
-    l2 = hw.cache(2) if len(hw.caches) > 1 else l1
     kt = -(-s.K // s.kc)
-    return evicted * lines * l2.latency_cycles / 2 * (kt - 1) / kt
+    return evicted * lines * _l1_refill_level(hw).latency_cycles / 2 * (kt - 1) / kt
 
 
 def _store_alias_cycles(s: CpuSchedule, hw: HwSpec, rows: int) -> float:
@@ -1012,6 +1010,11 @@ def _c_stays_in_l1(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) -> bo
     the calls in between touch fit in L1's usable share."""
     between = _bytes_between_visits(s, m_share, n_share)
     return between <= hw.cache(1).size_kib * 1024 * hw.cache(1).usable_fraction
+
+
+def _l1_refill_level(hw: HwSpec) -> CacheSpec:
+    """The level L1 misses refill from: L2, or L1 itself on a spec with one cache level."""
+    return hw.caches[min(1, len(hw.caches) - 1)]
 
 
 def _sets(cache: CacheSpec) -> int:

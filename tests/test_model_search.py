@@ -544,14 +544,13 @@ def test_c_rows_beyond_an_l1_set_cost_two_l2_round_trips_each_before_the_next_ca
     )
     costs = {}
     for n in (4096, 4112):
-        space = build_cpu_space(matmul(384, n, 1024), hw)
-        costs[n] = _c_store_miss_cycles(
-            schedule_from_config(space, space.parse_config(cfg)), hw, rows, 16
-        )
+        sched, _ = _predicted_cycles(hw, matmul(384, n, 1024), cfg)
+        costs[n] = _c_store_miss_cycles(sched, hw, rows, 16)
     assert costs[4112] == 0.0  # rows 64 bytes apart in the page: every one in its own set
     assert costs[4096] == pytest.approx(max(0.0, rows - held) * 2 * l2.latency_cycles)
-    space = build_cpu_space(matmul(384, 4096, 1024), hw)
-    unpacked = schedule_from_config(space, space.parse_config(cfg.replace("pack_b=1", "pack_b=0")))
+    unpacked, _ = _predicted_cycles(
+        hw, matmul(384, 4096, 1024), cfg.replace("pack_b=1", "pack_b=0")
+    )
     assert _c_store_miss_cycles(unpacked, hw, rows, 16) == pytest.approx(
         max(0.0, rows - held) * l2.latency_cycles
     )
@@ -568,9 +567,8 @@ def test_the_alias_wait_and_the_store_misses_of_one_drain_are_not_added():
     )
 
     hw = load_target("znver4")
-    space = build_cpu_space(matmul(380, 4096, 1024), hw)  # 20 whole 19-row tiles
     cfg = "mr=19,nr=16,kc=64,mc=114,nc=384,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=1"
-    s = schedule_from_config(space, space.parse_config(cfg))
+    s, _ = _predicted_cycles(hw, matmul(380, 4096, 1024), cfg)  # 20 whole 19-row tiles
     alias, missed = _store_alias_cycles(s, hw, 19), _c_store_miss_cycles(s, hw, 19, 16)
     assert alias > 0 and missed > 0
     mix = mix_from_schedule(s, hw)

@@ -220,7 +220,7 @@ def model_accuracy(
 
 def _handoff_ns(hw: HwSpec) -> float | None:
     """Nanoseconds for a cache line to move between two of the host's cores right now (None when the
-    process may use only one CPU).
+    process may use only one CPU, or the probe could not tell its two runs apart).
 
     Recorded beside the accuracy timings because on a VM it follows the host's placement of the
     virtual CPUs (about 40 or 170 ns on the 2-vCPU EPYC slice, switching within seconds), and a
@@ -230,9 +230,11 @@ def _handoff_ns(hw: HwSpec) -> float | None:
     if min(hw.core.cores, len(os.sched_getaffinity(0))) < 2:
         return None
     try:
-        return workers().handoff_seconds() * 1e9
+        ns = workers().handoff_seconds() * 1e9
     except FinalCheckError:  # a worker that never answered: no reading, but the timings stand
         return None
+    # 0: the long run was no slower than the short one, as when other work holds both CPUs
+    return ns if ns > 0 else None
 
 
 def machine_description(hw: HwSpec) -> str:

@@ -429,6 +429,14 @@ def final_check(
     )[0][0]
 
 
+# Rounds of a final check against numpy. On a 2-vCPU cloud slice both vCPUs sometimes share one
+# physical core for 0.5-3 s at a time, and a 2-thread kernel then runs at ~1.1x one thread (seen:
+# 100-110 GFLOP/s in such spells, 165-183 between them); each function keeps its fastest round,
+# so its rounds must span more than a spell (3 rounds, ~3 s, left a 384x1024x4096 pick at 131
+# GFLOP/s in three bench runs where it ran at 188-203 outside the spells).
+FINAL_CHECK_ROUNDS = 8
+
+
 def final_check_side_by_side(
     kernels: list[Kernel],
     hw: HwSpec,
@@ -451,7 +459,11 @@ def final_check_side_by_side(
     if with_numpy:
         fns.append(numpy_baseline(kernels[0].schedule, a, b, bias))
     timed = time_side_by_side(
-        fns, min_runs, min_seconds, rounds=3 if with_numpy else 1, warmup_seconds=warmup_seconds
+        fns,
+        min_runs,
+        min_seconds,
+        rounds=FINAL_CHECK_ROUNDS if with_numpy else 1,
+        warmup_seconds=warmup_seconds,
     )
     measured = [
         Measurement(med, runs, spread, correct, err, tol)

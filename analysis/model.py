@@ -625,8 +625,7 @@ def _vector_pack_cycles_per_elem(
     level = _level_holding(source_bytes, hw, readers)
     last = hw.caches[-1]
     if level is None:  # the last level keeps its capacity's worth; the rest from DRAM
-        held = hw.cache_bytes_per_core(last.level) * min(readers, last.shared_by_cores)
-        miss = last_level_miss_share(source_bytes, held * last.usable_fraction)
+        miss = last_level_miss_share(source_bytes, _usable_bytes(hw, last.level, readers))
         dram = hw.memory.bandwidth_gbs / hw.core.frequency_ghz / threads
         per_byte = ((1 - miss) / last.bandwidth_bytes_per_cycle + miss / dram) / (
             last.copy_bandwidth_share
@@ -647,10 +646,16 @@ def _level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> int | None:
     shares of as many of them as share the level (B read whole by both threads of a par=m
     kernel)."""
     for level in range(2, len(hw.caches) + 1):
-        sharing = min(readers, hw.cache(level).shared_by_cores)
-        if nbytes <= hw.cache_bytes_per_core(level) * sharing * hw.cache(level).usable_fraction:
+        if nbytes <= _usable_bytes(hw, level, readers):
             return level
     return None
+
+
+def _usable_bytes(hw: HwSpec, level: int, readers: int = 1) -> float:
+    """Bytes of cache ``level`` that data ``readers`` threads all read may claim: the usable
+    share per core, times as many of those threads as share the level."""
+    c = hw.cache(level)
+    return hw.cache_bytes_per_core(level) * min(readers, c.shared_by_cores) * c.usable_fraction
 
 
 def _latency_of_level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> float:

@@ -58,6 +58,17 @@ def test_spearman_is_one_for_any_increasing_map_and_minus_one_reversed(x: list[i
     assert spearman(a, -a) == pytest.approx(-1.0)
 
 
+def test_spearman_and_kendall_by_hand_with_a_tie() -> None:
+    # y ranks 1, 2, 3.5, 5, 3.5: Pearson of the ranks is 8 / sqrt(10 * 9.5); of the ten pairs 8
+    # are concordant, 1 discordant and 1 tied in y only, so tau-b = 7 / sqrt(10 * 9)
+    x, y = np.array([1.0, 2, 3, 4, 5]), np.array([5.0, 6, 7, 8, 7])
+    assert spearman(x, y) == pytest.approx(8 / np.sqrt(95))
+    assert kendall(x, y) == pytest.approx(7 / np.sqrt(90))
+    assert median_abs_error(np.array([1.1, 0.8, 2.0]), np.array([1.0, 1.0, 1.0])) == (
+        pytest.approx(0.2)
+    )
+
+
 def test_topk_score_is_the_best_time_over_the_best_of_the_models_k_picks() -> None:
     predicted = np.array([1.0, 2.0, 3.0, 4.0])
     measured = np.array([2.0, 4.0, 1.0, 8.0])  # the model's first pick takes twice the best time

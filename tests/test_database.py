@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from aotune.analysis.workload import matmul
 from aotune.cli import main
+from aotune.errors import DatabaseError
 from aotune.hwspecs.spec import load_target
 from aotune.search.cached import record_key
 from aotune.search.database import (
@@ -89,12 +90,12 @@ def test_import_checks_every_line_before_writing(tmp_path):
     good = json.dumps(_record(1).as_dict())
     (tmp_path / "x.jsonl").write_text(good + "\n{not json\n")
     with open_database(tmp_path / "t.db") as db:
-        with pytest.raises(Exception, match="line 2 is not JSON"):
+        with pytest.raises(DatabaseError, match="line 2 is not JSON"):
             db.import_jsonl(tmp_path / "x.jsonl")
         assert db.count() == 0
     (tmp_path / "y.jsonl").write_text(json.dumps({**_record(1).as_dict(), "extra": 1}) + "\n")
     with open_database(tmp_path / "t.db") as db:
-        with pytest.raises(Exception, match="unknown extra"):
+        with pytest.raises(DatabaseError, match="unknown extra"):
             db.import_jsonl(tmp_path / "y.jsonl")
 
 

@@ -146,7 +146,6 @@ def test_runs_sixteen_floats_apart_conflict_four_ways_in_the_banks():
 def test_the_l1_path_costs_follow_the_spec():
     """A global load that hits L1 is charged its bank wavefronts at the L1 load path's rate:
     Turing's (64 B/clk) twice Volta's (128 B/clk) for the same addresses."""
-    import dataclasses
 
     from aotune.analysis.gpu_model import warp_access
 
@@ -159,7 +158,6 @@ def test_the_l1_path_costs_follow_the_spec():
         out[name] = warp_access(target_for(hw).schedule(space, space.config(cfg)), hw)
     assert out["rtx-2080-ti"].ldg_cycles == pytest.approx(2 * out["v100"].ldg_cycles)
     assert out["rtx-2080-ti"].lds_cycles == pytest.approx(out["v100"].lds_cycles)
-    assert dataclasses.is_dataclass(out["v100"])
 
 
 def test_a_partial_last_wave_costs_its_own_blocks_not_a_whole_wave():
@@ -173,8 +171,9 @@ def test_a_partial_last_wave_costs_its_own_blocks_not_a_whole_wave():
         space = build_gpu_space(xgemm_workload(4096, n, 4096), hw)
         (p,) = model.estimate_batch([target_for(hw).schedule(space, space.config(cfg))])
         times.append(p.seconds)
-    blocks = 64 * 64 // 64  # 4096 x 4096 in 64 x 64 tiles: 4096 blocks; then 4160
-    assert blocks and times[0] < times[1] < times[0] * 1.25
+    # 4096 blocks are 4096 / (68 SMs x blocks per SM) waves; 64 more make a partial last wave
+    # that costs a fraction of a whole one, not nothing and not a whole wave
+    assert times[0] < times[1] < times[0] * 1.25
 
 
 def test_dram_reads_an_operand_that_fits_in_l2_once():

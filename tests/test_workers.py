@@ -69,9 +69,10 @@ def test_the_handoff_probe_times_a_line_moving_between_cores():
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: the two roles cannot run at once")
     ns = workers().handoff_seconds() * 1e9
-    # tens to hundreds of ns on a quiet machine; on a loaded one the two threads may take turns on
-    # one CPU, and each hand-over then costs a yield (tens of microseconds)
-    assert 1.0 < ns < 1_000_000.0
+    # tens to hundreds of ns on a quiet machine (no core fetches a line another wrote in under
+    # ~10 ns: that is an L3 hit); on a loaded one the two threads may take turns on one CPU, and
+    # each hand-over then costs a yield (tens of microseconds)
+    assert 10.0 < ns < 1_000_000.0
 
 
 def test_a_handoff_probe_without_its_partner_gives_up_instead_of_hanging():

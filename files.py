@@ -77,6 +77,11 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
         exists = p.exists() or p.is_symlink()
         if exists and p.is_dir():
             raise error(f"{_shown(p)} is a directory; name a file to write")
+        if p.exists() and not p.is_file():  # --force replaces files, never a device or a pipe
+            raise error(
+                f"{_shown(p)} is not a regular file (a device, pipe or socket); name a file to "
+                "write"
+            )
         if exists and not force:
             raise error(f"{_shown(p)} exists; pass --force to overwrite it or choose another file")
         parent = p.parent if str(p.parent) else Path(".")
@@ -92,16 +97,23 @@ def write_new_file(
     path: str | Path, data: str | bytes, force: bool, error: type[AotuneError]
 ) -> None:
     """Write ``data`` to ``path`` atomically (a temporary file renamed into place); refuse to
-    replace an existing file unless ``force``."""
+    replace an existing file unless ``force``. A symbolic link is written through (its target
+    replaced, the link kept); the file gets the mode a new file gets (the umask), or the mode of
+    the file it replaces."""
     p = Path(path)
     check_writable(p if str(path) else "", force, error)
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))
+        check_writable(p, True, error)  # the link's target: a file in a folder we may write
     raw = data.encode() if isinstance(data, str) else data
     parent = p.parent if str(p.parent) else Path(".")
+    mode = _new_file_mode(p)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:40]}.", suffix=".tmp", dir=parent)
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+        os.chmod(tmp, mode)  # mkstemp makes 0600
         os.replace(tmp, p)
         tmp = None
     except OSError as e:
@@ -112,6 +124,16 @@ def write_new_file(
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _new_file_mode(p: Path) -> int:
+    """The permission bits of the file being replaced, else those open() gives a new file."""
+    try:
+        return stat.S_IMODE(os.stat(p).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _shown(p: Path) -> str:

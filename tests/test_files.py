@@ -1,0 +1,58 @@
+"""files.py: what aotune writes never replaces a device, writes through a link, keeps modes."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from aotune.errors import ConfigError
+from aotune.files import read_user_file, write_new_file
+
+
+def test_force_never_replaces_a_device_or_a_pipe(tmp_path: Path):
+    fifo = tmp_path / "pipe.s"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        write_new_file(fifo, "x", True, ConfigError)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    link = tmp_path / "null.s"
+    link.symlink_to("/dev/null")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        write_new_file(link, "x", True, ConfigError)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and link.is_symlink()
+
+
+def test_a_link_is_written_through_and_kept(tmp_path: Path):
+    target = tmp_path / "real.s"
+    target.write_text("old")
+    link = tmp_path / "link.s"
+    link.symlink_to(target)
+    with pytest.raises(ConfigError, match="exists; pass --force"):
+        write_new_file(link, "new", False, ConfigError)
+    write_new_file(link, "new", True, ConfigError)
+    assert link.is_symlink() and target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.s", "real.s"]  # no temp left
+
+
+def test_a_new_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_own(tmp_path: Path):
+    old = os.umask(0o022)
+    try:
+        write_new_file(tmp_path / "a.s", "x", False, ConfigError)
+        assert stat.S_IMODE(os.stat(tmp_path / "a.s").st_mode) == 0o644
+        os.chmod(tmp_path / "a.s", 0o640)
+        write_new_file(tmp_path / "a.s", "y", True, ConfigError)
+        assert stat.S_IMODE(os.stat(tmp_path / "a.s").st_mode) == 0o640
+    finally:
+        os.umask(old)
+
+
+def test_reading_refuses_devices_and_files_over_the_limit(tmp_path: Path):
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_user_file("/dev/zero", "spec file", ConfigError)
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * 2000)
+    with pytest.raises(ConfigError, match="2000 bytes, more than the 1000"):
+        read_user_file(big, "spec file", ConfigError, limit_bytes=1000)
+    assert read_user_file(big, "spec file", ConfigError, limit_bytes=2000) == b"#" * 2000

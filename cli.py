@@ -27,9 +27,10 @@ from aotune.artifact.commands import (
 )
 from aotune.errors import AotuneError, ConfigError
 from aotune.files import check_writable, write_new_file
-from aotune.search.options import SearchOptions
+from aotune.search.options import LIMITS, SearchOptions
 
 EXIT_ERROR = 2
+SEED_LIMIT = LIMITS["seed"]
 EXIT_INVALID = 1
 
 
@@ -40,9 +41,30 @@ class _Parser(argparse.ArgumentParser):
         sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_ERROR)
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, but an option that takes one value given twice with different values is
+        an error (argparse keeps the last one silently)."""
+        argv = list(sys.argv[1:] if args is None else args)
+        given: dict[argparse.Action, str] = {}
+        for i, token in enumerate(argv):
+            if token == "--":
+                break
+            name, eq, value = token.partition("=")
+            action = self._option_string_actions.get(name) if token.startswith("--") else None
+            if type(action) is not argparse._StoreAction:  # append, flags, subcommands: fine
+                continue
+            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if given.setdefault(action, value) != value:
+                self.error(f"{name} given twice ({given[action]} and {value}); give it once")
+        return super().parse_known_args(argv, namespace)
+
 
 def _int_arg(text: str) -> int:
     """An integer option in ASCII digits (argparse's int() also takes other scripts' digits)."""
+    if re.fullmatch(r"\s*-?[0-9]{20,}\s*", text):
+        raise argparse.ArgumentTypeError(f"{text.strip()} is too large (at most 19 digits)")
     if not re.fullmatch(r"\s*-?[0-9]{1,19}\s*", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer in digits 0-9")
     return int(text)
@@ -789,6 +811,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     from aotune.benchmarks import measured
 
     log = None if args.json else _console(stderr=True).print
+    if not 0 <= args.seed <= SEED_LIMIT:  # numpy's generators take no other seed
+        raise ConfigError(f"--seed {args.seed}: give a seed in 0..{SEED_LIMIT}")
     if args.measured is None:
         if args.plot or args.candidates is not None:
             raise ConfigError("--plot and --candidates apply to --measured FILE only")

@@ -368,6 +368,13 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
                 f"{where}: cache L1 is shared by {c.shared_by_cores} cores, more than the "
                 f"{spec.core.cores} the spec has"
             )
+    by_level = sorted(spec.caches, key=lambda c: c.level)
+    for inner, outer in zip(by_level, by_level[1:]):
+        if outer.size_kib < inner.size_kib:  # a level further out is never the smaller one
+            raise HwSpecError(
+                f"{where}: cache L{outer.level} ({outer.size_kib} KiB) is smaller than "
+                f"L{inner.level} ({inner.size_kib} KiB); check the size_kib of both"
+            )
     if spec.memory.prefetch_stride_bytes > spec.memory.page_bytes:
         raise HwSpecError(
             f"{where}: memory.prefetch_stride_bytes = {spec.memory.prefetch_stride_bytes} is "

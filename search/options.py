@@ -12,8 +12,8 @@ LIMITS = {
     "seed": 2**32 - 1,
     "budget": 1_000_000,
     "population": 10_000,
+    "top_k": 1_000,  # before compile_top, which the CLI derives from it
     "compile_top": 10_000,
-    "top_k": 1_000,
 }
 
 
@@ -50,7 +50,8 @@ class SearchOptions:
                 raise ConfigError(f"search option {name} must be an integer, got {value!r}")
             low = 0 if name == "seed" else 1
             if not low <= value <= top:
-                raise ConfigError(f"search option {name} must be in {low}..{top}, got {value}")
+                flag = "--" + name.replace("_", "-")  # as the CLI spells it
+                raise ConfigError(f"{flag} must be in {low}..{top}, got {value}")
         if not 0.0 <= self.mutation <= 1.0:
             raise ConfigError(f"search option mutation must be in [0, 1], got {self.mutation}")
         if self.top_k > self.compile_top:

@@ -59,7 +59,21 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
             ["space", "matmul", "--shape", "8x8x8", "--target", "nonexistent/file.toml"],
             ["cannot read hwspec"],
         ),
-        (["tune", "--top-k", "0"], ["top_k must be in 1..1000", "got 0"]),
+        (["tune", "--top-k", "0"], ["--top-k must be in 1..1000", "got 0"]),
+        (["tune", "--top-k", "1000000000"], ["--top-k must be in 1..1000"]),
+        (["tune", "--seed", "1" * 25], ["too large (at most 19 digits)"]),
+        (
+            ["accuracy", "matmul", "--shape", "8x8x8", "--seed", "-1"],
+            ["--seed -1", "0..4294967295"],
+        ),
+        (
+            ["space", "matmul", "--shape", "4x8x8", "--shape", "5x8x8"],
+            ["--shape given twice (4x8x8 and 5x8x8)"],
+        ),
+        (
+            ["space", "conv2d", "--shape", "1,3,8,8,4,3,3", "--pad=1", "--pad", "0"],
+            ["--pad given twice (1 and 0)"],
+        ),
         (["frobnicate"], ["invalid choice"]),
         (["bench", "--quick", "--samples", "2"], ["--samples 2", "at least 5"]),
         (

@@ -499,6 +499,10 @@ def parse_shape(text: str, names: tuple[str, ...]) -> dict[str, int]:
         if len(names) <= 4
         else ",".join(str(v) for v in (1, 64, 56, 56, 64, 3, 3)[: len(names) - 2] + (3, 3))
     )
+    if len(parts) == 1 and not parts[0].lstrip("-").isdigit():
+        raise WorkloadError(
+            f"shape {text!r} is not sizes; give {len(names)} ({sep.join(names)}), e.g. {example}"
+        )
     if len(parts) != len(names):
         raise WorkloadError(
             f"shape {text!r} has {len(parts)} sizes, expected {len(names)} ({sep.join(names)}), "
@@ -570,7 +574,8 @@ def build_workload(
     }
     given = [f"--{k}" for k, v in conv_args.items() if v is not None]
     if given and op not in CONV_OPS:
-        raise WorkloadError(f"{'/'.join(given)} apply to conv2d and depthwise_conv2d, not {op}")
+        verb = "applies" if len(given) == 1 else "apply"
+        raise WorkloadError(f"{'/'.join(given)} {verb} to conv2d and depthwise_conv2d, not {op}")
     if groups is not None and op == "depthwise_conv2d":
         raise WorkloadError(
             "depthwise_conv2d has one group per channel; drop --groups "
@@ -578,8 +583,11 @@ def build_workload(
         )
     if op == "einsum":
         if not spec or not dims:
+            missing = " and ".join(
+                what for what, v in (("a spec", spec), ("its sizes (--dims)", dims)) if not v
+            )
             raise WorkloadError(
-                'einsum needs a spec and sizes, e.g. aotune tune einsum "bij,bjk->bik" '
+                f"einsum needs {missing}, e.g. aotune tune einsum \"bij,bjk->bik\" "
                 "--dims b=8,i=256,j=256,k=256"
             )
         if shape is not None:

@@ -296,7 +296,7 @@ class Space:
     def example(self) -> str:
         """A valid config as text, for messages."""
         try:
-            return str(self.solve())
+            return self.describe_config(self.solve())  # labels, as --config takes them
         except UnsatisfiableError:
             return ",".join(f"{v.name}={v.domain[0]}" for v in self.variables)
 

@@ -60,7 +60,7 @@ def test_reuse_strides_and_dependences_of_matmul():
     [
         ("0x5x5", "dimension M must be a positive integer, got 0"),
         ("-3x4x4", "dimension M must be a positive integer, got -3"),
-        ("abc", "has 1 sizes, expected 3"),
+        ("abc", "is not sizes; give 3"),
         ("4xfoox4", "N='foo' is not an integer"),
     ],
 )

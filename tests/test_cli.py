@@ -49,7 +49,7 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
     [
         (["tune", "matmul", "--shape", "0x5x5"], ["dimension M", "got 0"]),
         (["tune", "matmul", "--shape", "-3x4x4"], ["got -3"]),
-        (["tune", "matmul", "--shape", "abc"], ["expected 3"]),
+        (["tune", "matmul", "--shape", "abc"], ["is not sizes; give 3"]),
         (["tune", "conv9d", "--shape", "4x4x4"], ["unknown operator 'conv9d'"]),
         (
             ["tune", "matmul", "--shape", "8x8x8", "--target", "pentium"],
@@ -88,7 +88,7 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
         (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=four,k=4"], ["'four' is not an integer"]),
         (["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=0,k=4"], ["dimension j", "got 0"]),
         (["tune", "einsum", "ij+jk", "--dims", "i=4,j=4,k=4"], ["not of the form"]),
-        (["tune", "einsum", "--dims", "i=4"], ["einsum needs a spec and sizes"]),
+        (["tune", "einsum", "--dims", "i=4"], ["einsum needs a spec, e.g."]),
         (["tune", "batch_matmul", "--shape", "8x8x8"], ["expected 4", "BxMxNxK"]),
         (["tune", "matmul", "--shape", "8x8x8", "--bias"], ["apply to dense"]),
         (
@@ -130,7 +130,10 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
         ),
         (["tune", "conv2d", "--shape", "1,3,8,8,8,3"], ["expected 7", "N,C,H,W,K,R,S"]),
         (["tune", "conv2d", "--shape", "1,3,0,8,8,3,3"], ["dimension H", "got 0"]),
-        (["tune", "matmul", "--shape", "8x8x8", "--layout", "NHWC"], ["--layout apply to conv2d"]),
+        (
+            ["tune", "matmul", "--shape", "8x8x8", "--layout", "NHWC"],
+            ["--layout applies to conv2d"],
+        ),
         (
             ["tune", "depthwise_conv2d", "--shape", "1,8,8,8,3,3", "--groups", "2"],
             ["one group per channel"],

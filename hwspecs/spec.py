@@ -437,6 +437,11 @@ def spec_from_data(data: dict[str, Any], where: str) -> Any:
     import importlib
 
     kind = data.get("kind")
+    if kind is None:
+        raise HwSpecError(
+            f"{where}: missing key 'kind' ({' or '.join(map(repr, SPEC_KINDS))}); is this an "
+            "aotune spec file? 'aotune hw calibrate -o FILE' writes a complete one"
+        )
     if not isinstance(kind, str) or kind not in SPEC_KINDS:
         raise HwSpecError(
             f"{where}:kind: expected one of {', '.join(map(repr, SPEC_KINDS))}, got {_short(kind)}"

@@ -40,6 +40,7 @@ def _spec_text() -> str:
             "usable_fraction = 1.5 is out of range; allowed 0.01..1",
         ),
         (lambda t: t + "\n[[[", "not valid TOML"),
+        (lambda t: "", "missing key 'kind' ('cpu' or 'gpu')"),
         (
             lambda t: t.replace("size_kib = 8192", "size_kib = 128"),
             "cache L3 (128 KiB) is smaller than L2 (256 KiB)",

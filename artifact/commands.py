@@ -111,15 +111,16 @@ def add_db_parser(sub: Any) -> None:
     add_db_flags(im, search=False)
 
 
-def open_db(args: argparse.Namespace) -> Any:
-    """The database the flags name, or None with ``--no-db``."""
+def open_db(args: argparse.Namespace, create: bool = True) -> Any:
+    """The database the flags name, or None with ``--no-db``; ``create`` makes a missing file a
+    new database (commands that only read pass False: a wrong --db is an error, not a new file)."""
     from aotune.search.database import open_database
 
     if getattr(args, "no_db", False):
-        if getattr(args, "db", None):
+        if getattr(args, "db", None) is not None:
             raise ConfigError("--db and --no-db contradict each other; give one")
         return None
-    return open_database(args.db)
+    return open_database(getattr(args, "db", None), create=create)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -311,22 +312,17 @@ def _record_line(r: Any) -> dict[str, Any]:
 
 def cmd_db(args: argparse.Namespace) -> int:
     """``aotune db list|show|export|import``."""
-    from aotune.search.database import open_database
-
-    command = args.db_command or "list"
-    if command == "export":
-        path = Path(args.file)
-        if path.exists() and not args.force:
-            raise DatabaseError(
-                f"{path} exists; pass --force to overwrite it or choose another file"
-            )
-    with open_database(getattr(args, "db", None)) as db:
+    command = args.db_command
+    if command is None:  # the namespace then has none of the actions' flags
+        raise DatabaseError(
+            "'aotune db' needs an action: list, show ID, export FILE or import FILE "
+            "(see 'aotune db --help')"
+        )
+    # only import may make a new database; the others read one that exists
+    with open_db(args, create=command == "import") as db:
         if command == "export":
-            try:
-                n = db.export_jsonl(path)
-            except OSError as e:
-                raise DatabaseError(f"cannot write {path}: {e.strerror}") from None
-            print(f"exported {n} records from {db.path} to {path}")
+            n = db.export_jsonl(Path(args.file), force=args.force)
+            print(f"exported {n} records from {db.path} to {args.file}")
             return 0
         if command == "import":
             added, present = db.import_jsonl(Path(args.file))

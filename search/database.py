@@ -11,10 +11,13 @@ a final check when one ran. Roadmap of this module:
     TuneRecord    plain data of one search (what the fan-out workers send back)
     TuningDatabase
         open      WAL journal (two builds may share one file at once), a busy timeout, a schema
-                  version check (a file from a newer aotune is refused, not misread)
+                  version check (a file from a newer aotune is refused, not misread); another
+                  program's SQLite file is refused untouched, and the commands that only read
+                  never create a file
         put       one transaction per record: a build killed at any moment leaves no partial
                   record; two writers of one key keep the first and both read it back
-        find / get / all / measure / export_jsonl / import_jsonl
+        find / get / all / measure / export_jsonl / import_jsonl: every record read or
+                  imported is checked field by field (TuneRecord.from_dict)
 """
 
 from __future__ import annotations
@@ -23,16 +26,20 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
+import os
+import shlex
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
 
 import aotune
 from aotune.analysis.workload import Workload
 from aotune.errors import DatabaseError
+from aotune.files import check_writable, decode_utf8, read_user_file, write_new_file
 from aotune.hwspecs.spec import HwSpec
 from aotune.search.options import SearchOptions
 
@@ -192,20 +199,171 @@ class TuneRecord:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> TuneRecord:
-        """The inverse of :meth:`as_dict`; a DatabaseError names a missing or extra field."""
+        """The inverse of :meth:`as_dict`, every field checked: a DatabaseError names a missing or
+        extra field, or the first field whose value has the wrong type or range."""
         fields = {f.name for f in dataclasses.fields(TuneRecord)} - {"id"}
-        missing, extra = fields - set(d), set(d) - fields
-        if missing or extra:
-            raise DatabaseError(
-                f"record has {'missing ' + ', '.join(sorted(missing)) if missing else ''}"
-                f"{'; ' if missing and extra else ''}"
-                f"{'unknown ' + ', '.join(sorted(extra)) if extra else ''} fields"
-            )
-        try:
-            cands = tuple(CandidateRecord(**c) for c in d["candidates"])
-        except TypeError as e:
-            raise DatabaseError(f"a candidate of the record is malformed: {e}") from None
-        return TuneRecord(**{**d, "candidates": cands})
+        _check_fields(d, fields, fields, "record")
+        cands = d["candidates"]
+        if not isinstance(cands, list | tuple) or not cands:
+            raise _field_error("candidates", cands, "give a non-empty list of candidates")
+        checked = tuple(_candidate(c, f"candidates[{i}]") for i, c in enumerate(cands))
+        ranks = [c.rank for c in checked]
+        if len(set(ranks)) != len(ranks):
+            raise _field_error("candidates", ranks, "two candidates have one rank")
+        workload = d["workload"]
+        if not isinstance(workload, dict):
+            raise _field_error("workload", workload, "give the workload as an object")
+        if not isinstance(workload.get("describe", ""), str):
+            raise _field_error("workload.describe", workload["describe"], "give a text")
+        return TuneRecord(
+            workload_key=_text(d, "workload_key"),
+            spec_hash=_text(d, "spec_hash"),
+            model_version=_text(d, "model_version"),
+            options=_text(d, "options"),
+            workload=workload,
+            target=_text(d, "target"),
+            candidates=checked,
+            search_seconds=_number(d, "search_seconds"),
+            candidates_scored=_count(d, "candidates_scored"),
+            kernels_compiled=_count(d, "kernels_compiled"),
+            created=_number(d, "created", high=_LAST_CREATED, want=_CREATED_WANT),
+            aotune_version=_text(d, "aotune_version"),
+        )
+
+
+# what a record may hold: SQLite stores integers in 64 bits, and a record's date is a time since
+# 1970 before 2100 (0 means "now" to put); anything else is a damaged or hand-made record
+_MAX_INT = 2**63 - 1
+_IMPORT_LIMIT = 1 << 30  # bytes of a file to import: far beyond any real export
+_LAST_CREATED = 4102444800.0
+_PREDICTED = "give a number of seconds, 0 or more (Infinity: the config cannot run)"
+_CREATED_WANT = "give the seconds since 1970 it was made, from 0 to 4102444800 (the year 2100)"
+
+
+# the columns of the tables that hold the fields of the same names
+_CANDIDATE_COLUMNS = tuple(f.name for f in dataclasses.fields(CandidateRecord))
+_RECORD_COLUMNS = tuple(
+    f.name for f in dataclasses.fields(TuneRecord) if f.name not in ("id", "candidates")
+)
+
+
+def _loads(text: Any) -> Any:
+    """A JSON column's value; the text itself where it is not JSON (the record check then names
+    the field)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return text
+
+
+def _field_error(name: str, value: Any, want: str) -> DatabaseError:
+    """``field NAME is VALUE: WANT`` (the value shortened)."""
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."  # a value may be megabytes long
+    return DatabaseError(f"field {name} is {shown}: {want}")
+
+
+def _check_fields(d: dict[str, Any], fields: set[str], required: set[str], what: str) -> None:
+    """A DatabaseError naming the ``required`` fields ``d`` lacks and those not in ``fields``."""
+    missing, extra = required - set(d), set(d) - fields
+    if missing or extra:
+        raise DatabaseError(
+            f"{what} has {'missing ' + ', '.join(sorted(missing)) if missing else ''}"
+            f"{'; ' if missing and extra else ''}"
+            f"{'unknown ' + ', '.join(sorted(extra)) if extra else ''} fields"
+        )
+
+
+def _finite(value: Any, allow_inf: bool = False) -> float | None:
+    """``value`` as a float where it is a finite JSON number (not a bool; infinity too where
+    ``allow_inf``), else None."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        return None
+    return number if math.isfinite(number) or (allow_inf and number == math.inf) else None
+
+
+def _text(d: dict[str, Any], name: str, where: str = "", empty: bool = False) -> str:
+    """The text ``d[name]``, not empty unless ``empty``."""
+    value = d[name]
+    if not isinstance(value, str) or not (value or empty):
+        raise _field_error(where + name, value, "give a text" if empty else "give a non-empty text")
+    return value
+
+
+def _count(d: dict[str, Any], name: str) -> int:
+    """The whole number ``d[name]``, in SQLite's integer range."""
+    value = d[name]
+    if type(value) is not int or not 0 <= value <= _MAX_INT:  # bool is no count
+        raise _field_error(name, value, f"give a whole number from 0 to {_MAX_INT}")
+    return value
+
+
+def _number(
+    d: dict[str, Any],
+    name: str,
+    where: str = "",
+    high: float = math.inf,
+    want: str = "give a finite number of seconds, 0 or more",
+    optional: bool = False,
+    allow_inf: bool = False,
+) -> Any:
+    """The number ``d[name]``: finite (or infinity where ``allow_inf``), from 0 to ``high``, or
+    None where ``optional``."""
+    value = d.get(name)
+    if value is None and optional:
+        return None
+    number = _finite(value, allow_inf)
+    if number is None or not 0.0 <= number <= high:
+        raise _field_error(where + name, value, want)
+    return number
+
+
+def _candidate(c: Any, where: str) -> CandidateRecord:
+    """One candidate of a record, every field checked (``where`` names it in errors)."""
+    if not isinstance(c, dict):
+        raise _field_error(where, c, "give the candidate as an object")
+    fields = {f.name for f in dataclasses.fields(CandidateRecord)}
+    required = {f.name for f in dataclasses.fields(CandidateRecord) if f.default is MISSING}
+    _check_fields(c, fields, required, where)
+    rank = c["rank"]
+    if type(rank) is not int or not 1 <= rank <= _MAX_INT:
+        raise _field_error(f"{where}.rank", rank, "give a rank from 1 up")
+    config = c["config"]
+    if not isinstance(config, dict) or not all(type(v) is int for v in config.values()):
+        raise _field_error(
+            f"{where}.config", config, "give an object of decision names and whole numbers"
+        )
+    breakdown = c["breakdown"]
+    if not isinstance(breakdown, dict) or any(_finite(v, True) is None for v in breakdown.values()):
+        raise _field_error(
+            f"{where}.breakdown", breakdown, "give an object of component names and numbers"
+        )
+    correct = c.get("correct")
+    if correct is not None and not isinstance(correct, bool):
+        raise _field_error(f"{where}.correct", correct, "give true, false or null")
+    where += "."
+    return CandidateRecord(
+        rank=rank,
+        config=config,
+        # a model says infinity for a config that cannot run at all (a GPU block too large)
+        predicted_seconds=_number(c, "predicted_seconds", where, want=_PREDICTED, allow_inf=True),
+        estimate_seconds=_number(c, "estimate_seconds", where, want=_PREDICTED, allow_inf=True),
+        bottleneck=_text(c, "bottleneck", where, empty=True),
+        breakdown={k: float(v) for k, v in breakdown.items()},
+        measured_seconds=_number(c, "measured_seconds", where, optional=True),
+        gflops=_number(c, "gflops", where, want="give a finite number, 0 or more", optional=True),
+        correct=correct,
+        max_abs_error=_number(
+            c, "max_abs_error", where, want="give a finite number, 0 or more", optional=True
+        ),
+        numpy_gflops=_number(
+            c, "numpy_gflops", where, want="give a finite number, 0 or more", optional=True
+        ),
+    )
 
 
 def default_path() -> Path:
@@ -239,39 +397,32 @@ class TuningDatabase:
             raise DatabaseError(f"{self.path}: {e}; the database is damaged") from None
 
     def _record(self, row: sqlite3.Row) -> TuneRecord:
-        cands = tuple(
-            CandidateRecord(
-                rank=c["rank"],
-                config=json.loads(c["config"]),
-                predicted_seconds=c["predicted_seconds"],
-                estimate_seconds=c["estimate_seconds"],
-                bottleneck=c["bottleneck"],
-                breakdown=json.loads(c["breakdown"]),
-                measured_seconds=c["measured_seconds"],
-                gflops=c["gflops"],
-                correct=None if c["correct"] is None else bool(c["correct"]),
-                max_abs_error=c["max_abs_error"],
-                numpy_gflops=c["numpy_gflops"],
-            )
+        """The record of a ``records`` row with its candidates, checked as an import is: a
+        record that breaks the rules (written by hand, or imported by an older aotune) is
+        reported with its id and the way to remove it, rather than shown wrong."""
+        cands = [
+            {
+                **{k: c[k] for k in _CANDIDATE_COLUMNS},
+                "config": _loads(c["config"]),
+                "breakdown": _loads(c["breakdown"]),
+                "correct": {0: False, 1: True}.get(c["correct"], c["correct"]),
+            }
             for c in self._rows(
                 "SELECT * FROM candidates WHERE record_id = ? ORDER BY rank", (row["id"],)
             )
-        )
-        return TuneRecord(
-            workload_key=row["workload_key"],
-            spec_hash=row["spec_hash"],
-            model_version=row["model_version"],
-            options=row["options"],
-            workload=json.loads(row["workload"]),
-            target=row["target"],
-            candidates=cands,
-            search_seconds=row["search_seconds"],
-            candidates_scored=row["candidates_scored"],
-            kernels_compiled=row["kernels_compiled"],
-            created=row["created"],
-            aotune_version=row["aotune_version"],
-            id=row["id"],
-        )
+        ]
+        data = {k: row[k] for k in _RECORD_COLUMNS}
+        try:
+            rec = TuneRecord.from_dict(
+                {**data, "workload": _loads(row["workload"]), "candidates": cands}
+            )
+        except DatabaseError as e:
+            raise DatabaseError(
+                f"{self.path}: record {row['id']} is damaged ({e}); remove it with: sqlite3 "
+                f"{shlex.quote(str(self.path))} "
+                f"'PRAGMA foreign_keys=ON; DELETE FROM records WHERE id={row['id']}'"
+            ) from None
+        return dataclasses.replace(rec, id=row["id"])
 
     def find(self, key: tuple[str, str, str, str]) -> TuneRecord | None:
         """The record of ``key`` (workload, spec hash, model version, options), if any."""
@@ -284,7 +435,13 @@ class TuningDatabase:
 
     def get(self, record_id: int) -> TuneRecord:
         """The record with this id; a DatabaseError says how to list the ids."""
-        rows = self._rows("SELECT * FROM records WHERE id = ?", (record_id,))
+        if record_id < 1:
+            raise DatabaseError(
+                f"record ids are positive integers, not {record_id}; 'aotune db list' shows them"
+            )
+        rows = []  # beyond SQLite's integer range: no record has the id, sqlite3 cannot bind it
+        if record_id <= _MAX_INT:
+            rows = self._rows("SELECT * FROM records WHERE id = ?", (record_id,))
         if not rows:
             raise DatabaseError(
                 f"{self.path} has no record {record_id}; 'aotune db list' shows the ids"
@@ -401,40 +558,62 @@ class TuningDatabase:
         except sqlite3.DatabaseError as e:
             raise DatabaseError(f"cannot write to {self.path}: {e}") from None
 
-    def export_jsonl(self, path: Path) -> int:
-        """Write every record as one JSON line; the number written."""
-        n = 0
-        with path.open("w") as f:
-            for rec in self.all():
-                f.write(json.dumps(rec.as_dict(), sort_keys=True) + "\n")
-                n += 1
-        return n
+    def export_jsonl(self, path: Path | str, force: bool = False) -> int:
+        """Write every record as one JSON line to ``path`` (replacing a file only with
+        ``force``); the number written. Every record is read before the file is written, and
+        the file is written whole or not at all, so a failed export leaves nothing behind."""
+        self._refuse_own_file(Path(path))  # first: --force must not make that a question
+        check_writable(path, force, DatabaseError)  # before the reading, which may take a while
+        lines = [json.dumps(rec.as_dict(), sort_keys=True) + "\n" for rec in self.all()]
+        write_new_file(path, "".join(lines), force, DatabaseError)
+        return len(lines)
+
+    def _refuse_own_file(self, path: Path) -> None:
+        """A DatabaseError where ``path`` is this database or a journal SQLite keeps beside it
+        (a link or another name of it included): writing there destroys the records."""
+        for end in ("", "-wal", "-shm", "-journal"):
+            own = Path(f"{self.path}{end}")
+            try:
+                same = os.path.realpath(path) == os.path.realpath(own) or (
+                    path.exists() and own.exists() and os.path.samefile(path, own)
+                )
+            except (OSError, ValueError):
+                continue  # not a usable path: check_writable reports it
+            if same:
+                what = "SQLite's journal of the tuning database" if end else "the tuning database"
+                raise DatabaseError(
+                    f"{path} is {what} being exported (--db {self.path}); export to another file"
+                )
 
     def import_jsonl(self, path: Path) -> tuple[int, int]:
         """Add the records of a ``db export`` file: (added, already present). Each line is checked
         before anything is written, so a malformed file adds nothing."""
+        # a regular file of at most 1 GiB (never a device read to its end), decoded as UTF-8
+        data = read_user_file(path, "JSON-lines file", DatabaseError, limit_bytes=_IMPORT_LIMIT)
+        text = decode_utf8(data, path, "JSON-lines file", DatabaseError)
         records = []
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as e:
-            raise DatabaseError(f"cannot read {path}: {e.strerror}") from None
-        except UnicodeDecodeError:
-            raise DatabaseError(
-                f"{path} is not a JSON-lines export of 'aotune db export'"
-            ) from None
-        for i, line in enumerate(lines, 1):
+        for i, line in enumerate(text.split("\n"), 1):
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError as e:
+                record = json.loads(line)
+            except RecursionError:
                 raise DatabaseError(
-                    f"{path} line {i} is not JSON ({e.msg}); import a file 'aotune db export' wrote"
+                    f"{path} line {i} is not JSON (nested too deeply); import a file "
+                    "'aotune db export' wrote"
                 ) from None
-            if not isinstance(data, dict):
-                raise DatabaseError(f"{path} line {i} is not a record object")
+            except ValueError as e:  # JSONDecodeError, or an integer of thousands of digits
+                why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+                raise DatabaseError(
+                    f"{path} line {i} is not JSON ({why}); import a file 'aotune db export' wrote"
+                ) from None
+            if not isinstance(record, dict):
+                raise DatabaseError(
+                    f"{path} line {i} is not a record object; import a file 'aotune db export' "
+                    "wrote"
+                )
             try:
-                records.append(TuneRecord.from_dict(data))
+                records.append(TuneRecord.from_dict(record))
             except DatabaseError as e:
                 raise DatabaseError(f"{path} line {i}: {e}") from None
         added = 0
@@ -445,42 +624,62 @@ class TuningDatabase:
         return added, len(records) - added
 
 
-def open_database(path: Path | str | None = None) -> TuningDatabase:
-    """Open (creating where needed) the tuning database at ``path`` or the default path.
+def open_database(path: Path | str | None = None, create: bool = True) -> TuningDatabase:
+    """Open the tuning database at ``path`` or the default path; with ``create``, a missing file
+    (and its folder) is made a new, empty database, else it is a DatabaseError (the commands
+    that only read must not leave files behind).
 
-    A file that is not an SQLite database, or one written by a newer aotune (a higher schema
-    version), raises a DatabaseError that says what to do.
+    A file that is not an SQLite database, an SQLite file of another program (whose tables are
+    left as they are), or one written by a newer aotune (a higher schema version), raises a
+    DatabaseError that says what to do.
     """
     p = Path(path) if path is not None else default_path()
+    if not str(path if path is not None else p):
+        raise DatabaseError("--db was given an empty path; name the database file")
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.is_dir():
+            raise DatabaseError(f"--db {p} is a directory; give a file path such as {p}/tuning.db")
+        if p.exists() and not p.is_file():
+            raise DatabaseError(
+                f"--db {p} is not a regular file (a device, pipe or socket); give a database file"
+            )
+        if not create and not p.exists():
+            raise DatabaseError(
+                f"there is no tuning database at {p} (no such file): nothing is stored there "
+                "yet; check --db, or run 'aotune tune' or 'aotune build' to make one"
+            )
+        if create:
+            p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise DatabaseError(f"cannot create the directory of {p}: {e.strerror}") from None
-    if p.is_dir():
-        raise DatabaseError(f"--db {p} is a directory; give a file path such as {p}/tuning.db")
+    except ValueError as e:  # an embedded NUL byte
+        raise DatabaseError(f"cannot open database {p}: {e}") from None
     try:
-        conn = sqlite3.connect(p, timeout=60.0, isolation_level=None)
+        # mode=rw never makes a file: a read-only command leaves a missing path missing
+        uri = f"{p.absolute().as_uri()}?mode={'rwc' if create else 'rw'}"
+        conn = sqlite3.connect(uri, timeout=60.0, isolation_level=None, uri=True)
     except sqlite3.Error as e:
         raise DatabaseError(f"cannot open database {p}: {e}") from None
     conn.row_factory = sqlite3.Row
     try:
         conn.execute("PRAGMA busy_timeout = 60000")
-        conn.execute("PRAGMA journal_mode = WAL")
+        # look before writing anything: another program's database is refused untouched
+        _schema_version(conn, p, create)
+        if create:
+            with conn:
+                conn.execute("BEGIN IMMEDIATE")
+                version = _schema_version(conn, p, create)  # again: another opener may be first
+                for stmt in _SCHEMA.strip().split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)  # IF NOT EXISTS: none where the file has them
+                if version is None:
+                    conn.execute(
+                        "INSERT INTO meta(key, value) VALUES ('schema_version', ?), "
+                        "('created_by', ?)",
+                        (str(SCHEMA_VERSION), f"aotune {aotune.__version__}"),
+                    )
+            conn.execute("PRAGMA journal_mode = WAL")  # two builds may share the file at once
         conn.execute("PRAGMA foreign_keys = ON")
-        with conn:
-            conn.execute("BEGIN IMMEDIATE")
-            for stmt in _SCHEMA.strip().split(";"):
-                if stmt.strip():
-                    conn.execute(stmt)
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?), ('created_by', ?)",
-                    (str(SCHEMA_VERSION), f"aotune {aotune.__version__}"),
-                )
-                version = SCHEMA_VERSION
-            else:
-                version = int(row[0])
     except sqlite3.DatabaseError as e:
         conn.close()
         if "not a database" in str(e) or "malformed" in str(e):
@@ -488,15 +687,67 @@ def open_database(path: Path | str | None = None) -> TuningDatabase:
                 f"{p} is not an aotune tuning database ({e}); pass --db with another path"
             ) from None
         raise DatabaseError(f"cannot open database {p}: {e}") from None
-    except ValueError:
+    except DatabaseError:
         conn.close()
+        raise
+    return TuningDatabase(p, conn)
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_columns() -> dict[str, set[str]]:
+    """The columns of each of aotune's tables (from the schema itself)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.executescript(_SCHEMA)
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in tables}
+    finally:
+        conn.close()
+
+
+def _schema_version(conn: sqlite3.Connection, p: Path, create: bool) -> int | None:
+    """The schema version of the database open in ``conn``; None for a file with no tables yet
+    (a new database, which only a command that may ``create`` one takes). A DatabaseError where
+    the file is another program's (tables, but not aotune's meta table with its version) or a
+    newer aotune's."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        if create:
+            return None
+        raise DatabaseError(
+            f"{p} holds no tuning database (an empty file): nothing is stored there yet; check "
+            "--db, or run 'aotune tune' or 'aotune build' to make one"
+        )
+    foreign = (
+        f"{p} is an SQLite database of another program (tables "
+        f"{', '.join(sorted(tables)[:5])}{', ...' if len(tables) > 5 else ''}), not an aotune "
+        "tuning database; it is left as it is: pass --db with another path"
+    )
+    expected = _schema_columns()
+    if "meta" not in tables or not expected["meta"] <= _columns(conn, "meta"):
+        raise DatabaseError(foreign)
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is None:
+        raise DatabaseError(foreign)
+    try:
+        version = int(row[0])
+    except (TypeError, ValueError):
         raise DatabaseError(
             f"{p}: its schema version is not a number; the file is damaged"
         ) from None
     if version > SCHEMA_VERSION:
-        conn.close()
         raise DatabaseError(
             f"{p} was written by a newer aotune (database schema {version}, this aotune reads "
             f"up to {SCHEMA_VERSION}); upgrade aotune or pass --db with another file"
         )
-    return TuningDatabase(p, conn)
+    for table, columns in expected.items():
+        if table in tables and not columns <= _columns(conn, table):
+            raise DatabaseError(foreign)
+        if table not in tables and not create and table != "objects":
+            raise DatabaseError(f"{p}: its table {table} is missing; the file is damaged")
+    return version
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    """The column names of ``table`` (one of aotune's names, never a user's text)."""
+    return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}

@@ -3,7 +3,9 @@ by ``tune``, and fan-out on a Dask LocalCluster giving the same configs as one p
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import multiprocessing
 import signal
 import sqlite3
@@ -300,3 +302,221 @@ def test_default_database_lives_in_the_cache_dir(tmp_path, monkeypatch):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert default_path() == Path(tmp_path) / "aotune" / "tuning.db"
+
+
+# ---- bad input: one error line, exit 2, nothing a user had changed ---------------------------
+
+
+def _filled_db(path: Path, n: int = 2) -> Path:
+    with open_database(path) as db:
+        for i in range(n):
+            db.put(_record(i))
+    return path
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_export_refuses_to_overwrite_its_own_database(tmp_path, capsys):
+    db = _filled_db(tmp_path / "real.db")
+    before = db.read_bytes()
+    (tmp_path / "link.jsonl").symlink_to(db)
+    (tmp_path / "hard.db").hardlink_to(db)
+    for out in (db, tmp_path / "link.jsonl", tmp_path / "hard.db", Path(f"{db}-wal")):
+        for force in ([], ["--force"]):
+            assert main(["db", "export", str(out), "--db", str(db), *force]) == 2
+            err = _error_line(capsys)
+            assert "being exported" in err and "export to another file" in err
+    assert db.read_bytes() == before and not Path(f"{db}-wal").exists()
+    with open_database(db) as d:
+        assert d.count() == 2
+    # a good export over an old file, with --force, replaces it whole
+    out = tmp_path / "x.jsonl"
+    out.write_text("old\n")
+    assert main(["db", "export", str(out), "--db", str(db), "--force"]) == 0
+    assert len(out.read_text().splitlines()) == 2
+
+
+def _foreign(path: Path, *tables: str) -> Path:
+    conn = sqlite3.connect(path)
+    for t in tables:
+        conn.execute(t)
+    conn.commit()
+    conn.close()
+    return path
+
+
+FOREIGN = {
+    "other": ("CREATE TABLE t(x)",),
+    "records": ("CREATE TABLE records(id INTEGER PRIMARY KEY, x TEXT)",),
+    "meta": ("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FOREIGN))
+def test_another_programs_database_is_refused_untouched(tmp_path, capsys, kind):
+    other = _foreign(tmp_path / "other.db", *FOREIGN[kind])
+    before = other.read_bytes()
+    jsonl = tmp_path / "x.jsonl"
+    jsonl.write_text(json.dumps(_record(1).as_dict()) + "\n")
+    out = tmp_path / "out.jsonl"
+    for cmd in (
+        ["db", "list"],
+        ["db", "show", "1"],
+        ["db", "export", str(out)],
+        ["db", "import", str(jsonl)],
+        ["tune", "matmul", "--shape", "24x40x16", *FAST],
+    ):
+        assert main([*cmd, "--db", str(other)]) == 2, cmd
+        err = _error_line(capsys)
+        assert "another program" in err and "not an aotune tuning database" in err
+    assert other.read_bytes() == before
+    assert not out.exists()  # the failed export left no file behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db", "x.jsonl"]
+
+
+def test_read_only_commands_need_an_existing_database(tmp_path, capsys):
+    missing = tmp_path / "no" / "such" / "t.db"
+    for cmd in (["list"], ["show", "1"], ["export", str(tmp_path / "x.jsonl")]):
+        assert main(["db", *cmd, "--db", str(missing)]) == 2
+        err = _error_line(capsys)
+        assert f"no tuning database at {missing}" in err and "check --db" in err
+    assert list(tmp_path.iterdir()) == []
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert main(["db", "list", "--db", str(empty)]) == 2
+    assert "nothing is stored there yet" in _error_line(capsys)
+    assert empty.read_bytes() == b""
+    # import (like tune and build) makes a new database where there is none
+    jsonl = tmp_path / "x.jsonl"
+    jsonl.write_text(json.dumps(_record(1).as_dict()) + "\n")
+    assert main(["db", "import", str(jsonl), "--db", str(missing)]) == 0
+    assert "imported 1 records" in capsys.readouterr().out
+    assert main(["db", "list", "--db", str(missing)]) == 0
+    assert "1 records" in capsys.readouterr().out
+
+
+def _bad(field: str, value: object) -> dict:
+    d = json.loads(json.dumps(_record(5).as_dict()))
+    if field.startswith("candidates[0]."):
+        d["candidates"][0][field.split(".", 1)[1]] = value
+    else:
+        d[field] = value
+    return d
+
+
+BAD_FIELDS = [
+    ("candidates", []),
+    ("candidates", [1]),
+    ("created", -1e300),
+    ("created", 1e300),
+    ("search_seconds", "fast"),
+    ("search_seconds", float("nan")),
+    ("search_seconds", True),
+    ("target", 12),
+    ("target", ""),
+    ("workload", [1]),
+    ("candidates_scored", 2**63),
+    ("kernels_compiled", -1),
+    ("kernels_compiled", 1.5),
+    ("candidates[0].predicted_seconds", -1e-3),
+    ("candidates[0].estimate_seconds", 10**400),
+    ("candidates[0].rank", 0),
+    ("candidates[0].rank", 2),  # the rank of the second candidate: "field candidates"
+    ("candidates[0].config", {"mr": "8"}),
+    ("candidates[0].config", [8]),
+    ("candidates[0].breakdown", {"L1": "x"}),
+    ("candidates[0].correct", "yes"),
+    ("candidates[0].measured_seconds", -1.0),
+    ("candidates[0].bottleneck", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), BAD_FIELDS, ids=[f"{f}={v!r}"[:48] for f, v in BAD_FIELDS]
+)
+def test_import_checks_every_field(tmp_path, capsys, field, value):
+    db = str(tmp_path / "t.db")
+    good = json.dumps(_record(1).as_dict())
+    (tmp_path / "x.jsonl").write_text(f"{good}\n{json.dumps(_bad(field, value))}\n")
+    assert main(["db", "import", str(tmp_path / "x.jsonl"), "--db", db]) == 2
+    err = _error_line(capsys)
+    named = "candidates is [2, 2]" if value == 2 else field
+    assert f"x.jsonl line 2: field {named}" in err
+    with open_database(db) as d:
+        assert d.count() == 0  # all or nothing
+    assert main(["db", "list", "--db", db]) == 0
+
+
+def test_import_of_lines_that_are_no_json_or_files_that_are_no_export(tmp_path, capsys):
+    db = str(tmp_path / "t.db")
+    x = tmp_path / "x.jsonl"
+    for text in ("[" * 100_000, "1" * 5000, "[1]"):
+        x.write_text(json.dumps(_record(1).as_dict()) + "\n" + text + "\n")
+        assert main(["db", "import", str(x), "--db", db]) == 2
+        err = _error_line(capsys)
+        assert "x.jsonl line 2 is not" in err and "'aotune db export'" in err
+    assert main(["db", "import", "/dev/zero", "--db", db]) == 2
+    assert "not a regular file" in _error_line(capsys)
+    huge = tmp_path / "huge.jsonl"
+    with huge.open("wb") as f:
+        f.truncate((1 << 30) + 1)  # sparse: no disk used
+    assert main(["db", "import", str(huge), "--db", db]) == 2
+    assert "more than the 1073741824" in _error_line(capsys)
+    with open_database(db) as d:
+        assert d.count() == 0
+
+
+def test_import_keeps_a_config_that_cannot_run(tmp_path, capsys):
+    """A GPU model predicts infinity for a config that cannot launch: such a record, as aotune
+    wrote it, exports and imports."""
+    bad = _record(1)
+    cannot = dataclasses.replace(
+        bad.candidates[1], predicted_seconds=math.inf, breakdown={"launch": math.inf}
+    )
+    with open_database(tmp_path / "a.db") as db:
+        db.put(dataclasses.replace(bad, candidates=(bad.candidates[0], cannot)))
+    x = str(tmp_path / "x.jsonl")
+    assert main(["db", "export", x, "--db", str(tmp_path / "a.db")]) == 0
+    assert main(["db", "import", x, "--db", str(tmp_path / "b.db")]) == 0
+    assert main(["db", "show", "1", "--db", str(tmp_path / "b.db")]) == 0
+    assert "#2 mr=2,nr=16: predicted inf ms" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("9223372036854775808", "no record 9223372036854775808"),
+        ("99999999999999999999999", "no record 99999999999999999999999"),
+        ("-1", "record ids are positive integers"),
+        ("0", "record ids are positive integers"),
+    ],
+)
+def test_show_of_ids_beyond_sqlite(tmp_path, capsys, arg, message):
+    db = str(_filled_db(tmp_path / "t.db"))
+    assert main(["db", "show", arg, "--db", db]) == 2
+    assert message in _error_line(capsys)
+
+
+def test_db_without_an_action(capsys):
+    assert main(["db"]) == 2
+    err = _error_line(capsys)
+    assert "needs an action: list, show ID, export FILE or import FILE" in err
+
+
+def test_a_damaged_stored_record_is_named_not_shown_wrong(tmp_path, capsys):
+    db = _filled_db(tmp_path / "t.db")
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE records SET created = -1e300, search_seconds = 'fast' WHERE id = 2")
+    conn.commit()
+    conn.close()
+    for cmd in (["list"], ["show", "2"], ["export", str(tmp_path / "x.jsonl")]):
+        assert main(["db", *cmd, "--db", str(db)]) == 2
+        err = _error_line(capsys)
+        assert "record 2 is damaged (field search_seconds is 'fast'" in err
+        assert "DELETE FROM records WHERE id=2" in err
+    assert not (tmp_path / "x.jsonl").exists()
+    assert main(["db", "show", "1", "--db", str(db)]) == 0

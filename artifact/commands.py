@@ -119,6 +119,8 @@ def open_db(args: argparse.Namespace, create: bool = True) -> Any:
     if getattr(args, "no_db", False):
         if getattr(args, "db", None) is not None:
             raise ConfigError("--db and --no-db contradict each other; give one")
+        if getattr(args, "retune", False):
+            raise ConfigError("--retune replaces a stored record; with --no-db there is none")
         return None
     return open_database(getattr(args, "db", None), create=create)
 

@@ -587,7 +587,7 @@ def build_workload(
                 what for what, v in (("a spec", spec), ("its sizes (--dims)", dims)) if not v
             )
             raise WorkloadError(
-                f"einsum needs {missing}, e.g. aotune tune einsum \"bij,bjk->bik\" "
+                f'einsum needs {missing}, e.g. aotune tune einsum "bij,bjk->bik" '
                 "--dims b=8,i=256,j=256,k=256"
             )
         if shape is not None:

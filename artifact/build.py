@@ -2,18 +2,25 @@
 
     input      inputs.read_input: named workloads (TOML) or a model's kernels and skipped ops
     outdir     check_output_dir: new, empty, or holding only what an earlier build wrote
-               (its manifest lists every file with a hash); anything else needs --force
+               (its manifest lists every file with a hash); anything else needs --force;
+               stage_output_dir: a staging directory made now, before any search (beside a new
+               output directory, inside an existing one), so an output directory that cannot
+               be created or written fails in a second
     backend    targets.backend_for(hw).preflight: the tools, before any search
     search     one task per distinct workload without a record (or all, with --retune),
                fanned out (fanout.run_searches); each record is stored the moment it arrives
     check      where this host runs the target and --verify: the final check of each record's
                top-k (timed with numpy, once per record: the measurements are stored with it);
                the library's kernel is the fastest correct one, else the best predicted
-    emit       backend.emit: objects, header, .so/.a (CPU), then manifest.json last
+    emit       backend.emit into the staging directory: objects, header, .so/.a (CPU), then
+               manifest.json last
     verify     backend.check: every function of the written library against numpy
+    install    install_output: the staged files moved into the output directory (a new one is
+               the staging directory renamed), then the earlier build's other files removed
 
 A build stopped at any point leaves a database with every finished search and no partial
-record; running the same command again resumes from there.
+record; running the same command again resumes from there. A build that fails (or is stopped)
+leaves the output directory as it was: nothing is moved there before everything succeeded.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +56,7 @@ from aotune.targets import target_for
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
+STAGING = ".aotune-partial-"  # the directory a build writes into before installing its files
 # what a progress display is told: (kernel names, state); states below
 Event = Callable[[str, str], None]
 STATES = ("queued", "database", "searching", "searched", "checking", "done", "failed")
@@ -154,11 +164,29 @@ def _sha256(path: Path) -> str:
 def check_output_dir(out: Path, force: bool) -> list[Path]:
     """Make sure writing into ``out`` overwrites nothing the user had (unless ``force``); the
     files of an earlier build there, to be replaced."""
+    try:
+        return _earlier_files(out, force)
+    except OSError as e:  # an unreadable directory or file in it
+        raise BuildError(
+            f"-o {out}: cannot read {e.filename or 'it'} ({e.strerror}); choose a directory you "
+            "can read and write"
+        ) from None
+
+
+def _earlier_files(out: Path, force: bool) -> list[Path]:
+    if out.is_symlink() and not out.exists():
+        raise BuildError(f"-o {out} is a symbolic link to nothing; give a directory (new or empty)")
     if out.exists() and not out.is_dir():
         raise BuildError(f"-o {out} is a file; give a directory (new or empty)")
     if not out.exists():
         return []
-    present = sorted(p for p in out.rglob("*") if p.is_file() or p.is_symlink())
+    present = sorted(
+        p
+        for p in out.rglob("*")
+        if (p.is_file() or p.is_symlink())
+        # another build's staging directory (running, or killed): its files are not the user's
+        and not p.relative_to(out).parts[0].startswith(STAGING)
+    )
     if not present:
         return []
     listed: dict[str, str] = {}
@@ -187,6 +215,104 @@ def check_output_dir(out: Path, force: bool) -> list[Path]:
             "or pass --force to build there anyway"
         )
     return ours
+
+
+@dataclass(frozen=True)
+class Staging:
+    """Where a build writes its files until they are complete, and what a failure undoes."""
+
+    out: Path  # the output directory
+    dir: Path  # the staging directory: beside a new ``out``, inside an existing one
+    new_out: bool  # ``out`` did not exist: ``dir`` is renamed to it
+    made: tuple[Path, ...] = ()  # missing parents of ``out`` created for it, outermost first
+
+
+def stage_output_dir(out: Path) -> Staging:
+    """The staging directory of a build into ``out``, made now: an output directory that
+    cannot be created or written is an error before any search, not after it."""
+    try:
+        return _stage(out)
+    except OSError as e:  # a path we may not even look at
+        raise BuildError(
+            f"-o {out}: cannot use it ({e.strerror}); choose a directory you can write"
+        ) from None
+
+
+def _stage(out: Path) -> Staging:
+    if out.exists():
+        try:
+            return Staging(out, Path(tempfile.mkdtemp(prefix=STAGING, dir=out)), False)
+        except OSError as e:
+            raise BuildError(
+                f"-o {out}: cannot write in this directory ({e.strerror}); choose a directory "
+                "you can write"
+            ) from None
+    missing: list[Path] = []
+    parent = out.parent
+    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+        missing.append(parent)
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise BuildError(
+            f"-o {out}: {parent} is a file, not a directory; choose another output directory"
+        )
+    made: list[Path] = []
+    try:
+        for d in reversed(missing):  # like mkdir -p, undone if the build fails
+            d.mkdir()
+            made.append(d)
+        tmp = tempfile.mkdtemp(prefix=f".{out.name[:40]}{STAGING}", dir=out.parent)
+    except OSError as e:
+        _remove_dirs(made)
+        raise BuildError(
+            f"-o {out}: cannot create it in {parent} ({e.strerror}); choose a directory you "
+            "can write"
+        ) from None
+    return Staging(out, Path(tmp), True, tuple(made))
+
+
+def discard_staging(staging: Staging) -> None:
+    """Undo a build that failed: its staging directory and the parents it made are removed."""
+    shutil.rmtree(staging.dir, ignore_errors=True)
+    _remove_dirs(list(staging.made))
+
+
+def _remove_dirs(dirs: list[Path]) -> None:
+    """Remove the directories ``dirs`` (outermost first) where they are empty."""
+    for d in reversed(dirs):
+        try:
+            d.rmdir()
+        except OSError:  # not empty (someone else wrote there): theirs now
+            pass
+
+
+def install_output(staging: Staging, written: list[str], old_files: list[Path]) -> None:
+    """Move the staged files (``written``, relative paths, the manifest last) into the output
+    directory, then remove the earlier build's files that the new build did not replace."""
+    out = staging.out
+    try:
+        if staging.new_out:  # one rename: the directory appears complete or not at all
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(staging.dir, 0o777 & ~umask)  # mkdtemp makes 0700
+            os.rename(staging.dir, out)
+            return
+        for rel in written:
+            dst = out / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(staging.dir / rel, dst)
+        emptied: set[Path] = set()
+        for p in old_files:  # an earlier build's files: none of them left stale
+            if str(p.relative_to(out)) not in written:
+                p.unlink(missing_ok=True)
+                emptied |= {d for d in p.parents if d != out and out in d.parents}
+        _remove_dirs(sorted(emptied, key=lambda d: len(d.parts)))
+        shutil.rmtree(staging.dir, ignore_errors=True)
+    except OSError as e:
+        raise BuildError(
+            f"cannot move the built library into {out} ({e.strerror}); was it changed while "
+            "aotune built? build again"
+        ) from None
 
 
 def _short(w: Any) -> str:
@@ -227,8 +353,29 @@ def build(
     """
     start = time.perf_counter()
     event = event or (lambda names, state: None)
-    out = options.out_dir
-    old_files = check_output_dir(out, options.force)
+    old_files = check_output_dir(options.out_dir, options.force)
+    staging = stage_output_dir(options.out_dir)
+    try:
+        report, written = _build(kernels, hw, options, db, event, start, staging)
+        install_output(staging, written, old_files)
+    except BaseException:  # failed or interrupted (Ctrl-C): the output directory stays as it was
+        discard_staging(staging)
+        raise
+    return report
+
+
+def _build(
+    kernels: KernelList,
+    hw: HwSpec,
+    options: BuildOptions,
+    db: TuningDatabase,
+    event: Event,
+    start: float,
+    staging: Staging,
+) -> tuple[BuildReport, list[str]]:
+    """``build`` after the output directory's checks, writing into ``staging``: the report and
+    the files written (relative paths, the manifest last), for ``install_output``."""
+    out = staging.dir
     backend = backend_for(hw)
     state = backend.preflight(hw, options.cc, options.objects_only)
 
@@ -288,9 +435,6 @@ def build(
         cand = _pick(records[key])
         chosen += [Chosen(k, records[key], cand) for k in ks]
 
-    for p in old_files:  # an earlier build's files: replaced, and none of them left stale
-        p.unlink()
-    out.mkdir(parents=True, exist_ok=True)
     emitted = backend.emit(chosen, hw, out, state, db)
     files = {str(p.relative_to(out)): _sha256(p) for p in emitted.files}
     manifest = {
@@ -312,10 +456,10 @@ def build(
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     for d in sorted((p for p in out.rglob("*") if p.is_dir()), reverse=True):
-        if not any(d.iterdir()):
+        if not any(d.iterdir()):  # a folder a backend made and left empty
             d.rmdir()
 
-    checks, library_check = backend.check(out, chosen)
+    checks, library_check = backend.check(out, chosen)  # a check that fails installs nothing
     by_name = {e["name"]: e for e in emitted.entries}
     reports = []
     for ch in chosen:
@@ -338,9 +482,9 @@ def build(
     for key in groups:
         event(labels[key], "done")
     bad = tuple(r.name for r in reports if r.check is not None and not r.check.ok)
-    return BuildReport(
+    report = BuildReport(
         target=hw,
-        out_dir=out,
+        out_dir=staging.out,
         source=kernels.source,
         kernels=tuple(reports),
         skipped=kernels.skipped,
@@ -354,6 +498,7 @@ def build(
         library_check=library_check,
         failed=bad,
     )
+    return report, [*files, MANIFEST]
 
 
 def default_jobs() -> int:

@@ -17,8 +17,11 @@ A TOML list has one ``[[kernel]]`` table per function, with ``name``, ``op`` and
     dims = "b=12,i=128,j=64,k=128"      # or a table: dims = { b = 12, i = 128, ... }
 
 Every name must be a C identifier (it becomes the function's symbol), unique in the list, and not
-in aotune's own namespace (``aotune_``). Workloads are checked exactly as ``tune`` checks them; an
-error names the file, the kernel and the fix. ONNX models go through :mod:`.onnx_import`.
+in aotune's own namespace (``aotune_``); every op but einsum needs a ``shape`` (no default sizes:
+a forgotten shape must not build a 1024^3 kernel). Workloads are checked exactly as ``tune``
+checks them; an error names the file, the kernel and the fix. ONNX models go through
+:mod:`.onnx_import`. Both are read through ``files.read_user_file``: regular files only, a list
+up to 1 MiB, a model up to 2 GiB.
 """
 
 from __future__ import annotations
@@ -30,8 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aotune.analysis.workload import Workload, build_workload
+from aotune.analysis.workload import DEFAULT_SHAPES, OPERATORS, Workload, build_workload
 from aotune.errors import AotuneError, BuildError
+from aotune.files import MIB, read_user_file
+
+TOML_LIMIT = MIB  # a kernel list is a few lines per kernel
+ONNX_LIMIT = 2 << 30  # protobuf's own limit on one message: a larger model cannot be parsed
 
 C_KEYWORDS = frozenset(
     """auto break case char const continue default do double else enum extern float for goto if
@@ -168,6 +175,7 @@ def kernel_from_table(table: Any, where: str) -> KernelRequest:
         if key not in table:
             raise BuildError(f"{where}: missing {key!r}; every [[kernel]] needs a name and an op")
     name = check_c_name(table["name"], where)
+    op = table["op"]
     where = f"{where} ({name})"
     for key, value in table.items():
         types, _ = TOML_KEYS[key]
@@ -179,6 +187,17 @@ def kernel_from_table(table: Any, where: str) -> KernelRequest:
                 for t in types
             )
             raise BuildError(f"{where}: {key} must be {wanted}, got {value!r}")
+    # tune's default sizes are for trying aotune out, never what a library was meant to hold
+    shape_text = table.get("shape")
+    if (
+        op in OPERATORS
+        and op != "einsum"
+        and (shape_text is None or isinstance(shape_text, str) and not shape_text.strip())
+    ):
+        raise BuildError(
+            f"{where}: {'missing' if shape_text is None else 'empty'} 'shape'; a {op} kernel "
+            f'needs its sizes ({OPERATORS[op][0]}), e.g. shape = "{DEFAULT_SHAPES[op]}"'
+        )
     kwargs: dict[str, Any] = {}
     for key, value in table.items():
         kw = TOML_KEYS[key][1]
@@ -191,18 +210,24 @@ def kernel_from_table(table: Any, where: str) -> KernelRequest:
         kwargs[kw] = value
     shape = kwargs.pop("shape", None)
     try:
-        workload = build_workload(table["op"], shape, **kwargs)
+        workload = build_workload(op, shape, **kwargs)
     except AotuneError as e:
         raise BuildError(f"{where}: {e}") from None
     return KernelRequest(name, workload, where)
 
 
-def read_toml(path: Path) -> KernelList:
-    """The kernels of a TOML list (see the module docstring for the format)."""
+def read_toml(path: Path, raw: bytes | None = None) -> KernelList:
+    """The kernels of a TOML list (see the module docstring for the format); ``raw``: the file's
+    bytes, when :func:`read_input` has read them already."""
+    if raw is None:
+        raw = read_user_file(path, "TOML kernel list", BuildError, TOML_LIMIT)
+    if len(raw) > TOML_LIMIT:
+        raise BuildError(
+            f"{path} is {len(raw)} bytes, more than the {TOML_LIMIT} a TOML kernel list may "
+            "have; is it the right file? (an ONNX model needs the .onnx suffix)"
+        )
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as e:
-        raise BuildError(f"cannot read {path}: {e.strerror}") from None
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise BuildError(
             f"{path} is not a text file; give a TOML kernel list or an ONNX model (.onnx)"
@@ -225,17 +250,20 @@ def read_toml(path: Path) -> KernelList:
 
 
 def read_input(path: Path, shapes: dict[str, tuple[int, ...]] | None = None) -> KernelList:
-    """A TOML kernel list or an ONNX model, by content (``shapes``: ONNX dynamic inputs)."""
-    if not path.exists():
+    """A TOML kernel list or an ONNX model, by suffix, else by content (``shapes``: ONNX dynamic
+    inputs); read once, as a regular file of at most the size its kind may have."""
+    if not path.exists() and not path.is_symlink():
         raise BuildError(f"{path} does not exist; give a TOML kernel list or an ONNX model")
-    if path.is_dir():
-        raise BuildError(f"{path} is a directory; give a TOML kernel list or an ONNX model file")
-    if path.suffix.lower() == ".onnx" or (
-        path.suffix.lower() != ".toml" and b"\0" in path.read_bytes()[:4096]
-    ):
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        raw = read_user_file(path, "TOML kernel list", BuildError, TOML_LIMIT)
+    else:  # an .onnx, or either kind: the larger limit, the content decides (read_toml checks)
+        what = "ONNX model" if suffix == ".onnx" else "build input"
+        raw = read_user_file(path, what, BuildError, ONNX_LIMIT)
+    if suffix == ".onnx" or (suffix != ".toml" and b"\0" in raw[:4096]):
         from aotune.artifact.onnx_import import read_onnx
 
-        return read_onnx(path, shapes or {})
+        return read_onnx(path, shapes or {}, raw)
     if shapes:
         raise BuildError("--shape name=dims applies to ONNX models, not to a TOML kernel list")
-    return read_toml(path)
+    return read_toml(path, raw)

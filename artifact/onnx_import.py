@@ -13,8 +13,15 @@ name=dims``; a dim that stays unknown is an error naming the input). Then, node 
              and a following Relu, Sigmoid or Gelu (tanh form) the fused activation, as long as the
              intermediate has no other reader and is not a model output
 
-Everything else is a :class:`SkippedOp` with the reason, never an error. Nodes with the same
-workload share one kernel (tuned once), named after the first of them.
+Everything else is a :class:`SkippedOp` with the reason, never an error; so is a MatMul, Gemm or
+Conv whose tensors are not float32 (aotune generates float32 kernels and converts nothing). A
+weight whose shape contradicts the node's input (a Conv's channels, groups or kernel size, a
+MatMul's or Gemm's inner size, a bias of the wrong length) is an invalid model: an error naming
+the node and both shapes. Nodes with the same workload share one kernel (tuned once), named
+after the first of them.
+
+The model is read through ``files.read_user_file`` (a regular file of at most 2 GiB, protobuf's
+own limit); weights stored as external data are never read: only their shapes and types matter.
 """
 
 from __future__ import annotations
@@ -36,15 +43,20 @@ from aotune.analysis.workload import (
 )
 from aotune.artifact.inputs import (
     C_KEYWORDS,
+    ONNX_LIMIT,
     KernelList,
     KernelRequest,
     SkippedOp,
     _c_library_function,
 )
 from aotune.errors import BuildError, WorkloadError
+from aotune.files import read_user_file
 from aotune.search.database import workload_key
 
 ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid"}  # Gelu: only approximate="tanh"
+FLOAT = 1  # onnx.TensorProto.FLOAT: the one element type aotune generates kernels for
+# onnx.TensorProto element types under the names numpy gives them (others: ONNX's own name)
+_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16", 0: "of unknown type"}
 
 
 def parse_shape_args(items: list[str]) -> dict[str, tuple[int, ...]]:
@@ -60,15 +72,37 @@ def parse_shape_args(items: list[str]) -> dict[str, tuple[int, ...]]:
             raise BuildError(
                 f"--shape {item!r} is not name=dims with positive sizes, e.g. input=1x3x224x224"
             )
-        out[name.strip()] = values
+        name = name.strip()
+        if name in out and out[name] != values:  # which one was meant? never pick silently
+            shown = " and ".join("x".join(map(str, v)) for v in (out[name], values))
+            raise BuildError(
+                f"--shape gives input {name!r} twice, as {shown}; give each input's sizes once"
+            )
+        out[name] = values
     return out
 
 
-def _load(path: Path) -> Any:
+def _dtype(elem_type: int) -> str:
+    """An ONNX element type's name for a message: float64, float16, int8, ..."""
     import onnx
 
+    if elem_type in _DTYPES:
+        return _DTYPES[elem_type]
     try:
-        model = onnx.load(str(path))
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+    except ValueError:
+        return f"of element type {elem_type}"
+
+
+def _load(path: Path, data: bytes | None = None) -> Any:
+    """The model in ``path`` (whose bytes ``data`` are, when already read)."""
+    import onnx
+
+    if data is None:
+        data = read_user_file(path, "ONNX model", BuildError, ONNX_LIMIT)
+    try:
+        # from the bytes: external data (weights in other files) is not loaded, nor needed
+        model = onnx.load_model_from_string(data)
     except Exception as e:  # noqa: BLE001 -- protobuf raises its own DecodeError and others
         raise BuildError(
             f"{path} is not an ONNX model ({type(e).__name__}); give a .onnx file "
@@ -120,31 +154,42 @@ def _fix_inputs(model: Any, shapes: dict[str, tuple[int, ...]], path: Path) -> N
             )
 
 
-def _shapes(model: Any) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]]:
-    """(tensor name -> static shape, initializer name -> numpy array) after shape inference."""
+@dataclasses.dataclass(frozen=True)
+class _Tensors:
+    """What shape inference says of the model's tensors."""
+
+    shapes: dict[str, tuple[int, ...]]  # name -> static shape
+    dtypes: dict[str, int]  # name -> onnx element type
+    consts: frozenset[str]  # initializers and Constant nodes' outputs
+
+
+def _tensors(model: Any) -> _Tensors:
+    """Shapes and element types of the model's tensors after shape inference."""
     import onnx
-    from onnx import numpy_helper
 
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as e:  # noqa: BLE001 -- onnx raises InferenceError and friends
         raise BuildError(f"ONNX shape inference failed: {str(e).splitlines()[0]}") from None
     shapes: dict[str, tuple[int, ...]] = {}
+    dtypes: dict[str, int] = {}
     g = inferred.graph
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         tt = vi.type.tensor_type
+        if tt.elem_type:  # an output declared without a type keeps the inferred one
+            dtypes[vi.name] = tt.elem_type
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
             shapes[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
-    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
-    for name, arr in consts.items():
-        shapes[name] = tuple(arr.shape)
+    consts = {t.name: t for t in g.initializer}
     for node in g.node:  # Constant nodes are initializers too
         if node.op_type == "Constant":
             for a in node.attribute:
                 if a.name == "value":
-                    consts[node.output[0]] = numpy_helper.to_array(a.t)
-                    shapes[node.output[0]] = tuple(consts[node.output[0]].shape)
-    return shapes, consts
+                    consts[node.output[0]] = a.t
+    for name, t in consts.items():  # dims and type only: the data is never needed
+        shapes[name] = tuple(int(d) for d in t.dims)
+        dtypes[name] = t.data_type
+    return _Tensors(shapes, dtypes, frozenset(consts))
 
 
 def _attrs(node: Any) -> dict[str, Any]:
@@ -172,9 +217,10 @@ def c_name(text: str, taken: set[str]) -> str:
 
 
 class _Importer:
-    def __init__(self, model: Any, shapes: dict[str, tuple[int, ...]], consts: dict[str, Any]):
+    def __init__(self, model: Any, tensors: _Tensors, source: str):
         self.graph = model.graph
-        self.shapes, self.consts = shapes, consts
+        self.shapes, self.dtypes, self.consts = tensors.shapes, tensors.dtypes, tensors.consts
+        self.source = source  # the model's file name, for errors
         self.outputs = {o.name for o in model.graph.output}
         self.readers: dict[str, list[Any]] = {}
         for node in self.graph.node:
@@ -203,9 +249,9 @@ class _Importer:
         nxt = self.only_reader(tensor)
         if nxt is not None and nxt.op_type == "Add" and bias_ok and not bias:
             other = [n for n in nxt.input if n != tensor]
-            if len(other) == 1 and other[0] in self.consts:
-                vec = self.consts[other[0]]
-                if vec.ndim >= 1 and vec.shape[-1] == out_dim and math.prod(vec.shape) == out_dim:
+            if len(other) == 1 and other[0] in self.consts and self.dtypes.get(other[0]) == FLOAT:
+                vec = self.shapes[other[0]]
+                if len(vec) >= 1 and vec[-1] == out_dim and math.prod(vec) == out_dim:
                     bias = True
                     fused.append(nxt)
                     tensor = nxt.output[0]
@@ -224,6 +270,24 @@ class _Importer:
     def shape(self, name: str) -> tuple[int, ...] | None:
         return self.shapes.get(name)
 
+    def not_float32(self, node: Any) -> str | None:
+        """Why ``node`` is not generated when a tensor it reads or writes is not float32."""
+        names = [n for n in node.input if n] + [n for n in node.output[:1] if n]
+        bad = [n for n in names if self.dtypes.get(n) != FLOAT]
+        if not bad:
+            return None
+        shown = ", ".join(f"{n} is {_dtype(self.dtypes.get(n, 0))}" for n in bad[:3])
+        return f"not float32 ({shown}); aotune generates float32 kernels only and converts nothing"
+
+    def mismatch(self, node: Any, names: tuple[str, str], why: str) -> BuildError:
+        """The error for a node whose weights contradict its input: the node, both shapes."""
+        a, b = names
+        return BuildError(
+            f"{self.source}: node {self.label(node)} ({node.op_type}) reads {a} of shape "
+            f"{self.shape(a)} and {b} of shape {self.shape(b)}: {why}; the model is invalid, "
+            "fix or re-export it"
+        )
+
     def matmul(self, node: Any) -> Workload | str:
         a, b = (self.shape(n) for n in node.input[:2])
         if a is None or b is None:
@@ -233,7 +297,7 @@ class _Importer:
         M, K = a[-2], a[-1]
         K2, N = b[-2], b[-1]
         if K != K2:
-            return f"inner sizes differ ({a} x {b})"
+            raise self.mismatch(node, (node.input[0], node.input[1]), f"inner sizes {K} and {K2}")
         if len(b) == 2:
             return matmul(math.prod(a[:-1]), N, K)
         if a[:-2] == b[:-2]:
@@ -245,11 +309,16 @@ class _Importer:
         a, b = (self.shape(n) for n in node.input[:2])
         if a is None or b is None:
             return "input shapes unknown after shape inference"
+        pair = (node.input[0], node.input[1])
+        if len(a) != 2 or len(b) != 2:
+            raise self.mismatch(node, pair, "Gemm multiplies two 2-D matrices")
         if float(at.get("alpha", 1.0)) != 1.0:
             return f"alpha = {at['alpha']} (only alpha = 1 is generated)"
         ta, tb = int(at.get("transA", 0)), int(at.get("transB", 0))
         M, K = (a[1], a[0]) if ta else a
-        N = b[0] if tb else b[1]
+        N, K2 = b if tb else (b[1], b[0])
+        if K != K2:
+            raise self.mismatch(node, pair, f"inner sizes {K} and {K2} (transA={ta}, transB={tb})")
         w = einsum(
             ("km" if ta else "mk") + "," + ("nk" if tb else "kn") + "->mn",
             {"m": M, "n": N, "k": K},
@@ -258,11 +327,19 @@ class _Importer:
         )
         bias = False
         if len(node.input) > 2 and node.input[2]:
-            c = self.consts.get(node.input[2])
+            c = self.shape(node.input[2])
+            # C broadcasts to M x N (ONNX's unidirectional broadcasting), or the model is invalid
+            if c is not None and (
+                len(c) > 2 or any(d not in (1, full) for d, full in zip(c[::-1], (N, M)))
+            ):
+                raise self.mismatch(
+                    node, (node.input[2], node.output[0]), f"C does not broadcast to {M}x{N}"
+                )
             if (
-                c is None
-                or math.prod(c.shape) != N
-                or c.shape[-1] != N
+                node.input[2] not in self.consts
+                or c is None
+                or math.prod(c) != N
+                or c[-1] != N
                 or float(at.get("beta", 1.0)) != 1.0
             ):
                 self.skipped.append(
@@ -284,11 +361,39 @@ class _Importer:
             return "input shapes unknown after shape inference"
         if len(x) != 4:
             return f"only 2-D convolutions are generated (input {x})"
+        pair = (node.input[0], node.input[1])
+        if len(wt) != 4:
+            raise self.mismatch(node, pair, "a 2-D convolution's weights are K x C/group x R x S")
         N, C, H, W = x
         K, Cg, R, S = wt
+        group = int(at.get("group", 1))
+        # shape inference checks none of these: a wrong weight would build a wrong kernel
+        if group < 1 or C % group or K % group:
+            raise self.mismatch(
+                node, pair, f"group = {group} must divide the {C} input and {K} output channels"
+            )
+        if Cg * group != C:
+            raise self.mismatch(
+                node,
+                pair,
+                f"the input has {C} channels, so with group = {group} the weights need "
+                f"{C // group} per group, not {Cg}",
+            )
+        kernel = tuple(at.get("kernel_shape", (R, S)))
+        if kernel != (R, S):
+            raise self.mismatch(
+                node, pair, f"kernel_shape {list(kernel)} differs from the weights' {R}x{S}"
+            )
+        if len(node.input) > 2 and node.input[2]:
+            bias = self.shape(node.input[2])
+            if bias is not None and bias != (K,):
+                raise self.mismatch(
+                    node,
+                    (node.input[1], node.input[2]),
+                    f"the bias needs {K} values, one per output channel",
+                )
         strides = list(at.get("strides", [1, 1]))
         dil = list(at.get("dilations", [1, 1]))
-        group = int(at.get("group", 1))
         pads = list(at.get("pads", [0, 0, 0, 0]))
         auto = at.get("auto_pad", b"NOTSET")
         auto = auto.decode() if isinstance(auto, bytes) else auto
@@ -324,6 +429,10 @@ class _Importer:
                     else "not an op aotune generates",
                 )
                 continue
+            why = self.not_float32(node)
+            if why is not None:  # a float32 kernel for float64 data would be silently wrong
+                self.skip(node, why)
+                continue
             bias, fusable = False, True
             if op == "MatMul":
                 got = self.matmul(node)
@@ -356,12 +465,14 @@ class _Importer:
         return found
 
 
-def read_onnx(path: Path, shapes: dict[str, tuple[int, ...]]) -> KernelList:
-    """The kernels of an ONNX model and the ops it skips."""
-    model = _load(path)
+def read_onnx(
+    path: Path, shapes: dict[str, tuple[int, ...]], data: bytes | None = None
+) -> KernelList:
+    """The kernels of an ONNX model and the ops it skips (``data``: the file's bytes, when
+    :func:`~aotune.artifact.inputs.read_input` has read them already)."""
+    model = _load(path, data)
     _fix_inputs(model, shapes, path)
-    tensor_shapes, consts = _shapes(model)
-    imp = _Importer(model, tensor_shapes, consts)
+    imp = _Importer(model, _tensors(model), path.name)
     found = imp.run()
     by_key: dict[str, int] = {}
     kernels: list[KernelRequest] = []
@@ -380,8 +491,9 @@ def read_onnx(path: Path, shapes: dict[str, tuple[int, ...]]) -> KernelList:
         by_key[key] = len(kernels)
         kernels.append(KernelRequest(name, w, f"{path.name}: {', '.join(names)}", names))
     if not kernels:
+        first = f"; {imp.skipped[0].node}: {imp.skipped[0].reason}" if imp.skipped else ""
         raise BuildError(
             f"{path.name} has no MatMul, Gemm or Conv that aotune generates "
-            f"({len(imp.skipped)} ops skipped); nothing to build"
+            f"({len(imp.skipped)} ops skipped{first}); nothing to build"
         )
     return KernelList(str(path), tuple(kernels), tuple(imp.skipped))

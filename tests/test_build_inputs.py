@@ -119,9 +119,14 @@ layout = "nhwc"
         ('[[kernel]]\nname = "expf"\nop = "matmul"', "is a function of the C library"),
         ('[[kernel]]\nname = "malloc"\nop = "matmul"', "is a function of the C library"),
         (
-            '[[kernel]]\nname = "a"\nop = "matmul"\n[[kernel]]\nname = "a"\nop = "dense"',
+            '[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2x2"\n'
+            '[[kernel]]\nname = "a"\nop = "dense"\nshape = "2x2x2"',
             "'a' is used twice",
         ),
+        # no default sizes: a forgotten shape must not build a 1024x1024x1024 kernel
+        ('[[kernel]]\nname = "a"\nop = "matmul"', "kernel 1 (a): missing 'shape'"),
+        ('[[kernel]]\nname = "c"\nop = "conv2d"\npad = 1', "kernel 1 (c): missing 'shape'"),
+        ('[[kernel]]\nname = "a"\nop = "dense"\nshape = " "', "kernel 1 (a): empty 'shape'"),
         ('[[kernel]]\nname = "a"\nop = "matmul"\nshap = "2x2x2"', "unknown key 'shap'"),
         ('[[kernel]]\nop = "matmul"', "missing 'name'"),
         ('[[kernel]]\nname = "a"\nop = "matmul"\nbias = "yes"', "bias must be true/false"),
@@ -513,3 +518,178 @@ def test_gpu_build_writes_ptx_cubin_and_a_launch_manifest(tmp_path, capsys):
     if not device_available(load_target("a100"))[0]:
         with pytest.raises(LibraryError, match="cannot run here: no"):
             aotune.load(g)
+
+
+# ---- bad input a probe found: one line, exit 2, nothing written, nothing lost -------------------
+
+
+def test_build_input_is_a_regular_file_of_bounded_size(tmp_path, capsys, monkeypatch):
+    from aotune.artifact import inputs
+
+    rc, _, err = run_cli(capsys, "build", "/dev/null", "-o", str(tmp_path / "o"))
+    assert rc == 2 and "/dev/null is not a regular file" in one_error_line(err)  # /dev/zero too
+    big = tmp_path / "big.toml"
+    big.write_text("# padding\n" * 120_000)  # 1.2 MB: more than a kernel list may have
+    rc, _, err = run_cli(capsys, "build", str(big), "-o", str(tmp_path / "o"))
+    assert rc == 2 and "is 1200000 bytes, more than the 1048576" in one_error_line(err)
+    monkeypatch.setattr(inputs, "ONNX_LIMIT", 1000)  # 2 GiB in the real thing
+    (tmp_path / "m.onnx").write_bytes(b"\x08\x07" * 1000)
+    rc, _, err = run_cli(capsys, "build", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o"))
+    assert rc == 2 and "ONNX model" in err and "more than the 1000" in one_error_line(err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_output_directory_that_cannot_be_written_fails_before_any_search(
+    tmp_path, capsys, monkeypatch
+):
+    import aotune.artifact.build as build_module
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched before the output directory was checked")
+
+    monkeypatch.setattr(build_module, "run_searches", no_search)
+    (tmp_path / "mine.s").write_text("mine")
+    cases = [(tmp_path / "mine.s" / "sub", "mine.s is a file, not a directory")]
+    if Path("/proc/self").exists():
+        cases.append((Path("/proc/aotune-test"), "cannot create it in /proc"))
+    if Path("/sys/kernel").is_dir():
+        cases.append((Path("/sys/kernel/aotune-test"), "cannot create it in /sys/kernel"))
+    for out, text in cases:
+        rc, _, err = run_cli(
+            capsys, "build", str(_list(tmp_path)), "-o", str(out), "--db",
+            str(tmp_path / "t.db"), *FAST,
+        )  # fmt: skip
+        assert rc == 2 and text in one_error_line(err), (out, err)
+    assert (tmp_path / "mine.s").read_text() == "mine"
+
+
+@needs_cc
+@pytest.mark.skipif(shutil.which("false") is None, reason="no false(1) to fail the link")
+def test_failed_build_leaves_the_output_directory_as_it_was(tmp_path, capsys, monkeypatch):
+    db = ["--db", str(tmp_path / "t.db"), *FAST]
+    false = shutil.which("false") or "false"
+    # a new directory (and its new parent): not there after a failed link
+    new = tmp_path / "new" / "x1"
+    rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(new), "--cc", false, *db)
+    assert rc == 2 and "failed to make libaotune_kernels.so" in err.splitlines()[-1]
+    assert not (tmp_path / "new").exists()
+    # the same build done right is not blamed on the user
+    rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(new), *db)
+    assert rc == 0, err
+
+    def files(d: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+    before = files(new)
+    (tmp_path / "k.toml").write_text('[[kernel]]\nname = "mm2"\nop = "matmul"\nshape = "9x8x7"\n')
+    k2 = str(tmp_path / "k.toml")
+    rc, _, err = run_cli(capsys, "build", k2, "-o", str(new), "--cc", false, *db)
+    assert rc == 2 and files(new) == before  # an earlier build's library: kept whole
+    from aotune.artifact.backends import CpuBackend
+    from aotune.cli import EXIT_INTERRUPTED
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:  # Ctrl-C after every file was written, before installing
+        m.setattr(CpuBackend, "check", interrupted)
+        rc, _, _ = run_cli(capsys, "build", k2, "-o", str(new), *db)
+    assert rc == EXIT_INTERRUPTED and files(new) == before
+    rc, _, err = run_cli(capsys, "build", k2, "-o", str(new), *db)
+    assert rc == 0, err
+    assert (new / "objects" / "mm2.o").exists() and not (new / "objects" / "mm.o").exists()
+    assert not [p for p in tmp_path.rglob("*") if "aotune-partial" in p.name]  # no staging left
+
+
+def _onnx_model(path: Path, nodes, inputs, inits, dtype=None) -> None:
+    """A model of ``nodes``: ``inputs`` {name: shape} (float32 unless ``dtype`` says), ``inits``
+    {name: array}, one output y."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    elem = {n: (dtype or {}).get(n, TensorProto.FLOAT) for n in inputs}
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, elem[n], s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in ("y",)],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def _ones(*shape: int) -> np.ndarray:
+    return np.ones(shape, np.float32)
+
+
+@pytest.mark.parametrize(
+    "attrs, x, inits, message",
+    [
+        ({}, (1, 5, 8, 8), {"w": _ones(4, 4, 3, 3)},
+         "the input has 5 channels, so with group = 1 the weights need 5 per group, not 4"),
+        ({"group": 2}, (1, 4, 8, 8), {"w": _ones(4, 4, 3, 3)}, "weights need 2 per group, not 4"),
+        ({"group": 3}, (1, 6, 8, 8), {"w": _ones(4, 2, 3, 3)}, "group = 3 must divide"),
+        ({"kernel_shape": [5, 5]}, (1, 4, 8, 8), {"w": _ones(4, 4, 3, 3)},
+         "kernel_shape [5, 5] differs from the weights' 3x3"),
+        ({}, (1, 4, 8, 8), {"w": _ones(4, 4, 3, 3), "b": _ones(5)}, "the bias needs 4 values"),
+    ],
+)  # fmt: skip
+def test_onnx_conv_weights_that_contradict_the_input_are_an_error(
+    tmp_path, capsys, attrs, x, inits, message
+):
+    from onnx import helper
+
+    node = helper.make_node("Conv", ["x", *inits], ["y"], name="conv.7", **attrs)
+    _onnx_model(tmp_path / "m.onnx", [node], {"x": x}, inits)
+    rc, _, err = run_cli(capsys, "build", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "o"))
+    line = one_error_line(err)
+    assert rc == 2 and "node conv.7 (Conv)" in line and message in line
+    shapes = [x, *(a.shape for a in inits.values())]
+    assert sum(f"of shape {s}" in line for s in shapes) == 2  # both shapes that disagree
+    assert not (tmp_path / "o").exists()
+
+
+def test_onnx_gemm_c_that_does_not_broadcast_is_an_error(tmp_path):
+    from onnx import helper
+
+    inits = {"w": _ones(8, 3), "c": _ones(2, 3)}
+    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="fc")
+    _onnx_model(tmp_path / "m.onnx", [node], {"x": (4, 8)}, inits)
+    with pytest.raises(BuildError, match=r"node fc \(Gemm\).*\(2, 3\).*does not broadcast to 4x3"):
+        read_onnx(tmp_path / "m.onnx", {})
+
+
+def test_onnx_ops_that_are_not_float32_are_skipped_not_converted(tmp_path):
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm32"),
+        helper.make_node("MatMul", ["x64", "w64"], ["y64"], name="mm64"),
+    ]
+    inits = {"w": _ones(8, 3), "w64": np.ones((8, 3), np.float64)}
+    inputs = {"x": (4, 8), "x64": (4, 8)}
+    _onnx_model(tmp_path / "m.onnx", nodes, inputs, inits, {"x64": TensorProto.DOUBLE})
+    kl = read_onnx(tmp_path / "m.onnx", {})
+    assert [k.name for k in kl.kernels] == ["mm32"]
+    ((node, op, reason),) = [(s.node, s.op_type, s.reason) for s in kl.skipped]
+    assert (node, op) == ("mm64", "MatMul")
+    assert "x64 is float64" in reason and "aotune generates float32 kernels" in reason
+    # nothing float32 at all: the error says why, not a float32 kernel for float64 data
+    _onnx_model(tmp_path / "d.onnx", nodes[1:], {"x64": (4, 8)}, {"w64": inits["w64"]},
+                {"x64": TensorProto.DOUBLE})  # fmt: skip
+    with pytest.raises(BuildError, match="nothing to build") as e:
+        read_onnx(tmp_path / "d.onnx", {})
+    assert "mm64: not float32 (x64 is float64" in str(e.value)
+
+
+def test_shape_given_twice_with_different_sizes_is_an_error(tmp_path, capsys):
+    from aotune.artifact.onnx_import import parse_shape_args
+
+    assert parse_shape_args(["x=4x8", "x=4,8"]) == {"x": (4, 8)}  # the same sizes: no doubt
+    small_cnn(tmp_path / "dyn.onnx")
+    rc, _, err = run_cli(
+        capsys, "build", str(tmp_path / "dyn.onnx"), "--shape", "x=1x3x8x8", "--shape",
+        "x=2x3x8x8", "-o", str(tmp_path / "o"),
+    )  # fmt: skip
+    line = one_error_line(err)
+    assert rc == 2 and "input 'x' twice, as 1x3x8x8 and 2x3x8x8" in line

@@ -20,8 +20,9 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 
-def add_db_flags(p: argparse.ArgumentParser, search: bool = True) -> None:
-    """``--db`` (and, for commands that search, ``--retune`` and ``--no-db``)."""
+def add_db_flags(p: argparse.ArgumentParser, search: bool = True, optional: bool = True) -> None:
+    """``--db`` (and, for commands that search, ``--retune``; ``--no-db`` where the command can
+    do without the database)."""
     p.add_argument(
         "--db",
         metavar="PATH",
@@ -33,6 +34,7 @@ def add_db_flags(p: argparse.ArgumentParser, search: bool = True) -> None:
         p.add_argument(
             "--retune", action="store_true", help="search again and replace the stored record"
         )
+    if search and optional:
         p.add_argument(
             "--no-db", action="store_true", help="neither read nor write the tuning database"
         )
@@ -88,7 +90,7 @@ def add_build_parser(sub: Any) -> None:
     )
     b.add_argument("--top-k", type=int, default=3, help="candidates kept and checked (default 3)")
     b.add_argument("--json", action="store_true", help="print one JSON object")
-    add_db_flags(b)
+    add_db_flags(b, optional=False)  # build keeps every search in the database
 
 
 def add_db_parser(sub: Any) -> None:
@@ -156,8 +158,6 @@ def cmd_build(args: argparse.Namespace) -> int:
     kernels = read_input(Path(args.input), shapes)
     hw = load_target(args.target)
     db = open_db(args)
-    if db is None:
-        raise ConfigError("build keeps its searches in the tuning database; drop --no-db")
     options = BuildOptions(
         out_dir=Path(args.out),
         search=search,

@@ -63,6 +63,7 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
         (["tune", "--top-k", "1000000000"], ["--top-k must be in 1..1000"]),
         (["tune", "--seed", "1" * 25], ["too large (at most 19 digits)"]),
         (["tune", "--shape", "8x8x8", "--no-db", "--retune"], ["--retune", "with --no-db"]),
+        (["build", "k.toml", "--no-db"], ["unrecognized arguments: --no-db"]),
         (
             ["accuracy", "matmul", "--shape", "8x8x8", "--seed", "-1"],
             ["--seed -1", "0..4294967295"],

@@ -213,10 +213,11 @@ class GpuLauncher:
     the output back. Made only where a GPU of the library's sm and its driver are present."""
 
     def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
-        from aotune.codegen.cuda_device import _check, _driver, device_available
+        from aotune.codegen.cuda_device import _check, _driver, device_available, device_context
         from aotune.hwspecs.spec import load_target
 
         self._check = _check
+        self._device_context = device_context
         self.drv = _driver()
         try:
             hw = load_target(manifest["target"]["name"])
@@ -233,28 +234,40 @@ class GpuLauncher:
                 f"{directory} holds {manifest['target'].get('sm', 'GPU')} kernels for "
                 f"{manifest['target']['name']}, and they cannot run here: {why}"
             )
-        drv = self.drv
-        self.dev = _check(drv.cuDeviceGet(0), "cuDeviceGet")
-        self.ctx = _check(drv.cuCtxCreate(0, self.dev), "cuCtxCreate")
+        self.hw = hw
+        self.drv, self.ctx = device_context(hw)
+        self.modules: dict[str, tuple[Any, Any]] = {}  # entry name -> (module, function)
         self.directory = directory
+
+    def _function(self, entry: dict[str, Any]) -> Any:
+        """``entry``'s kernel in this thread's context, its module loaded on first use (again
+        after ``close``, as a CPU library restarts its threads)."""
+        drv, check = self.drv, self._check
+        self.drv, self.ctx = self._device_context(self.hw)  # current on the caller's thread
+        if entry["entry"] not in self.modules:
+            module = check(
+                drv.cuModuleLoadData((self.directory / entry["cubin"]).read_bytes()), "load cubin"
+            )
+            fn = check(drv.cuModuleGetFunction(module, entry["entry"].encode()), "get function")
+            dynamic = entry["launch"]["dynamic_shared_bytes"]
+            if dynamic:
+                attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                check(drv.cuFuncSetAttribute(fn, attr, dynamic), "opt-in")
+            self.modules[entry["entry"]] = (module, fn)
+        return self.modules[entry["entry"]][1]
 
     def function(self, entry: dict[str, Any]) -> Any:
         """A callable ``fn(*pointers) -> 0`` launching ``entry`` on host arrays' addresses."""
         drv, check = self.drv, self._check
-        module = check(
-            drv.cuModuleLoadData((self.directory / entry["cubin"]).read_bytes()), "load cubin"
-        )
-        fn = check(drv.cuModuleGetFunction(module, entry["entry"].encode()), "get function")
+        self._function(entry)  # a cubin the driver refuses fails at load, not at the first call
         launch = entry["launch"]
-        if launch["dynamic_shared_bytes"]:
-            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            check(drv.cuFuncSetAttribute(fn, attr, launch["dynamic_shared_bytes"]), "opt-in")
         sizes = {p["role"]: 4 * math.prod(p["shape"]) for p in entry["params"]}
         roles = [p["role"] for p in entry["params"]]
 
         def call(*pointers: int) -> int:
             host = dict(zip(roles, pointers))
             dev = {}
+            fn = self._function(entry)
             try:
                 for role in entry["kernel_args"]:
                     nbytes = sizes.get(role, 4)
@@ -285,10 +298,12 @@ class GpuLauncher:
         return "success" if rc == 0 else "unknown aotune error code"
 
     def close(self) -> None:
-        """Release the context."""
-        if self.ctx is not None:
-            self.drv.cuCtxDestroy(self.ctx)
-            self.ctx = None
+        """Unload the library's modules; the next call loads its own again. The device's primary
+        context stays, as the CUDA runtime keeps it, for other users in this process."""
+        self.drv.cuCtxSetCurrent(self.ctx)
+        for module, _ in self.modules.values():
+            self.drv.cuModuleUnload(module)
+        self.modules = {}
 
 
 def load(path: str | Path) -> Library:

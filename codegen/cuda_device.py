@@ -4,17 +4,28 @@ inputs the emulation used, compare with numpy, time with CUDA events.
 Roadmap: shares everything with the emulated check (schedule, cubin, launch, inputs, reference)
 except the launch itself; cuBLAS through cupy as a baseline where cupy is installed. Nothing here
 runs on a machine without a driver: ``device_available`` says why, and the caller skips.
+
+The kernels run in the device's primary context, retained once per process as the CUDA runtime
+does: creating a context per kernel costs a tenth of a second or more, and cuCtxCreate's
+signature changed between cuda-bindings 12 and 13 while the primary-context calls did not.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from aotune.codegen.executions import count_execution
 from aotune.errors import FinalCheckError
+
+_CONTEXTS: dict[int, Any] = {}
+_CONTEXT_LOCK = threading.Lock()
 
 
 def _driver() -> Any:
@@ -35,6 +46,23 @@ def _check(result: tuple, what: str) -> Any:
     return rest[0] if len(rest) == 1 else rest
 
 
+def _matching_device(drv: Any, sm: int) -> tuple[int | None, int]:
+    """(ordinal of the first device of compute capability ``sm`` or None, number of devices)."""
+    count = _check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
+    attr = drv.CUdevice_attribute
+    for i in range(count):
+        dev = _check(drv.cuDeviceGet(i), "cuDeviceGet")
+        major = _check(
+            drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cc"
+        )
+        minor = _check(
+            drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cc"
+        )
+        if major * 10 + minor == sm:
+            return i, count
+    return None, count
+
+
 def device_available(hw: Any) -> tuple[bool, str]:
     """(True, "") when a GPU of ``hw``'s compute capability and its driver are here."""
     drv = _driver()
@@ -46,19 +74,38 @@ def device_available(hw: Any) -> tuple[bool, str]:
         return False, f"no GPU: the CUDA driver cannot be loaded ({e})"
     if int(err) != 0:
         return False, f"no GPU: the CUDA driver is not usable here ({err})"
-    count = _check(drv.cuDeviceGetCount(), "cuDeviceGetCount")
-    for i in range(count):
-        dev = _check(drv.cuDeviceGet(i), "cuDeviceGet")
-        attr = drv.CUdevice_attribute
-        major = _check(
-            drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cc"
-        )
-        minor = _check(
-            drv.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cc"
-        )
-        if major * 10 + minor == hw.arch.sm:
-            return True, ""
+    ordinal, count = _matching_device(drv, hw.arch.sm)
+    if ordinal is not None:
+        return True, ""
     return False, f"no {hw.sm_name} GPU here ({count} other CUDA device(s))"
+
+
+def device_context(hw: Any) -> tuple[Any, Any]:
+    """(driver, context) for the first GPU of ``hw``'s compute capability: its primary context,
+    retained once per process and made current on the calling thread."""
+    drv = _driver()
+    ok, why = device_available(hw) if drv is not None else (False, "")
+    if drv is None:
+        raise FinalCheckError("cuda-python is not installed; pip install 'aotune[gpu]'")
+    if not ok:
+        raise FinalCheckError(why)
+    ordinal, _ = _matching_device(drv, hw.arch.sm)
+    assert ordinal is not None
+    with _CONTEXT_LOCK:
+        if ordinal not in _CONTEXTS:
+            dev = _check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
+            _CONTEXTS[ordinal] = _check(drv.cuDevicePrimaryCtxRetain(dev), "PrimaryCtxRetain")
+        ctx = _CONTEXTS[ordinal]
+    _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return drv, ctx
+
+
+def device_name(hw: Any) -> str:
+    """The name the driver gives the GPU that ``hw``'s kernels run on."""
+    drv, _ = device_context(hw)
+    dev = _check(drv.cuCtxGetDevice(), "cuCtxGetDevice")
+    raw = _check(drv.cuDeviceGetName(64, dev), "cuDeviceGetName")
+    return bytes(raw).split(b"\0", 1)[0].decode(errors="replace")
 
 
 @dataclass(frozen=True)
@@ -70,6 +117,27 @@ class DeviceMeasurement:
     spread: float
     correct: bool
     max_abs_error: float
+    tolerance: float = 0.0
+
+
+def timed_launches(
+    drv: Any, launch_once: Callable[[], None], runs: int, budget_seconds: float
+) -> list[float]:
+    """Seconds of each of up to ``runs`` launches, each between two CUDA events, stopping once
+    ``budget_seconds`` of device time is spent (3 launches at least)."""
+    start, stop = (_check(drv.cuEventCreate(0), "cuEventCreate") for _ in range(2))
+    times: list[float] = []
+    try:
+        while len(times) < runs and (len(times) < 3 or sum(times) < budget_seconds):
+            _check(drv.cuEventRecord(start, 0), "cuEventRecord")
+            launch_once()
+            _check(drv.cuEventRecord(stop, 0), "cuEventRecord")
+            _check(drv.cuEventSynchronize(stop), "cuEventSynchronize")
+            times.append(_check(drv.cuEventElapsedTime(start, stop), "elapsed") / 1e3)
+    finally:
+        drv.cuEventDestroy(start)
+        drv.cuEventDestroy(stop)
+    return times
 
 
 def run_on_device(
@@ -78,34 +146,30 @@ def run_on_device(
     reference: np.ndarray,
     tol: float,
     runs: int = 10,
+    budget_seconds: float = 1.0,
 ) -> DeviceMeasurement:
-    """Launch ``kernel`` (a GpuKernel) on device 0 with ``inputs``; compare and time it."""
-    drv = _driver()
-    if drv is None:
-        raise FinalCheckError("cuda-python is not installed; pip install 'aotune[gpu]'")
-    ok, why = device_available(kernel.hw)
-    if not ok:
-        raise FinalCheckError(why)
-    dev = _check(drv.cuDeviceGet(0), "cuDeviceGet")
-    ctx = _check(drv.cuCtxCreate(0, dev), "cuCtxCreate")
+    """Launch ``kernel`` (a GpuKernel) on a GPU of its target with ``inputs``; compare every
+    output with ``reference`` (C starts as NaN, so an element no thread wrote fails), then time
+    up to ``runs`` launches within ``budget_seconds`` (at least 3)."""
+    drv, _ = device_context(kernel.hw)
+    module = _check(drv.cuModuleLoadData(kernel.cubin), "cuModuleLoadData")
+    ptrs: list[Any] = []
     try:
-        module = _check(drv.cuModuleLoadData(kernel.cubin), "cuModuleLoadData")
         fn = _check(drv.cuModuleGetFunction(module, kernel.entry.encode()), "cuModuleGetFunction")
         launch = kernel.launch
         if launch.dynamic_shared_bytes:
             attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(drv.cuFuncSetAttribute(fn, attr, launch.dynamic_shared_bytes), "opt-in")
         a, b, bias = inputs
-        out = np.zeros(kernel.schedule.shapes[2], np.float32)
+        out = np.full(kernel.schedule.shapes[2], np.nan, np.float32)
         host = [a, b, out, bias if bias is not None else np.zeros(1, np.float32)]
-        ptrs = []
         for arr in host:
+            arr = np.ascontiguousarray(arr, dtype=np.float32)
             p = _check(drv.cuMemAlloc(max(4, arr.nbytes)), "cuMemAlloc")
-            _check(drv.cuMemcpyHtoD(p, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
             ptrs.append(p)
+            _check(drv.cuMemcpyHtoD(p, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
         params = np.array([int(p) for p in ptrs], dtype=np.uint64)
         args = np.array([params[i : i + 1].ctypes.data for i in range(4)], dtype=np.uint64)
-        start, stop = (_check(drv.cuEventCreate(0), "cuEventCreate") for _ in range(2))
 
         def launch_once() -> None:
             count_execution("GPU kernel on the device")
@@ -118,20 +182,40 @@ def run_on_device(
         launch_once()
         _check(drv.cuCtxSynchronize(), "cuCtxSynchronize")
         _check(drv.cuMemcpyDtoH(out.ctypes.data, ptrs[2], out.nbytes), "cuMemcpyDtoH")
-        err = float(np.abs(out.astype(np.float64) - reference).max(initial=0.0))
-        times = []
-        for _ in range(runs):
-            _check(drv.cuEventRecord(start, 0), "cuEventRecord")
-            launch_once()
-            _check(drv.cuEventRecord(stop, 0), "cuEventRecord")
-            _check(drv.cuEventSynchronize(stop), "cuEventSynchronize")
-            times.append(_check(drv.cuEventElapsedTime(start, stop), "elapsed") / 1e3)
+        with np.errstate(invalid="ignore"):
+            err = float(np.abs(out.astype(np.float64) - reference).max(initial=0.0))
+        correct = bool(np.isfinite(out).all() and err <= tol)
+        times = timed_launches(drv, launch_once, runs, budget_seconds)
+    finally:
         for p in ptrs:
             drv.cuMemFree(p)
-        med = statistics.median(times)
-        return DeviceMeasurement(
-            med, runs, (max(times) - min(times)) / med, bool(np.isfinite(out).all() and err <= tol),
-            err,
-        )  # fmt: skip
-    finally:
-        drv.cuCtxDestroy(ctx)
+        drv.cuModuleUnload(module)
+    med = statistics.median(times)
+    return DeviceMeasurement(med, len(times), (max(times) - min(times)) / med, correct, err, tol)
+
+
+def cublas_sgemm_seconds(
+    hw: Any, m: int, n: int, k: int, runs: int = 10, budget_seconds: float = 1.0
+) -> float | None:
+    """Median seconds of cuBLAS's FP32 SGEMM (no TF32) of the same size through cupy, on the same
+    device; None where cupy is not installed."""
+    if importlib.util.find_spec("cupy") is None:
+        return None
+    import cupy as cp
+
+    device_context(hw)
+    rng = cp.random.default_rng(0)
+    a = rng.random((m, k), dtype=cp.float32)
+    b = rng.random((k, n), dtype=cp.float32)
+    c = cp.matmul(a, b)  # warm-up: handle creation and the heuristic's choice
+    cp.cuda.Device().synchronize()
+    times = []
+    begin = time.perf_counter()
+    while len(times) < runs and (len(times) < 3 or time.perf_counter() - begin < budget_seconds):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        cp.matmul(a, b, out=c)
+        stop.record()
+        stop.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    return statistics.median(times)

@@ -380,7 +380,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     top = target.candidate_report(result.candidates, seed=args.seed)
     pick = driver.chosen(verified)
     blas = None
-    if numpy_gflops is not None:  # numpy was timed: say what it ran on, and if it was held back
+    if numpy_gflops is not None and target.kind == "cpu":  # numpy timed: what it ran on
         from aotune.codegen.numpy_blas import numpy_blas
 
         blas = numpy_blas()
@@ -441,17 +441,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         + [_emulated_entry(result.space, v) for v in verified if v.emulated],
         "verify_skipped": skipped,
         "verify_note": _emulated_note(verified),
-        "numpy_gflops": numpy_gflops,
+        "numpy_gflops": numpy_gflops if target.kind == "cpu" else None,
         "numpy_blas": blas.as_dict() if blas else None,
-        "chosen": (
-            {
-                "rank": pick.candidate.rank,
-                "gflops": pick.gflops,
-                "ratio_vs_numpy": pick.gflops / numpy_gflops,
-            }
-            if pick and numpy_gflops
-            else _emulated_chosen(pick)
-        ),
+        "baseline": {"name": target.baseline_name, "gflops": numpy_gflops},
+        "chosen": _chosen_entry(pick, numpy_gflops, target.kind),
     }
     if top is not None:
         doc["top"] = [{**t, "config": _labeled(result.space, c.config)}
@@ -533,12 +526,23 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"chosen rank {pick.candidate.rank}, the best predicted correct one\n"
             f"(no times: {WHY_NO_TIME})"
         )
-    elif pick and numpy_gflops:
-        assert blas is not None
+    elif pick and numpy_gflops and blas is not None:
         out.print(
             f"numpy (same run, {blas.library} {blas.kernel} kernel on {blas.threads} threads): "
             f"{numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
             f"{pick.gflops:.1f} GFLOP/s = {pick.gflops / numpy_gflops:.2f}x numpy"
+        )
+    elif pick and pick.gflops is not None:  # a GPU: timed on the device
+        versus = (
+            f"; {target.baseline_name}: {numpy_gflops:.1f} GFLOP/s, "
+            f"{pick.gflops / numpy_gflops:.2f}x"
+            if numpy_gflops
+            else f" (no {target.baseline_name} baseline: a plain GEMM and cupy are needed)"
+        )
+        out.print(
+            f"final check on the GPU: {sum(v.measurement.correct for v in verified)} of "
+            f"{len(verified)} correct vs numpy; chosen rank {pick.candidate.rank}: "
+            f"{pick.gflops:.1f} GFLOP/s measured{versus}"
         )
     else:
         out.print("[red]no candidate passed the numpy check[/]")
@@ -546,6 +550,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     for name, path in emits.items():
         out.print(f"{name} of rank 1 written to {path}")
     return 0
+
+
+def _chosen_entry(pick: Any, baseline_gflops: float | None, kind: str) -> dict[str, Any] | None:
+    """The JSON ``chosen`` block: the picked rank, its measured GFLOP/s and its ratio to the
+    baseline (numpy on a CPU, cuBLAS on a GPU), or the emulated pick's entry."""
+    if pick is None or pick.gflops is None:
+        return _emulated_chosen(pick)
+    ratio = pick.gflops / baseline_gflops if baseline_gflops else None
+    entry = {"rank": pick.candidate.rank, "gflops": pick.gflops, "ratio_vs_baseline": ratio}
+    if kind == "cpu":
+        entry["ratio_vs_numpy"] = ratio
+    return entry
 
 
 def _emulated_entry(space: Any, v: Any) -> dict[str, Any]:

@@ -28,6 +28,7 @@ class CpuTarget:
     """A CPU: the pieces the CPU path has always used, unchanged."""
 
     kind = "cpu"
+    baseline_name = "numpy"  # what the final check times beside the kernels
     feature_key = "loop"  # the name of the features in ``aotune predict --json``
 
     def __init__(self, hw: Any) -> None:
@@ -124,6 +125,24 @@ class CpuTarget:
         emulated, why_not = can_emulate(self.hw)
         return (True, "") if emulated else (False, f"{why}; {why_not}")
 
+    def final_check(
+        self, kernels: Sequence[Any], labels: Sequence[str], seed: int, min_runs: int
+    ) -> tuple[list[Any], float | None]:
+        """Each kernel against numpy on shared inputs: run here and timed side by side with
+        numpy, or for a foreign ISA run under emulation (correct or not, no time). Returns (one
+        check per kernel, the baseline's median seconds or None)."""
+        from aotune.codegen.emulate import final_check_emulated
+        from aotune.codegen.runner import final_check_side_by_side, random_operands
+        from aotune.hwspecs.host import host_can_run
+
+        a, b, bias = random_operands(kernels[0].schedule, seed)
+        if not host_can_run(self.hw)[0]:
+            return list(final_check_emulated(kernels, a, b, bias, labels)), None
+        measured, numpy_seconds = final_check_side_by_side(
+            list(kernels), self.hw, a, b, bias, min_runs=min_runs
+        )
+        return measured, numpy_seconds
+
     def check_final_check_memory(self, w: Workload, kernels: int) -> None:
         """Refuse a final check that would not fit in this machine's memory (every thread may
         hold its own padded copy of the input)."""
@@ -149,6 +168,7 @@ class GpuTarget:
     """An NVIDIA GPU: tiled SIMT GEMMs, PTX/ptxas/SASS, host emulation, device check."""
 
     kind = "gpu"
+    baseline_name = "cuBLAS SGEMM (FP32, through cupy)"
     feature_key = "features"
 
     def __init__(self, hw: Any) -> None:
@@ -279,6 +299,27 @@ class GpuTarget:
         from aotune.codegen.cuda_device import device_available
 
         return device_available(self.hw)
+
+    def final_check(
+        self, kernels: Sequence[Any], labels: Sequence[str], seed: int, min_runs: int
+    ) -> tuple[list[Any], float | None]:
+        """Each kernel launched on the GPU on shared inputs, every output element compared with
+        numpy, timed with CUDA events; cuBLAS's SGEMM of the same size as the baseline where the
+        workload is one plain GEMM and cupy is installed."""
+        import numpy as np
+        from aotune.codegen.cuda_device import cublas_sgemm_seconds, run_on_device
+        from aotune.codegen.gpu_emulator import _reference, random_inputs
+        from aotune.codegen.runner import tolerance
+
+        s = kernels[0].schedule
+        inputs = random_inputs(s, seed)
+        ref = _reference(s, *inputs)
+        tol = tolerance(inputs[0], inputs[1], s.K, np.asarray(ref) if s.has_epilogue else None)
+        runs = max(min_runs, 10)
+        checks = [run_on_device(k, inputs, ref, tol, runs=runs) for k in kernels]
+        plain = s.conv is None and s.batch == 1 and not s.has_epilogue
+        baseline = cublas_sgemm_seconds(self.hw, s.M, s.N, s.K, runs) if plain else None
+        return checks, baseline
 
     def check_final_check_memory(self, w: Workload, kernels: int) -> None:
         """Refuse a device check whose host-side inputs and numpy reference would not fit here."""

@@ -22,18 +22,15 @@ from typing import Any, TypeVar
 from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
 from aotune.codegen.compile import Kernel
-from aotune.codegen.emulate import EmulatedCheck, final_check_emulated
+from aotune.codegen.cuda_device import DeviceMeasurement
+from aotune.codegen.emulate import EmulatedCheck
 from aotune.codegen.executions import executions
 from aotune.codegen.runner import (
     Measurement,
-    check_final_check_memory,
-    final_check_side_by_side,
-    random_operands,
 )
 from aotune.codegen.schedule import CpuSchedule
 from aotune.constraints.cpu import CpuSpace
 from aotune.constraints.space import Config
-from aotune.hwspecs.host import host_can_run
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import cga, random
 from aotune.search.options import SearchOptions
@@ -81,7 +78,7 @@ class Verified:
     """A candidate's final check."""
 
     candidate: Candidate
-    measurement: Measurement | EmulatedCheck  # an emulated check has no time
+    measurement: Measurement | EmulatedCheck | DeviceMeasurement  # emulated: no time
 
     @property
     def emulated(self) -> bool:
@@ -231,38 +228,25 @@ def can_verify(hw: HwSpec) -> tuple[bool, str]:
 def verify(
     result: TuneResult, seed: int = 0, min_runs: int = 5, progress: Progress | None = None
 ) -> tuple[list[Verified], float | None]:
-    """Final check of the top-k against numpy on this host: (verified candidates, numpy GFLOP/s).
-
-    A target this host cannot run is checked under emulation: correctness only, numpy not timed
-    (None)."""
-    s = result.best.schedule
-    check_final_check_memory(result.workload, len(result.candidates), result.hw.core.cores)
-    a, b, bias = random_operands(s, seed)
+    """Final check of the top-k against numpy where the target can run them: (verified
+    candidates, the baseline's GFLOP/s). The target decides how (``Target.final_check``): a CPU
+    here, timed side by side with numpy; a foreign ISA under emulation (correctness only, no
+    baseline: None); a GPU on the device, timed with CUDA events against cuBLAS where it can."""
+    target = target_for(result.hw)
+    target.check_final_check_memory(result.workload, len(result.candidates))
     if progress:
         progress("verify", 0, len(result.candidates))
-    if not host_can_run(result.hw)[0]:
-        checks = final_check_emulated(
-            [c.kernel for c in result.candidates],
-            a,
-            b,
-            bias,
-            [
-                f"rank {c.rank} ({result.space.describe_config(c.config)})"
-                for c in result.candidates
-            ],
-        )
-        if progress:
-            progress("verify", len(result.candidates), len(result.candidates))
-        return [Verified(cand, chk) for cand, chk in zip(result.candidates, checks)], None
-    # every candidate and numpy timed in interleaved rounds, so they see the same machine load
-    measured, numpy_seconds = final_check_side_by_side(
-        [c.kernel for c in result.candidates], result.hw, a, b, bias, min_runs=min_runs
+    labels = [
+        f"rank {c.rank} ({result.space.describe_config(c.config)})" for c in result.candidates
+    ]
+    checks, baseline_seconds = target.final_check(
+        [c.kernel for c in result.candidates], labels, seed, min_runs
     )
-    assert numpy_seconds is not None
     if progress:
         progress("verify", len(result.candidates), len(result.candidates))
-    out = [Verified(cand, m) for cand, m in zip(result.candidates, measured)]
-    return out, result.workload.flops / numpy_seconds / 1e9
+    out = [Verified(cand, m) for cand, m in zip(result.candidates, checks)]
+    baseline = None if baseline_seconds is None else result.workload.flops / baseline_seconds / 1e9
+    return out, baseline
 
 
 def chosen(verified: list[Verified]) -> Verified | None:

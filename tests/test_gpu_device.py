@@ -1,0 +1,155 @@
+"""The GPU final check's plumbing, tested without a GPU: ``tune`` on a machine with a GPU of the
+target checks its top-k on the device (here the device's launch is replaced by the host emulation
+of the same kernel, the one step this machine cannot do); the device bundle's prepare and score
+steps (``benchmarks/gpu_device.py``) around the measure step that runs where the GPU is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aotune import cli
+from aotune.analysis.workload import matmul
+from aotune.benchmarks import gpu_device
+from aotune.codegen import cuda_device
+from aotune.codegen.gpu_emulator import check_emulated
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def emulated_device(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """A GPU of every target 'present': each launch is the kernel emulated on this CPU against the
+    final check's own inputs, reference and tolerance; cuBLAS 'takes' 2 ms."""
+    launches: list[tuple] = []
+
+    def run(kernel, inputs, reference, tol, runs=10, budget_seconds=1.0):
+        e = check_emulated(kernel, inputs=inputs, reference=reference)
+        launches.append((kernel.entry, inputs[0].shape, tol, runs))
+        return cuda_device.DeviceMeasurement(1e-3, runs, 0.0, e.correct, e.max_abs_error, tol)
+
+    monkeypatch.setattr(cuda_device, "device_available", lambda hw: (True, ""))
+    monkeypatch.setattr(cuda_device, "run_on_device", run)
+    monkeypatch.setattr(cuda_device, "cublas_sgemm_seconds", lambda hw, m, n, k, runs=10: 2e-3)
+    return launches
+
+
+def test_tune_on_a_machine_with_the_gpu_checks_the_top_k_on_the_device(emulated_device, capsys):
+    argv = ["tune", "matmul", "--shape", "67x33x29", "--target", "t4", "--budget", "64", "--no-db"]
+    assert cli.main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(emulated_device) == len(doc["verify"]) == len(doc["top"]) >= 1
+    assert all(shape == (67, 29) and runs >= 10 for _, shape, _, runs in emulated_device)
+    assert doc["verify_skipped"] is None and doc["search"]["measurements"] == 0
+    for v in doc["verify"]:
+        assert v["correct"] and v["measured_seconds"] == 1e-3 and "emulated" not in v
+    flops = 2 * 67 * 33 * 29
+    assert doc["numpy_gflops"] is None and doc["numpy_blas"] is None
+    assert doc["baseline"] == {
+        "name": "cuBLAS SGEMM (FP32, through cupy)",
+        "gflops": flops / 2e-3 / 1e9,
+    }
+    assert doc["chosen"]["ratio_vs_baseline"] == pytest.approx(2.0)
+    assert "ratio_vs_numpy" not in doc["chosen"]
+    assert cli.main(argv) == 0
+    text = capsys.readouterr().out
+    assert f"final check on the GPU: {len(doc['top'])} of {len(doc['top'])} correct" in text
+    assert "2.00x" in text
+
+
+def test_the_device_check_of_a_fused_epilogue_has_no_cublas_baseline(emulated_device, capsys):
+    argv = ["tune", "dense", "--shape", "20x24x16", "--bias", "--activation", "relu",
+            "--target", "a100", "--budget", "32", "--no-db"]  # fmt: skip
+    assert cli.main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["baseline"]["gflops"] is None and doc["chosen"]["ratio_vs_baseline"] is None
+    assert all(v["correct"] for v in doc["verify"])
+    assert cli.main(argv) == 0
+    assert "no cuBLAS SGEMM (FP32, through cupy) baseline" in capsys.readouterr().out
+
+
+def test_a_wrong_kernel_on_the_device_is_reported_not_chosen(monkeypatch, emulated_device):
+    from aotune.hwspecs.spec import load_target
+    from aotune.search import driver
+    from aotune.search.options import SearchOptions
+
+    def wrong(kernel, inputs, reference, tol, runs=10, budget_seconds=1.0):
+        return cuda_device.DeviceMeasurement(1e-4, runs, 0.0, False, 1.0, tol)
+
+    monkeypatch.setattr(cuda_device, "run_on_device", wrong)
+    result = driver.tune(matmul(33, 17, 9), load_target("a100"), SearchOptions(budget=32))
+    verified, baseline = driver.verify(result)
+    assert baseline == pytest.approx(2 * 33 * 17 * 9 / 2e-3 / 1e9)
+    assert not any(v.measurement.correct for v in verified) and driver.chosen(verified) is None
+
+
+def _fake_measured(bundle: dict, slower: float) -> dict:
+    """Times as a GPU would report them: the prediction times ``slower`` plus a rank-keeping
+    spread, every kernel correct but the last, which failed its numpy check."""
+    rows = []
+    for row in bundle["rows"]:
+        ks = row["kernels"]
+        kernels = [
+            {"id": k["id"], "seconds": k["predicted_seconds"] * slower * (1 + 0.01 * i),
+             "runs": 10, "spread": 0.01, "correct": True, "max_abs_error": 0.0,
+             "tolerance": row["tolerance"]}
+            for i, k in enumerate(sorted(ks, key=lambda k: k["predicted_seconds"]))
+        ]  # fmt: skip
+        kernels[-1]["correct"] = False
+        rows.append({"name": row["name"], "kernels": kernels, "cupy_cublas_seconds": 1e-5,
+                     "torch": None, "seconds": 1.0})  # fmt: skip
+    return {"device": "a test double", "target": bundle["target"], "rows": rows}
+
+
+def test_prepare_writes_a_bundle_the_device_step_can_run_and_score_reads(tmp_path: Path):
+    rows = [("matmul 40x24x33", matmul(40, 24, 33), 5)]
+    bundle = gpu_device.prepare(tmp_path, "a100", rows=rows, library=False, log=lambda _: None)
+    on_disk = json.loads((tmp_path / gpu_device.BUNDLE).read_text())
+    assert on_disk == json.loads(json.dumps(bundle)) and on_disk["sm"] == 80
+    (row,) = on_disk["rows"]
+    shipped = [k for k in row["kernels"] if k["shipped_rank"] is not None]
+    assert [k["shipped_rank"] for k in shipped] == list(range(1, len(shipped) + 1))
+    assert len(row["kernels"]) - len(shipped) <= 5 and len(row["kernels"]) > len(shipped)
+    for k in row["kernels"]:
+        assert (tmp_path / k["cubin"]).read_bytes()[:4] == b"\x7fELF"
+        assert k["spill_bytes"] == 0 or k["shipped_rank"] is None
+        assert k["predicted_seconds"] > 0 and len(k["launch"]["grid"]) == 3
+    (a, b, bias), ref = gpu_device._inputs(tmp_path, row)
+    assert bias is None and a.shape == (40, 33) and b.shape == (33, 24)
+    assert np.allclose(ref, a.astype(np.float64) @ b.astype(np.float64))
+    # the device step's output, as a GPU would write it, scored back here
+    (tmp_path / gpu_device.MEASURED).write_text(json.dumps(_fake_measured(on_disk, 1.5)))
+    (scored,) = gpu_device.score(tmp_path)["rows"]
+    sample = len(row["kernels"]) - len(shipped)
+    assert scored["correct"] == len(row["kernels"]) - 1 and len(scored["failed"]) == 1
+    assert scored["sample"] in (sample, sample - 1)
+    assert scored["median_abs_error"] == pytest.approx(1 - 1 / 1.5, abs=0.1)  # |p/m - 1|
+    assert scored["median_measured_over_predicted"] == pytest.approx(1.5, abs=0.1)
+    if scored["sample"] >= 3:
+        assert scored["spearman"] == pytest.approx(1.0) and scored["top1"] == pytest.approx(1.0)
+    assert scored["cupy_cublas_tflops"] == pytest.approx(2 * 40 * 24 * 33 / 1e-5 / 1e12)
+
+
+def test_large_inputs_are_drawn_again_where_they_are_timed(tmp_path: Path):
+    rows = [("matmul 24x16x40", matmul(24, 16, 40), 1)]
+    gpu_device.prepare(tmp_path, "t4", rows=rows, library=False, carry_limit=0, log=print)
+    row = json.loads((tmp_path / gpu_device.BUNDLE).read_text())["rows"][0]
+    assert "draw" in row["inputs"] and not list(tmp_path.glob("*.npz"))
+    (a, b, _), ref = gpu_device._inputs(tmp_path, row)
+    assert np.allclose(ref, a @ b, rtol=1e-5)
+    row["inputs"]["a_sum"] += 1.0  # another numpy's generator would give other inputs: refused
+    with pytest.raises(RuntimeError, match="differ"):
+        gpu_device._inputs(tmp_path, row)
+
+
+def test_measure_without_a_gpu_says_why_in_one_line(tmp_path: Path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "aotune.benchmarks.gpu_device", "measure", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("error: ") and "bundle.json" in proc.stderr

@@ -189,26 +189,32 @@ def test_side_by_side_timing_keeps_each_functions_fastest_round():
 def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
     hw = load_target(x86_targets[0])
     space = build_cpu_space(matmul(20, 1000, 300), hw)
-    base = "mr=5,nr=48,kc=64,mc=20,nc=96,order=nkm,pack_a=0,unroll=1,par=m,threads=1"
+    # three vectors of B per k step, as many rows as the host's vector registers hold beside them
+    lanes = hw.isa.vector_bits // 32
+    mr = 5 if hw.isa.vector_registers >= 32 else 3
+    nr = 3 * lanes
+    base = (f"mr={mr},nr={nr},kc=64,mc={4 * mr},nc={2 * nr},order=nkm,pack_a=0,unroll=1,par=m,"
+            "threads=1")  # fmt: skip
     unpacked = schedule_from_config(space, space.parse_config(base + ",pack_b=0"))
     packed = schedule_from_config(space, space.parse_config(base + ",pack_b=1"))
-    # prefetch_ahead_cycles ahead at 5 x 3 FMAs per k step, at the core's FMA rate for the width
+    # prefetch_ahead_cycles ahead at mr x 3 FMAs per k step, at the core's FMA rate for the width
     fma_rate = hw.core.fma_units * min(1.0, hw.core.fma_width_bits / hw.isa.vector_bits)
-    steps = 5 * 3 / fma_rate
+    steps = mr * 3 / fma_rate
     assert (
         unpacked.b_prefetch_rows == -(-hw.memory.prefetch_ahead_cycles // steps)
         and packed.b_prefetch_rows == 0
     )
     kernel = compile_kernel(unpacked, hw)
-    assert kernel.asm.count("prefetcht0") >= 3  # one per 64-byte line of a 48-float row
+    per_row = -(-nr // 16)  # one prefetch per 64-byte line of the row
+    assert kernel.asm.count("prefetcht0") >= per_row
     assert "prefetch" not in compile_kernel(packed, hw).asm
     with_pf = kernel_features(kernel, "x86_64").loop
     without = kernel_features(
         compile_kernel(dataclasses.replace(unpacked, b_prefetch_rows=0), hw), "x86_64"
     ).loop
-    ksteps = with_pf.fma // 15  # LLVM may unroll the loop further
+    ksteps = with_pf.fma // (3 * mr)  # LLVM may unroll the loop further
     assert (
-        with_pf.scalar_loads - without.scalar_loads == 3 * ksteps
+        with_pf.scalar_loads - without.scalar_loads == per_row * ksteps
         and with_pf.stores == without.stores
     )
     a, b, _ = random_operands(unpacked, 1)
@@ -228,10 +234,11 @@ def test_b_panels_copied_as_vectors_are_zero_past_n(N):
     if not host_can_run(hw)[0]:
         pytest.skip("host cannot run its own kernels")
     space = build_cpu_space(matmul(9, N, 21), hw)
+    nr = hw.isa.vector_bits // 32  # one vector: the panel's last one is masked at N
     sched = schedule_from_config(
         space,
         space.parse_config(
-            f"mr=3,nr=16,kc=8,mc=9,nc={min(64, -(-N // 16) * 16)},"
+            f"mr=3,nr={nr},kc=8,mc=9,nc={min(4 * nr, -(-N // nr) * nr)},"
             "order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=1"
         ),
     )

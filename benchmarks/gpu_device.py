@@ -4,6 +4,8 @@ one short session where a GPU is, scored back on the build machine.
     python -m aotune.benchmarks.gpu_device prepare DIR --target h100   # here: no GPU needed
     python -m aotune.benchmarks.gpu_device measure DIR                 # on the GPU's machine
     python -m aotune.benchmarks.gpu_device score DIR                   # here: the scores
+    python -m aotune.benchmarks.gpu_device record DIR > REC.json       # bundle + times, no cubins
+    python -m aotune.benchmarks.gpu_device rescore REC.json.gz         # today's model, old times
 
 - ``prepare``: per row, the top-k that ``aotune tune`` ships (its search, 0 runs) and a seeded
   sample of the space, each compiled (LLVM -> PTX -> ptxas -> cubin, SASS) and predicted at
@@ -18,11 +20,14 @@ one short session where a GPU is, scored back on the build machine.
 - ``score``: per row, on the sample, Spearman and Kendall of predicted vs measured time, the
   top-1/5/10 score (the TenSet definition, as ``aotune accuracy``), the median of
   |predicted / measured - 1|; and the shipped pick against the sample's best and the baselines.
+- ``record`` / ``rescore``: the measurements kept in the repository
+  (``benchmarks/data/*.json.gz``) so that a later model is scored against them without a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import shutil
@@ -258,6 +263,8 @@ def _check_library(d: Path, names: list[str]) -> list[dict[str, Any]]:
     import aotune
     from aotune.errors import AotuneError
 
+    if not names:
+        return []
     z = np.load(d / f"{LIBRARY}.npz")
     out = []
     try:
@@ -358,8 +365,9 @@ def _clock_sampler(out: Path) -> subprocess.Popen | None:
     )
 
 
-def measure(d: Path, out: Path | None = None, log: Log = print) -> dict[str, Any]:
-    """Run every kernel of the bundle in ``d`` on this machine's GPU; write ``measured.json``."""
+def measure(d: Path, out: Path | None = None, log: Log = print, runs: int = 10) -> dict[str, Any]:
+    """Run every kernel of the bundle in ``d`` on this machine's GPU (up to ``runs`` timed
+    launches each, at least 3); write ``measured.json``."""
     from aotune.codegen.cuda_device import (
         cublas_sgemm_seconds,
         device_available,
@@ -400,7 +408,7 @@ def measure(d: Path, out: Path | None = None, log: Log = print) -> dict[str, Any
                     schedule=shapes,
                 )
                 try:
-                    m = run_on_device(kernel, inputs, ref, row["tolerance"], 10, 0.5)
+                    m = run_on_device(kernel, inputs, ref, row["tolerance"], runs, 0.5)
                     measured.append({"id": k["id"], **vars(m)})
                 except FinalCheckError as e:
                     measured.append({"id": k["id"], "error": str(e)})
@@ -487,20 +495,107 @@ def score(d: Path, measured_dir: Path | None = None) -> dict[str, Any]:
     return {"device": measured["device"], "target": bundle["target"], "rows": rows}
 
 
+def record(d: Path, measured_dir: Path | None = None, clock_mhz: float | None = None) -> dict:
+    """One self-contained record of a measured bundle (no cubins): per row and kernel the config,
+    the prediction made before the run, and what the GPU measured; what ``rescore`` reads."""
+    bundle = json.loads((d / BUNDLE).read_text())
+    measured = json.loads(((measured_dir or d) / MEASURED).read_text())
+    by_name = {r["name"]: r for r in measured["rows"]}
+    rows = []
+    for r in bundle["rows"]:
+        m = by_name.get(r["name"])
+        if m is None:
+            continue
+        by_id = {k["id"]: k for k in m["kernels"]}
+        rows.append(
+            {
+                "name": r["name"],
+                "flops": r["flops"],
+                "kernels": [
+                    {
+                        "config": k["config"],
+                        "shipped_rank": k["shipped_rank"],
+                        "predicted_seconds": k["predicted_seconds"],
+                        "measured_seconds": by_id[k["id"]].get("seconds"),
+                        "runs": by_id[k["id"]].get("runs"),
+                        "correct": bool(by_id[k["id"]].get("correct")),
+                    }
+                    for k in r["kernels"]
+                ],
+                "cupy_cublas_seconds": m.get("cupy_cublas_seconds"),
+                "torch": m.get("torch"),
+            }
+        )
+    return {
+        "device": measured["device"],
+        "target": bundle["target"],
+        "sm_clock_mhz": clock_mhz,
+        "library": measured.get("library"),
+        "rows": rows,
+    }
+
+
+def rescore(rec: dict[str, Any], target: str | None = None, log: Log = print) -> dict[str, Any]:
+    """The current model's tier-2 predictions of every kernel of a ``record`` (compiled again),
+    scored against the times measured then, as ``score`` scores a fresh run."""
+    from aotune.hwspecs.spec import load_target
+    from aotune.targets import target_for
+
+    hw = load_target(target or rec["target"])
+    tgt = target_for(hw)
+    workloads = {name: w for name, w, _ in _rows()}
+    out = []
+    for row in rec["rows"]:
+        if row["name"] not in workloads:
+            continue
+        space = tgt.build_space(workloads[row["name"]])
+        scheds = [tgt.schedule(space, space.parse_config(k["config"])) for k in row["kernels"]]
+        compiled = tgt.compile_and_read_many(scheds)
+        preds = tgt.predict(scheds, [f for _, f in compiled])
+        bundle_row = {"name": row["name"], "flops": row["flops"], "kernels": []}
+        measured_row = {"name": row["name"], "kernels": [], "torch": row["torch"],
+                        "cupy_cublas_seconds": row["cupy_cublas_seconds"]}  # fmt: skip
+        for i, (k, p) in enumerate(zip(row["kernels"], preds)):
+            bundle_row["kernels"].append(
+                {
+                    "id": i,
+                    "config": k["config"],
+                    "shipped_rank": k["shipped_rank"],
+                    "predicted_seconds": p.seconds,
+                }  # fmt: skip
+            )
+            measured_row["kernels"].append(
+                {"id": i, "seconds": k["measured_seconds"], "correct": k["correct"]}
+            )
+        out.append(score_row(bundle_row, measured_row))
+        log(f"{row['name']}: re-predicted {len(scheds)} kernels")
+    return {"device": rec["device"], "target": hw.name, "rows": out}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line of the module docstring."""
     ap = argparse.ArgumentParser(prog="python -m aotune.benchmarks.gpu_device")
-    ap.add_argument("step", choices=("prepare", "measure", "score"))
-    ap.add_argument("dir", type=Path)
-    ap.add_argument("--target", default="h100")
-    ap.add_argument("--out", type=Path, help="measure: where measured.json goes (default: dir)")
+    ap.add_argument("step", choices=("prepare", "measure", "score", "record", "rescore"))
+    ap.add_argument("dir", type=Path, help="the bundle directory (rescore: a record file)")
+    ap.add_argument("--target", default=None, help="prepare: default h100; rescore: the record's")
+    ap.add_argument("--out", type=Path, help="where measured.json is (default: dir)")
+    ap.add_argument("--clock-mhz", type=float, help="record: the SM clock the card held")
+    ap.add_argument("--runs", type=int, default=10, help="measure: timed launches per kernel")
     args = ap.parse_args(argv)
     if args.step == "prepare":
-        prepare(args.dir, args.target)
+        prepare(args.dir, args.target or "h100")
     elif args.step == "measure":
-        measure(args.dir, args.out)
-    else:
+        measure(args.dir, args.out, runs=args.runs)
+    elif args.step == "score":
         print(json.dumps(score(args.dir, args.out), indent=1))
+    elif args.step == "record":
+        print(json.dumps(record(args.dir, args.out, args.clock_mhz), indent=1))
+    else:
+        opener = gzip.open if args.dir.suffix == ".gz" else open
+        with opener(args.dir, "rt") as f:
+            rec = json.load(f)
+        print(json.dumps(rescore(rec, args.target, log=lambda m: print(m, file=sys.stderr)),
+                         indent=1))  # fmt: skip
     return 0
 
 

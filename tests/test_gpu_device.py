@@ -153,3 +153,23 @@ def test_measure_without_a_gpu_says_why_in_one_line(tmp_path: Path):
     )  # fmt: skip
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("error: ") and "bundle.json" in proc.stderr
+
+
+def test_the_h100_record_in_the_repository_is_rescored_by_todays_model():
+    """The H100 measurements kept in benchmarks/data are read and re-predicted (compiled again)
+    without a GPU; the scores come from the times measured then."""
+    import gzip
+
+    path = ROOT / "benchmarks" / "data" / "h100-2026-11-26.json.gz"
+    rec = json.loads(gzip.decompress(path.read_bytes()))
+    assert rec["device"] == "NVIDIA H100 80GB HBM3" and rec["target"] == "h100"
+    assert sum(len(r["kernels"]) for r in rec["rows"]) == 373
+    assert all(k["correct"] for r in rec["rows"] for k in r["kernels"])
+    small = {**rec, "rows": rec["rows"][:1]}  # matmul 257x129x67: 7 kernels
+    (row,) = gpu_device.rescore(small, log=lambda _: None)["rows"]
+    times = [k["measured_seconds"] for k in rec["rows"][0]["kernels"]]
+    shipped = [k for k in rec["rows"][0]["kernels"] if k["shipped_rank"] == 1]
+    assert row["correct"] == 7 and row["sample"] == 4
+    assert row["pick_tflops"] == pytest.approx(4442502 / shipped[0]["measured_seconds"] / 1e12)
+    assert row["best_sampled_tflops"] <= 4442502 / min(times) / 1e12 + 1e-9
+    assert 0 <= row["median_abs_error"] < 1 and -1 <= row["spearman"] <= 1

@@ -490,12 +490,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     if top is not None:
         table = Table(title="top candidates (predicted without running; resources from ptxas)")
-        for col in ("rank", "config", "predicted", "TFLOP/s", "of peak", "bottleneck", "regs",
-                    "spill B", "smem B", "blocks/SM", "waves", "emulated"):  # fmt: skip
+        cols = ["rank", "config", "predicted", "TFLOP/s", "of peak", "bottleneck", "regs",
+                "spill B", "smem B", "blocks/SM", "waves", "emulated"]  # fmt: skip
+        timed = any(not v.emulated for v in verified)  # checked on the GPU itself
+        for col in cols + (["measured", "TFLOP/s meas.", "correct"] if timed else []):
             table.add_column(col)
         for t, c in zip(top, result.candidates):
             r = t["resources"]
             e = t["emulated"]
+            v = by_rank.get(c.rank)
+            on_device = (
+                [
+                    f"{v.measurement.seconds * 1e3:.3f} ms",
+                    f"{v.gflops / 1e3:.1f}",
+                    "yes" if v.measurement.correct else "[red]NO[/]",
+                ]
+                if timed and v is not None and v.gflops is not None
+                else (["-"] * 3 if timed else [])
+            )
             table.add_row(
                 str(c.rank),
                 escape(result.space.describe_config(c.config)),
@@ -510,6 +522,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 str(r["waves"]),
                 ("correct" if e["correct"] else "[red]WRONG[/]")
                 + f" ({e['blocks_checked']}/{e['blocks_total']} blocks)",
+                *on_device,
             )
     out.print(table)
     if top is not None and any(not t["emulated"]["correct"] for t in top):

@@ -58,7 +58,7 @@ def test_tune_on_a_machine_with_the_gpu_checks_the_top_k_on_the_device(emulated_
     assert cli.main(argv) == 0
     text = capsys.readouterr().out
     assert f"final check on the GPU: {len(doc['top'])} of {len(doc['top'])} correct" in text
-    assert "2.00x" in text
+    assert "2.00x" in text and "TFLOP/s meas." in text
 
 
 def test_the_device_check_of_a_fused_epilogue_has_no_cublas_baseline(emulated_device, capsys):

@@ -572,6 +572,42 @@ def rescore(rec: dict[str, Any], target: str | None = None, log: Log = print) ->
     return {"device": rec["device"], "target": hw.name, "rows": out}
 
 
+RECORDS_DIR = Path(__file__).resolve().parent / "data"
+
+
+def bench_rows(log: Log | None = None, records: Path = RECORDS_DIR) -> list[dict[str, Any]]:
+    """The full bench's rows of kernels timed on real GPUs by this module: every record kept in
+    the repository, re-predicted by today's model (``rescore``)."""
+    rows = []
+    for path in sorted(records.glob("*.json.gz")):
+        rec = json.loads(gzip.decompress(path.read_bytes()))
+        scored = rescore(rec, log=log or (lambda _: None))
+        rows += [{"record": path.name, "device": rec["device"], **r} for r in scored["rows"]]
+    return rows
+
+
+def print_bench_rows(rows: list[dict[str, Any]], console: Any) -> None:
+    """The rescored rows as a rich table."""
+    from rich.table import Table
+
+    table = Table(title="aotune's own GPU kernels timed on a real GPU, predicted by today's model")
+    for col in ("device", "row", "sample", "Spearman", "Kendall", "top-1", "top-5", "median err",
+                "shipped pick TFLOP/s", "library TFLOP/s"):  # fmt: skip
+        table.add_column(col)
+
+    def num(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    for r in rows:
+        lib = r["torch_tflops"] or r["cupy_cublas_tflops"]
+        table.add_row(
+            r["device"], r["row"], str(r["sample"]),
+            *(num(r[k]) for k in ("spearman", "kendall", "top1", "top5", "median_abs_error")),
+            num(r["pick_tflops"]), num(lib),
+        )  # fmt: skip
+    console.print(table)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line of the module docstring."""
     ap = argparse.ArgumentParser(prog="python -m aotune.benchmarks.gpu_device")

@@ -414,6 +414,9 @@ def run_suite(
         from aotune.benchmarks.measured import bench_rows
 
         doc["gpu_measured"] = bench_rows(log)
+        from aotune.benchmarks import gpu_device
+
+        doc["gpu_device_measured"] = gpu_device.bench_rows(log)
     return doc
 
 
@@ -474,3 +477,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
         from aotune.benchmarks.measured import print_bench_rows
 
         print_bench_rows(result["gpu_measured"], console)
+    if result.get("gpu_device_measured"):
+        from aotune.benchmarks import gpu_device
+
+        gpu_device.print_bench_rows(result["gpu_device_measured"], console)

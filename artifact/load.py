@@ -213,11 +213,10 @@ class GpuLauncher:
     the output back. Made only where a GPU of the library's sm and its driver are present."""
 
     def __init__(self, directory: Path, manifest: dict[str, Any]) -> None:
-        from aotune.codegen.cuda_device import _check, _driver, device_available, device_context
+        from aotune.codegen.cuda_device import _check, _driver, device_available
         from aotune.hwspecs.spec import load_target
 
         self._check = _check
-        self._device_context = device_context
         self.drv = _driver()
         try:
             hw = load_target(manifest["target"]["name"])
@@ -235,15 +234,21 @@ class GpuLauncher:
                 f"{manifest['target']['name']}, and they cannot run here: {why}"
             )
         self.hw = hw
-        self.drv, self.ctx = device_context(hw)
+        self.drv, self.ctx = self._current()
         self.modules: dict[str, tuple[Any, Any]] = {}  # entry name -> (module, function)
         self.directory = directory
+
+    def _current(self) -> tuple[Any, Any]:
+        """(driver, context), the context made current on the calling thread."""
+        from aotune.codegen.cuda_device import device_context
+
+        return device_context(self.hw)
 
     def _function(self, entry: dict[str, Any]) -> Any:
         """``entry``'s kernel in this thread's context, its module loaded on first use (again
         after ``close``, as a CPU library restarts its threads)."""
         drv, check = self.drv, self._check
-        self.drv, self.ctx = self._device_context(self.hw)  # current on the caller's thread
+        self._current()  # the caller's thread may not be the one that loaded the library
         if entry["entry"] not in self.modules:
             module = check(
                 drv.cuModuleLoadData((self.directory / entry["cubin"]).read_bytes()), "load cubin"

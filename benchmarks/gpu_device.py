@@ -231,9 +231,11 @@ def prepare(
 
 def _prepare_library(out: Path, target: str, small: dict[str, Any]) -> list[str]:
     """``aotune build`` of ``LIBRARY_TOML`` into ``out/LIBRARY``, and per kernel the inputs
-    ``check_library`` would draw with their float64 numpy reference (``out/LIBRARY.npz``)."""
+    ``check_library`` would draw, their float64 numpy reference and its tolerance
+    (``out/LIBRARY.npz``)."""
     from aotune.artifact.backends import numpy_reference
     from aotune.cli import main as aotune_main
+    from aotune.codegen.runner import tolerance
     from aotune.errors import BuildError
 
     toml = out / "library.toml"
@@ -252,14 +254,20 @@ def _prepare_library(out: Path, target: str, small: dict[str, Any]) -> list[str]
         drawn = [rng.uniform(-1, 1, tuple(p["shape"])).astype(np.float32) for p in ins]
         for i, x in enumerate(drawn):
             arrays[f"{e['name']}_in{i}"] = x
-        arrays[f"{e['name']}_ref"] = numpy_reference(by_name[e["name"]], drawn)
+        w = by_name[e["name"]]
+        ref = numpy_reference(w, drawn)
+        red = math.prod(lp.extent for lp in w.loops if lp.kind == "reduction")
+        arrays[f"{e['name']}_ref"] = ref
+        arrays[f"{e['name']}_tol"] = np.float64(
+            tolerance(drawn[0], drawn[1], red, ref if w.epilogue.active else None)
+        )
     np.savez(out / f"{LIBRARY}.npz", **arrays)
     return [e["name"] for e in manifest["kernels"]]
 
 
 def _check_library(d: Path, names: list[str]) -> list[dict[str, Any]]:
     """Each kernel of the bundle's library called through ``aotune.load`` on the GPU, against
-    the reference made where it was built (tolerance as ``check_library``'s)."""
+    the reference and tolerance made where it was built (as ``check_library``'s)."""
     import aotune
     from aotune.errors import AotuneError
 
@@ -281,11 +289,7 @@ def _check_library(d: Path, names: list[str]) -> list[dict[str, Any]]:
             out.append({"name": n, "error": str(e)})
             continue
         err = float(np.abs(got - ref).max(initial=0.0))
-        red = ins[0].shape[-1] if n != "conv" else 16 * 9
-        scale = float(np.abs(ins[0]).max() * np.abs(ins[1]).max())
-        tol = 2.0 * red * float(np.finfo(np.float32).eps) * scale
-        if n == "ffn":  # bias and gelu: as ``runner.tolerance`` with an epilogue
-            tol = 1.2 * tol + 8 * float(np.finfo(np.float32).eps) * float(np.abs(ref).max())
+        tol = float(z[f"{n}_tol"])
         out.append({"name": n, "correct": bool(np.isfinite(got).all() and err <= tol),
                     "max_abs_error": err, "tolerance": tol})  # fmt: skip
     lib.shutdown()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import statistics
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ import numpy as np
 from aotune.codegen.executions import count_execution
 from aotune.errors import FinalCheckError
 
-_CONTEXTS: dict[int, Any] = {}
+_CONTEXTS: dict[int, Any] = {}  # sm -> the primary context of its first device
 _CONTEXT_LOCK = threading.Lock()
 
 
@@ -63,39 +62,44 @@ def _matching_device(drv: Any, sm: int) -> tuple[int | None, int]:
     return None, count
 
 
-def device_available(hw: Any) -> tuple[bool, str]:
-    """(True, "") when a GPU of ``hw``'s compute capability and its driver are here."""
+def _find_device(hw: Any) -> tuple[int | None, str]:
+    """(ordinal of the first GPU of ``hw``'s compute capability, "") or (None, why there is
+    none)."""
     drv = _driver()
     if drv is None:
-        return False, "no GPU: cuda-python is not installed (pip install 'aotune[gpu]')"
+        return None, "no GPU: cuda-python is not installed (pip install 'aotune[gpu]')"
     try:
         (err,) = drv.cuInit(0)
     except (RuntimeError, OSError) as e:  # no libcuda.so: no driver on this machine
-        return False, f"no GPU: the CUDA driver cannot be loaded ({e})"
+        return None, f"no GPU: the CUDA driver cannot be loaded ({e})"
     if int(err) != 0:
-        return False, f"no GPU: the CUDA driver is not usable here ({err})"
+        return None, f"no GPU: the CUDA driver is not usable here ({err})"
     ordinal, count = _matching_device(drv, hw.arch.sm)
-    if ordinal is not None:
-        return True, ""
-    return False, f"no {hw.sm_name} GPU here ({count} other CUDA device(s))"
+    if ordinal is None:
+        return None, f"no {hw.sm_name} GPU here ({count} other CUDA device(s))"
+    return ordinal, ""
+
+
+def device_available(hw: Any) -> tuple[bool, str]:
+    """(True, "") when a GPU of ``hw``'s compute capability and its driver are here."""
+    ordinal, why = _find_device(hw)
+    return ordinal is not None, why
 
 
 def device_context(hw: Any) -> tuple[Any, Any]:
     """(driver, context) for the first GPU of ``hw``'s compute capability: its primary context,
-    retained once per process and made current on the calling thread."""
+    retained once per process (the devices are looked up then, not on every call) and made
+    current on the calling thread."""
     drv = _driver()
-    ok, why = device_available(hw) if drv is not None else (False, "")
-    if drv is None:
-        raise FinalCheckError("cuda-python is not installed; pip install 'aotune[gpu]'")
-    if not ok:
-        raise FinalCheckError(why)
-    ordinal, _ = _matching_device(drv, hw.arch.sm)
-    assert ordinal is not None
     with _CONTEXT_LOCK:
-        if ordinal not in _CONTEXTS:
+        ctx = _CONTEXTS.get(hw.arch.sm)
+        if ctx is None:
+            ordinal, why = _find_device(hw)
+            if ordinal is None:
+                raise FinalCheckError(why)
             dev = _check(drv.cuDeviceGet(ordinal), "cuDeviceGet")
-            _CONTEXTS[ordinal] = _check(drv.cuDevicePrimaryCtxRetain(dev), "PrimaryCtxRetain")
-        ctx = _CONTEXTS[ordinal]
+            ctx = _check(drv.cuDevicePrimaryCtxRetain(dev), "PrimaryCtxRetain")
+            _CONTEXTS[hw.arch.sm] = ctx
     _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     return drv, ctx
 
@@ -203,19 +207,12 @@ def cublas_sgemm_seconds(
         return None
     import cupy as cp
 
-    device_context(hw)
+    drv, _ = device_context(hw)
     rng = cp.random.default_rng(0)
     a = rng.random((m, k), dtype=cp.float32)
     b = rng.random((k, n), dtype=cp.float32)
     c = cp.matmul(a, b)  # warm-up: handle creation and the heuristic's choice
     cp.cuda.Device().synchronize()
-    times = []
-    begin = time.perf_counter()
-    while len(times) < runs and (len(times) < 3 or time.perf_counter() - begin < budget_seconds):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        cp.matmul(a, b, out=c)
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    # cupy launches on the legacy default stream, the one timed_launches records its events on
+    times = timed_launches(drv, lambda: cp.matmul(a, b, out=c), runs, budget_seconds)
     return statistics.median(times)

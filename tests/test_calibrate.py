@@ -311,8 +311,20 @@ def test_a_tlb_that_holds_every_count_tried_gives_no_reading():
 def test_prefetched_strides_are_the_run_from_the_smallest_up():
     random = {64: 14.0, 128: 14.0, 256: 15.0, 512: 28.0, 1024: 28.0, 2048: 31.0, 4096: 33.0}
     walk = {64: 4.3, 128: 4.4, 256: 4.5, 512: 8.3, 1024: 16.6, 2048: 10.0, 4096: 25.0}
-    assert probes.followed_strides(walk, random, hit=4.0) == 512  # 2048 alone does not count
-    assert probes.followed_strides({64: 14.0}, {64: 14.0}, hit=4.0) is None
+    assert probes.followed_strides(walk, random, 4.0, 14.0) == 512  # 2048 alone does not count
+    assert probes.followed_strides({64: 14.0}, {64: 14.0}, 4.0, 14.0) is None
+
+
+def test_a_stride_is_followed_only_when_its_walk_is_nearer_an_l1_hit_than_an_l2_hit():
+    # a Zen 3 slice's readings: the random order at wide strides pays page walks (43-70 cycles),
+    # so half-way to it put the 4 KiB walk (26.5 cycles, beyond an L2 hit at 14.5) on the
+    # followed side, and kernels with unpacked B rows 4 KiB apart ran 4-6x slower than predicted
+    random = {64: 11.9, 128: 13.3, 256: 43.3, 512: 57.0, 1024: 57.8, 2048: 60.8, 4096: 69.8}
+    walk = {64: 4.1, 128: 4.4, 256: 4.8, 512: 8.9, 1024: 16.5, 2048: 21.3, 4096: 26.5}
+    assert probes.followed_strides(walk, random, 4.0, 14.5) == 512
+    # the run of an hour before, whose 4 KiB walk read 40.1: the same answer
+    walk_before = {**walk, 512: 8.7, 1024: 16.3, 2048: 24.6, 4096: 40.1}
+    assert probes.followed_strides(walk_before, random, 4.0, 14.5) == 512
 
 
 def test_the_lead_is_the_fewest_rows_that_reach_hit_speed():

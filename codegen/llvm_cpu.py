@@ -567,15 +567,15 @@ class CpuKernelBuilder:
                 load_mask = b.and_(load_mask, b.icmp_unsigned("<", idx, limit))
             src = b.bitcast(b.gep(base, [b.add(off, t_)]), self.pvec)
             val = b.call(self.mload, [src, ir.Constant(I32, 4), load_mask, zero])
-            b.call(
-                self.mstore,
-                [
-                    val,
-                    b.bitcast(b.gep(dst, [t_], inbounds=True), self.pvec),
-                    ir.Constant(I32, 4),
-                    in_run,
-                ],
-            )
+            out = b.bitcast(b.gep(dst, [t_], inbounds=True), self.pvec)
+            # a whole vector is a plain store: AVX2's masked store (vmaskmovps) is microcoded on
+            # AMD cores, and where the run's length is not a constant LLVM cannot drop the mask
+            whole = b.icmp_signed(">=", left, ir.Constant(I32, lanes))
+            with b.if_else(whole) as (then, otherwise):
+                with then:
+                    b.store(val, out, align=4)
+                with otherwise:
+                    b.call(self.mstore, [val, out, ir.Constant(I32, 4), in_run])
 
     def copy_run(
         self,

@@ -336,3 +336,25 @@ def test_threads_that_all_read_the_padded_input_each_pad_their_own(
     a, b, bias = random_operands(sched, 3)
     for _ in range(2):  # the second call finds its buffers' borders still zero
         assert check_against_numpy(host, a, b, bias)[0]
+
+
+@pytest.mark.parametrize("W", [5, 8, 13, 17])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pixel_runs_of_a_length_known_only_at_run_time_copy_exactly(W: int, threads: int) -> None:
+    """Split over pixels (par=n), a packed run's length is a run-time value: whole vectors are
+    plain stores, the last partial one a masked store (AVX2's masked store is microcoded on AMD
+    cores). Rows shorter than, equal to and longer than a vector all give the convolution."""
+    w = depthwise_conv2d(2, 3, 6, W, 3, 3, pad=1)
+    space = build_cpu_space(w, HOST)
+    picked = []
+    for cfg in space.sample(80, seed=11):
+        sched = schedule_from_config(space, cfg)
+        if sched.pad_copy is None and sched.pack_b and sched.par == "n":
+            if sched.threads == threads:
+                picked.append(sched)
+    assert picked, "no in-place, packed, pixel-split config drawn"
+    for sched in picked[:3]:
+        hk = HostKernel(compile_kernel(sched, HOST), HOST)
+        a, b, bias = random_operands(sched, 3)
+        correct, err, tol = check_against_numpy(hk, a, b, bias)
+        assert correct, f"{w.describe()}: max error {err} > {tol}"

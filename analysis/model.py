@@ -279,7 +279,7 @@ def micro_kernel_cycles(
     another thread writes.
     """
     c, lanes, isz = hw.core, s.lanes, 4
-    vload_rate = c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
+    vload_rate = _vector_load_rate(hw)
     conflict = _conflict_miss_cycles(s, hw, share.m_share, mix.instructions)
     dtlb = _dtlb_miss_cycles(s, hw, share.m_share)
     pair_shared = _c_line_pair_sharing(s, hw, share.ranges)
@@ -311,6 +311,23 @@ def micro_kernel_cycles(
         compute_cycles += tiles * (s.K * (step + dtlb) + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles, load_cycles
+
+
+def _vector_load_rate(hw: HwSpec) -> float:
+    """Full-width vector loads the core issues per cycle."""
+    c = hw.core
+    return c.load_ports * min(1.0, c.load_width_bits / hw.isa.vector_bits)
+
+
+def c_tile_port_cycles(s: CpuSchedule, hw: HwSpec) -> float:
+    """What each call of a full mr x nr tile is charged for its C tile's loads and stores (0 where
+    they fit in the ports' idle cycles): the term ``micro_kernel_cycles`` adds per call."""
+    mix = mix_from_schedule(s, hw)
+    cyc_k, load_k = _cycles_per_kstep(mix, hw, s.kc)
+    tile_vecs = s.mr * -(-s.nr // s.lanes)
+    return _c_tile_port_cycles(
+        tile_vecs, s.kc, cyc_k, load_k, mix.stores, _vector_load_rate(hw), hw.core.store_ports
+    )
 
 
 def _c_tile_port_cycles(

@@ -334,11 +334,8 @@ def calibrate(
         s.close()
     if progress:
         progress("done", total, total)
-    spec = host
-    origin: dict[str, str] = {}
-    for path, f in s.found.items():
-        spec = with_value(spec, path, f.value)
-        origin[path] = f.origin
+    spec = s.spec_so_far()
+    origin = {path: f.origin for path, f in s.found.items()}
     sysfs = set(sysfs_caches())
     for path, key in source_paths(host).items():
         origin[path] = _source_origin(key, path, host, base, sysfs)

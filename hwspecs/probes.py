@@ -436,6 +436,13 @@ class Session:
             raise CalibrationError("a probe counted cycles before the clock was measured")
         return float(self.found["core.frequency_ghz"].value)
 
+    def spec_so_far(self) -> HwSpec:
+        """The host's spec with every value found so far in place of the detected one."""
+        spec = self.host
+        for path, finding in self.found.items():
+            spec = with_value(spec, path, finding.value)
+        return spec
+
     def value(self, path: str) -> Any:
         """A field's value as found so far (measured, or the host's as detected)."""
         if path in self.found:
@@ -1131,32 +1138,6 @@ def _kernel_runs(s: Session, sched: CpuSchedule, calls: int) -> Callable[[], Non
     return run
 
 
-def call_probe_port_cycles(spec: HwSpec, sched: CpuSchedule) -> float:
-    """Cycles the model charges a call of a call-probe tile for its C tile's loads and stores
-    beyond the ports' idle cycles: 0 where the tile's FMAs keep the ports free enough."""
-    from aotune.analysis import model
-
-    if sched.mr <= 1:
-        return 0.0  # the one-chain tile of probe_scheduler: latency-bound, ports idle
-    mix = model.mix_from_schedule(sched, spec)
-    cyc_k, load_k = model._cycles_per_kstep(mix, spec, sched.kc)
-    core = spec.core
-    vload = core.load_ports * min(1.0, core.load_width_bits / spec.isa.vector_bits)
-    tile_vecs = sched.mr * sched.nr // sched.lanes
-    return model._c_tile_port_cycles(
-        tile_vecs, sched.kc, cyc_k, load_k, mix.stores, vload, core.store_ports
-    )
-
-
-def _core_so_far(s: Session) -> HwSpec:
-    """The host's spec with the core values this session has measured so far."""
-    spec = s.host
-    for path, finding in s.found.items():
-        if path.startswith("core."):
-            spec = with_value(spec, path, finding.value)
-    return spec
-
-
 def probe_call_cycles(s: Session) -> dict[str, Finding]:
     """The cycles a micro-kernel call costs beyond its k steps, C tile loads and stores.
 
@@ -1166,17 +1147,19 @@ def probe_call_cycles(s: Session) -> dict[str, Finding]:
     them then: nothing); the time per extra call is the call's own. The mean over
     ``CALL_PROBE_TILES``.
     """
+    from aotune.analysis.model import c_tile_port_cycles
+
     path = "core.call_cycles"
     per_tile: list[tuple[str, float]] = []
     timings: list[Timing] = []
     skipped: list[str] = []
-    core = _core_so_far(s)
+    core = s.spec_so_far()
     for rows, vectors in CALL_PROBE_TILES:
         short = call_probe_schedule(s.host, rows, vectors, 8)
         long = call_probe_schedule(s.host, rows, vectors, CALL_PROBE_K)
         if short is None or long is None:
             continue  # this target's space has no such tile: the other tile measures
-        if call_probe_port_cycles(core, short) > 0:
+        if c_tile_port_cycles(short, core) > 0:
             # load-bound on this core (e.g. 2 load ports beside issue 5): its C tile's loads
             # would be timed with the call
             skipped.append(f"{rows} x {short.N}")

@@ -461,7 +461,7 @@ def test_the_call_probes_time_what_they_say_on_every_cpu_target(target):
         assert not s.pack_a and not s.pack_b and s.threads == 1
         assert s.M * s.K * 4 <= l2 // 2
         assert model._c_stays_in_l1(s, hw, s.M, s.N)
-        if rows > 1 and probes.call_probe_port_cycles(hw, s) == 0.0:
+        if rows > 1 and model.c_tile_port_cycles(s, hw) == 0.0:
             free.append((rows, vectors, kc))
     assert any(kc == 8 for _, _, kc in free), target
 
@@ -469,13 +469,15 @@ def test_the_call_probes_time_what_they_say_on_every_cpu_target(target):
 def test_a_load_bound_probe_tile_is_left_out_of_the_call_cycles():
     # on a core of 2 load ports and issue 5 (Zen 3), an 8 x one-vector tile's 8 broadcasts and 1
     # load per 8 FMAs bind the ports: its C tile's loads would be timed with the call
+    from aotune.analysis import model
+
     zen3 = load_target("znver3")
     short = probes.call_probe_schedule(zen3, 8, 1, 8)
-    assert probes.call_probe_port_cycles(zen3, short) > 0
-    assert probes.call_probe_port_cycles(zen3, probes.call_probe_schedule(zen3, 6, 2, 8)) == 0
+    assert model.c_tile_port_cycles(short, zen3) > 0
+    assert model.c_tile_port_cycles(probes.call_probe_schedule(zen3, 6, 2, 8), zen3) == 0
     # at issue 4 (Haswell's) the same tile is issue-bound and leaves the ports idle cycles
     four = with_value(zen3, "core.issue_width", 4)
-    assert probes.call_probe_port_cycles(four, short) == 0
+    assert model.c_tile_port_cycles(short, four) == 0
 
 
 def test_the_alias_wait_per_pair_from_synthetic_readings():

@@ -43,6 +43,7 @@ from aotune.hwspecs.probes import (
     probe_prefetch_ahead,
     probe_prefetch_stride,
     probe_scheduler,
+    probe_set_capacity,
     probe_store_alias,
     probe_stores,
     probe_tlb,
@@ -123,6 +124,12 @@ PROBES: tuple[Probe, ...] = (
         ("caches.*.latency_cycles",),
         probe_cache_latency,
         "random-cycle chases sized per level",
+    ),
+    Probe(
+        "set capacity",
+        ("caches.*.conflict_slack",),
+        probe_set_capacity,
+        "a chase over more and more lines of one L1 set",
     ),
     Probe(
         "cache bandwidth",
@@ -206,11 +213,6 @@ SOURCES: dict[str, tuple[str, str]] = {
     ),
     "memory.page_bytes": ("os", "sysconf(SC_PAGE_SIZE)"),
     "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
-    "caches.*.conflict_slack": (
-        "assumed",
-        "how far a set-conflicting group of lines may overflow its ways before it thrashes is "
-        "not probed yet",
-    ),
     "caches.*.copy_bandwidth_share": (
         "assumed",
         "the share of a level's bandwidth a packing copy gets beside the micro-kernel is not "

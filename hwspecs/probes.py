@@ -790,6 +790,71 @@ def probe_cache_latency(s: Session) -> dict[str, Finding]:
     return out
 
 
+def lines_a_set_keeps(points: Mapping[int, float], hit: float, miss: float) -> int | None:
+    """The most lines of one set that a cyclic sweep still finds in the cache: the largest count
+    whose cycles per access stay under half-way from a hit (``hit``) to a miss (``miss``), with
+    every smaller count under it too; None where even the fewest lines miss."""
+    mark = hit + (miss - hit) / 2
+    kept = None
+    for lines in sorted(points):
+        if points[lines] >= mark:
+            break
+        kept = lines
+    return kept
+
+
+def probe_set_capacity(s: Session) -> dict[str, Finding]:
+    """How many lines one L1 set keeps while a panel sweeps it again and again, as the model's
+    ``conflict_slack`` counts a set's room (slack x ways x the share a tile may use).
+
+    A chase in a random but fixed cyclic order over R lines one way-size apart (all in one set:
+    L1 is indexed by address bits within a page) for growing R: with LRU the sweep hits while
+    the set holds all R and misses every time past that. Deeper levels are indexed by physical
+    address bits the probe cannot choose, so their slack stays assumed."""
+    out: dict[str, Finding] = {}
+    l1 = s.host.cache(1)
+    page = int(s.value("memory.page_bytes"))
+    way_bytes = l1.size_kib * 1024 // l1.associativity
+    for c in s.host.caches[1:]:
+        path = f"caches.L{c.level}.conflict_slack"
+        out[path] = s.assumed(
+            path, "a set of this level is picked by physical address bits a probe cannot choose"
+        )
+    path = "caches.L1.conflict_slack"
+    if way_bytes > page:
+        out[path] = s.assumed(path, f"one L1 way ({way_bytes} B) spans more than a page")
+        return out
+    ways = l1.associativity
+    hit = float(s.value("caches.L1.latency_cycles"))
+    miss = float(s.value("caches.L2.latency_cycles")) if len(s.host.caches) > 1 else 4 * hit
+    buf = s.buffer((3 * ways + 1) * way_bytes, huge=False)
+    readings: dict[int, float] = {}
+    timings = []
+    for lines in range(max(2, ways // 2), 3 * ways + 1):
+        order = s.rng.permutation(lines) * way_bytes
+        start = _link(buf, order)
+        readings[lines], t = s.cycles_per(lambda n, a=start: s.chase(a, 16 * n), 16)
+        timings.append(t)
+        if readings[lines] >= miss and lines > ways:
+            break  # past the knee: every access misses
+    s.release(buf)
+    s.details["set capacity"] = {"cycles_by_lines": readings, "way_bytes": way_bytes}
+    kept = lines_a_set_keeps(readings, hit, miss)
+    shown = ", ".join(f"{n}: {x:.1f}" for n, x in readings.items())
+    how = (
+        f"a chase in a fixed random cycle over lines {way_bytes} B apart (one L1 set): cycles per "
+        f"access by lines: {shown}; {kept} lines stay under half-way from an L1 hit ({hit:g}) to "
+        f"an L2 hit ({miss:g}), over {ways} ways x {l1.usable_fraction:g} usable; "
+        f"{_spread(timings)}"
+    )
+    if kept is None:
+        out[path] = s.assumed(path, f"even the fewest lines missed ({how})")
+        return out
+    slack = round(kept / (ways * l1.usable_fraction), 3)
+    out[path] = s.checked(path, slack, 1.0, 16.0, how)
+    return out
+
+
 def _size(nbytes: int) -> str:
     return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 

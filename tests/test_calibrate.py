@@ -327,6 +327,23 @@ def test_a_stride_is_followed_only_when_its_walk_is_nearer_an_l1_hit_than_an_l2_
     assert probes.followed_strides(walk_before, random, 4.0, 14.5) == 512
 
 
+def test_a_set_keeps_the_lines_its_sweep_still_hits():
+    # a Zen 3 slice's readings, lines 4 KiB apart (one L1 set of 8 ways): LRU keeps 8, not 9
+    zen3 = {4: 4.3, 5: 4.4, 6: 4.4, 7: 4.1, 8: 4.0, 9: 17.8}
+    assert probes.lines_a_set_keeps(zen3, 4.0, 12.0) == 8
+    # a slow reading below the knee ends the run there: a later fast one does not count
+    assert probes.lines_a_set_keeps({4: 4.0, 5: 9.0, 6: 4.0, 7: 15.0}, 4.0, 14.0) == 4
+    assert probes.lines_a_set_keeps({4: 13.0, 5: 14.0}, 4.0, 14.0) is None
+
+
+def test_the_set_probe_turns_kept_lines_into_the_models_slack():
+    # the model counts a set's room as slack x ways x usable share: 8 kept lines of 8 ways at 0.8
+    hw = load_target("znver3")
+    l1 = hw.cache(1)
+    assert 8 / (l1.associativity * l1.usable_fraction) == pytest.approx(l1.conflict_slack)
+    assert "measured: a chase" in hw.origin_of("caches.L1.conflict_slack")
+
+
 def test_the_lead_is_the_fewest_rows_that_reach_hit_speed():
     assert probes.lead_needed({0: 300.0, 1: 250.0, 2: 205.0, 4: 199.0}, reference=193.0) == 2
     assert probes.lead_needed({0: 195.0}, reference=193.0) == 0

@@ -897,8 +897,13 @@ def test_data_every_thread_reads_is_held_once_in_the_level_they_share():
 def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
     """Panel rows copied as vectors keep many lines in flight: the cost per element is the source
     level's bandwidth (halved: the copy shares it with the kernel's own traffic), whatever the
-    panel width, plus a translation per row when a panel is deeper than the DTLB."""
-    from aotune.analysis.model import _vector_pack_cycles_per_elem
+    panel width, plus a translation per row when a panel is deeper than the DTLB, or per row of a
+    block when the pages touched before the next pack over its rows do not fit the DTLB."""
+    from aotune.analysis.model import ThreadShare, _pages_between_b_packs
+    from aotune.analysis.model import _vector_pack_cycles_per_elem as per_elem
+
+    def _vector_pack_cycles_per_elem(s, hw, nbytes, threads):
+        return per_elem(s, hw, nbytes, threads, ThreadShare.of(s))
 
     hw = load_target("znver4")
     space = build_cpu_space(matmul(1024, 1024, 1024), hw)
@@ -911,7 +916,7 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
             ),
         )
 
-    s16, s64 = sched(16, 64), sched(64, 64)
+    s16, s64 = sched(16, 32), sched(64, 32)
     assert s16.b_pack_copies_vectors and s64.b_pack_copies_vectors
     from_l3 = _vector_pack_cycles_per_elem(s16, hw, 4 << 20, 1)
     assert from_l3 == pytest.approx(
@@ -931,9 +936,17 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
         per_byte = held / l3.bandwidth_bytes_per_cycle + (1 - held) * threads / dram
         assert got == pytest.approx(4 * per_byte / l3.copy_bandwidth_share)
     assert two > 1.8 * one and one > from_l3
-    # 4 KiB rows: a 128-deep panel outruns the 72-entry DTLB, a 64-deep one does not
+    # 4 KiB rows: a 128-deep panel outruns the 72-entry DTLB, a 32-deep one does not
     deep = _vector_pack_cycles_per_elem(sched(16, 128), hw, 4 << 20, 1)
     assert deep == pytest.approx(from_l3 + hw.memory.tlb_miss_cycles / 16)
+    # 32 B rows + 12 A rows + 12 C rows (each a page apart) + a 16-page panel fit 72 entries;
+    # 64 B rows with a 32-page panel do not: one miss per row of each 512-column block
+    assert _pages_between_b_packs(s16, hw, ThreadShare.of(s16)) == 72
+    s16_64 = sched(16, 64)
+    assert _pages_between_b_packs(s16_64, hw, ThreadShare.of(s16_64)) == 120
+    assert _vector_pack_cycles_per_elem(s16_64, hw, 4 << 20, 1) == pytest.approx(
+        from_l3 + hw.memory.tlb_miss_cycles / 512
+    )
 
 
 def test_issue_and_miss_waits_overlap_imperfectly_when_close():

@@ -150,7 +150,14 @@ def test_ga_starts_from_the_best_of_a_wider_random_draw(space):
     model = AnalyticalCpuModel(space.hw)
     score = lambda cfg: model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds  # noqa: E731
     opts = SearchOptions(budget=100, population=10, seed=3)
-    drawn = space.sample(cga.SEED_DRAW * opts.population, seed=opts.seed)
+    # each island starts from its own draw
+    drawn = [
+        cfg
+        for island in range(cga.ISLANDS)
+        for cfg in space.sample(
+            cga.SEED_DRAW * opts.population, seed=opts.seed * cga.ISLANDS + island
+        )
+    ]
     scored = cga.tune(space, score, opts)
     assert {cfg for _, cfg in scored} >= set(drawn)  # every drawn config was scored
     assert scored[0][0] <= min(score(cfg) for cfg in drawn)

@@ -7,10 +7,9 @@ set is halved until it is not, so every child is a solution of the space. The CP
 once by the Space and copied per child (Heron rebuilds it per sample).
 
 The GA budget is shared by ISLANDS independent populations, each from its own random draw: one
-population settles on the basin its best early members sit in (on Zen 3 at 1024^3, seed 0 settled
-on 13 x 8 unpacked-B tiles predicted at 16.8 ms where 6 x 16 packed-B tiles reach 11.1; two
-islands found the 11.1 basin on 17 of 18 seeded runs over six matmul shapes, one island on 14).
-Each first population is the best quarter of a random draw four times its size (SEED_DRAW). A
+population settles on the basin its best early members sit in, which need not be the best one
+(README, "Calibrating a CPU"). Each island's first population is the best quarter of a random
+draw four times its size (SEED_DRAW). A
 population keeps one config per distinct score: configs the scorer cannot tell apart (cache blocks
 that change no predicted cost) would otherwise fill it with copies of one basin and stop the search.
 

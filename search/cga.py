@@ -84,7 +84,7 @@ def tune(
     for island in range(ISLANDS):
         # start from the best quarter of a wider random draw: a population drawn at random
         # converges on whichever basin its best member sits in
-        draw = min(SEED_DRAW * options.population, options.budget)
+        draw = min(SEED_DRAW * options.population, options.budget // ISLANDS)
         drawn = space.sample(draw, seed=options.seed * ISLANDS + island)
         population = one_per_score(sorted(drawn, key=evaluate), evaluate)[: options.population]
         stale = 0

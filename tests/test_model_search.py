@@ -982,3 +982,13 @@ def test_calls_overlap_as_far_as_the_window_and_the_schedulers_hold_them():
     assert _calls_in_flight(mix, tiny, 32) == pytest.approx(1.0 + 64 / 96)
     # a call far longer than the schedulers hold runs nearly alone
     assert 1.0 < _calls_in_flight(mix, tiny, 4096) < 1.01
+
+
+def test_the_islands_draws_together_stay_within_the_budget(space):
+    """Each island draws at most its share of the budget, so a small budget with a large
+    population scores no more configs than it allows."""
+    model = AnalyticalCpuModel(space.hw)
+    score = lambda cfg: model.estimate_batch([schedule_from_config(space, cfg)])[0].seconds  # noqa: E731
+    opts = SearchOptions(budget=40, population=32, seed=1)
+    scored = cga.tune(space, score, opts)
+    assert 0 < len(scored) <= opts.budget

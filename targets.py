@@ -87,8 +87,9 @@ class CpuTarget:
         return self.model.predict_batch(schedules, features)
 
     def tile_of(self, schedule: Any) -> tuple[int, ...]:
-        """The register tile (mr, nr)."""
-        return (schedule.mr, schedule.nr)
+        """The micro-kernel: its register tile (mr, nr) and how it reads A and B (packed panels or
+        strided rows, where the model errs most: see the README's Zen 3 notes)."""
+        return (schedule.mr, schedule.nr, int(schedule.pack_a), int(schedule.pack_b))
 
     def usable(self, features: Any) -> bool:
         """Every compiled CPU kernel may be picked."""

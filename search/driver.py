@@ -205,9 +205,10 @@ def usable_top_k(
 
 
 def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:
-    """The ``k`` best of ``ranked`` (best predicted first), taking each register tile (``tile_of``:
-    mr x nr) once while other tiles remain. The final check is there because the model can be
-    wrong, and configs that share a micro-kernel tend to be wrong together."""
+    """The ``k`` best of ``ranked`` (best predicted first), taking each micro-kernel (``tile_of``:
+    the target's register tile and, on a CPU, how it reads its operands) once while others remain.
+    The final check is there because the model can be wrong, and configs that share a micro-kernel
+    tend to be wrong together."""
     taken: list[int] = []
     tiles: set[tuple[int, ...]] = set()
     for i, item in enumerate(ranked):

@@ -115,6 +115,12 @@ def tune(
     # compile to the same predicted time: one of each, so the compile slots see different kernels
     estimates = {cfg: seconds for seconds, cfg in scored}
     ranked = cga.one_per_score([cfg for _, cfg in scored], estimates.__getitem__)
+    ranked = with_kernels_spread(
+        ranked,
+        options.top_k,
+        options.compile_top,
+        lambda cfg: target.tile_of(target.schedule(space, cfg)),
+    )
     shortlist, schedules, kernels, loops = compile_shortlist(
         target, space, ranked, options, progress
     )
@@ -202,6 +208,29 @@ def usable_top_k(
     spills) fills a place only when no usable one is left for it."""
     picked = spread_top_k([c for c in ranked if usable(c)], k, tile_of)
     return picked + [c for c in ranked if not usable(c)][: k - len(picked)]
+
+
+def with_kernels_spread(
+    ranked: list[T], k: int, slots: int, tile_of: Callable[[T], tuple[int, ...]]
+) -> list[T]:
+    """``ranked`` with the best of each of its first ``k`` micro-kernels (``tile_of``) among its
+    first ``slots``: when the best estimates all share a micro-kernel, the compiled shortlist still
+    holds others for ``spread_top_k`` to pick (the best estimates go out to make room)."""
+    firsts: list[int] = []
+    tiles: set[tuple[int, ...]] = set()
+    for i, item in enumerate(ranked):
+        if len(firsts) == k:
+            break
+        tile = tile_of(item)
+        if tile not in tiles:
+            firsts.append(i)
+            tiles.add(tile)
+    late = [i for i in firsts if i >= slots]
+    if not late:
+        return ranked
+    head = [i for i in range(slots) if i not in firsts][: slots - len(firsts)]
+    front = sorted(set(head) | set(firsts))
+    return [ranked[i] for i in front] + [ranked[i] for i in range(len(ranked)) if i not in front]
 
 
 def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:

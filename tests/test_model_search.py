@@ -740,6 +740,19 @@ def test_top_k_takes_each_register_tile_once_while_others_remain():
     assert [it[0] for it in spread_top_k(ranked[:2], 3, tile)] == [0, 1]
 
 
+def test_compile_slots_hold_the_best_of_the_first_k_micro_kernels():
+    from aotune.search.driver import with_kernels_spread
+
+    tile = lambda it: it[1]  # noqa: E731
+    ranked = [(0, "a"), (1, "a"), (2, "a"), (3, "a"), (4, "b"), (5, "a"), (6, "c"), (7, "d")]
+    # slots for 4: the first of b and of c come in, the last best estimates of a go out
+    assert [it[0] for it in with_kernels_spread(ranked, 3, 4, tile)] == [0, 1, 4, 6, 2, 3, 5, 7]
+    # already spread, or one micro-kernel only: unchanged
+    assert with_kernels_spread(ranked, 2, 5, tile) == ranked
+    same = [(i, "a") for i in range(6)]
+    assert with_kernels_spread(same, 3, 2, tile) == same
+
+
 def test_cpu_top_k_spreads_over_how_the_micro_kernel_reads_its_operands(space):
     """Packed and strided B are different micro-kernels, and the model errs on them apart (Zen 3:
     strided-B kernels ran a median 1.33x their prediction, packed 1.07x), so a packed-B kernel

@@ -15,7 +15,7 @@ from aotune.codegen.runner import (
     check_against_numpy,
     random_operands,
 )
-from aotune.codegen.schedule import schedule_from_config
+from aotune.codegen.schedule import rows_l1_keeps_ahead, schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import FinalCheckError
 from aotune.hwspecs.host import host_can_run
@@ -197,11 +197,13 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
             "threads=1")  # fmt: skip
     unpacked = schedule_from_config(space, space.parse_config(base + ",pack_b=0"))
     packed = schedule_from_config(space, space.parse_config(base + ",pack_b=1"))
-    # prefetch_ahead_cycles ahead at mr x 3 FMAs per k step, at the core's FMA rate for the width
+    # prefetch_ahead_cycles ahead at mr x 3 FMAs per k step, at the core's FMA rate for the width,
+    # as far as L1 keeps the rows (B rows 1000, A rows 300 elements apart)
     fma_rate = hw.core.fma_units * min(1.0, hw.core.fma_width_bits / hw.isa.vector_bits)
     steps = mr * 3 / fma_rate
+    lead = -(-hw.memory.prefetch_ahead_cycles // steps)
     assert (
-        unpacked.b_prefetch_rows == -(-hw.memory.prefetch_ahead_cycles // steps)
+        unpacked.b_prefetch_rows == min(lead, rows_l1_keeps_ahead(hw, mr, nr, 1000, 300))
         and packed.b_prefetch_rows == 0
     )
     kernel = compile_kernel(unpacked, hw)
@@ -224,6 +226,30 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
     aliasing = schedule_from_config(aliasing_space, aliasing_space.parse_config(base + ",pack_b=0"))
     assert (unpacked.b_prefetch_level, aliasing.b_prefetch_level) == (1, 2)
     assert "prefetcht1" in compile_kernel(aliasing, hw).asm and "prefetcht1" not in kernel.asm
+
+
+def test_b_rows_are_prefetched_no_further_ahead_than_their_l1_sets_keep_them():
+    """Rows 1536 bytes apart fall in 8 of Zen 3's 64 L1 sets (8 ways, slack 1.0): between a row's
+    prefetch and its read each row in between touches a set 2/8 times, so with A's 3 lines (rows
+    2 KiB apart) a set keeps (8 - 3) * 8 / 2 = 20 rows ahead, a packed A panel's one line 28;
+    rows 2112 bytes apart spread over all 64 sets and keep the full lead."""
+    from aotune.codegen.schedule import b_prefetch_rows
+
+    hw = load_target("znver3")
+    assert rows_l1_keeps_ahead(hw, 6, 16, 384, 512) == 20
+    assert rows_l1_keeps_ahead(hw, 6, 16, 384, None) == 28
+    # six A rows 4 KiB apart all in one set leave room for 2 lines: 2 * 8 / 2
+    assert rows_l1_keeps_ahead(hw, 6, 16, 384, 1024) == 8
+    lead = b_prefetch_rows(hw, 6, 16, False)
+    assert lead > 28 and b_prefetch_rows(hw, 6, 16, False, 528, 512) == lead
+
+    def prefetch(n: int, pack_a: int) -> int:
+        space = build_cpu_space(matmul(96, n, 512), hw)
+        cfg = (f"mr=6,nr=16,kc=128,mc=6,nc=144,order=nkm,pack_a={pack_a},pack_b=0,unroll=4,"
+               "par=n,threads=1")  # fmt: skip
+        return schedule_from_config(space, space.parse_config(cfg)).b_prefetch_rows
+
+    assert (prefetch(384, 0), prefetch(384, 1), prefetch(528, 0)) == (20, 28, lead)
 
 
 @pytest.mark.parametrize("N", [1, 17, 33, 63, 1000])

@@ -6,6 +6,7 @@ code generation needs nothing else.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -351,7 +352,6 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
             c["nr"],
             bool(c["pack_b"]) or r.shared_n,
             linear(b, r.k),
-            None if c["pack_a"] or r.shared_n else linear(a, r.m),
         ),
         b_prefetch_level=b_prefetch_level(hw, linear(b, r.k)),
     )
@@ -363,12 +363,11 @@ def b_prefetch_rows(
     nr: int,
     contiguous: bool,
     b_row_stride: int = 0,
-    a_row_stride: int | None = None,
 ) -> int:
     """How many k steps ahead the micro-kernel prefetches an unpacked B row: far enough that the
     row arrives from beyond L2 in ``memory.prefetch_ahead_cycles``, counted at FMA speed, but no
-    further than L1 keeps the rows fetched ahead (``rows_l1_keeps_ahead``; strides in elements,
-    ``a_row_stride`` None for a packed A panel).
+    further than L1 keeps the rows fetched ahead (``rows_l1_keeps_ahead``; B's row stride in
+    elements, 0 where it is not known: no cap).
 
     The hardware prefetchers do not follow a stream of short rows a whole operand row apart: read
     in place from L3 or DRAM, each row waited for its lines (a 13 x 32 tile over 7x7 NHWC weights,
@@ -384,37 +383,31 @@ def b_prefetch_rows(
     cycles_per_step = mr * vectors / fma_rate
     ahead = max(1, math.ceil(hw.memory.prefetch_ahead_cycles / cycles_per_step))
     if b_row_stride and b_prefetch_level(hw, b_row_stride) == 1:
-        ahead = min(ahead, rows_l1_keeps_ahead(hw, mr, nr, b_row_stride, a_row_stride))
+        ahead = min(ahead, rows_l1_keeps_ahead(hw, nr, b_row_stride))
     return ahead
 
 
-def rows_l1_keeps_ahead(
-    hw: HwSpec, mr: int, nr: int, b_row_stride: int, a_row_stride: int | None
-) -> int:
+@functools.lru_cache(maxsize=4096)
+def rows_l1_keeps_ahead(hw: HwSpec, nr: int, b_row_stride: int) -> int:
     """How many B rows a micro-kernel can prefetch into L1 ahead of its reads before they evict
-    each other (strides in elements).
+    one another (stride in elements; at least 1).
 
-    Between a row's prefetch and its read, every row in between touches its lines twice (prefetch,
-    read); with LRU the row's lines survive while those touches, plus the lines A keeps in the
-    set (up to mr rows' current lines when A is read in place, its rows' lines in one set at a
-    stride a multiple of the way size; one for a packed panel), stay below the lines the set
-    keeps. Rows a multiple of 512 bytes apart fall in 8 of Zen 3's 64 sets: 6 x 16 tiles at
-    N=384 ran at 0.60 of peak prefetching 58 rows ahead, 0.89 at 8, 0.86 with none.
+    A line prefetched ahead is not kept like one just read: in the sets the rows share, the next
+    line fetched into its set evicts it first, so a row survives while fewer rows than one per
+    set are fetched ahead of it. Rows an odd multiple of 512 bytes apart fall in 8 of Zen 3's 64
+    sets: 6 x 16 tiles at N=384 ran at 0.58-0.60 of peak 58 rows ahead, 0.82-0.84 at 20, 0.88-0.93
+    at 4-8 and 0.86 with none; rows spread over all 64 sets kept the full 58-row lead.
     """
     l1 = hw.cache(1)
     line, sets = l1.line_bytes, l1.size_kib * 1024 // (l1.line_bytes * l1.associativity)
     stride, row_bytes = 4 * b_row_stride, 4 * nr
-    touches = [0] * sets
-    for i in range(sets):  # one period of the rows' set pattern (a line-multiple stride)
+    fetched = [0] * sets
+    # the rows' lines over one period of their set pattern (a sample where the stride is not a
+    # whole number of lines)
+    for i in range(sets):
         for ln in range(i * stride // line, (i * stride + row_bytes - 1) // line + 1):
-            touches[ln % sets] += 1
-    if a_row_stride is None:
-        a_lines = 1
-    else:
-        a_sets = [i * 4 * a_row_stride // line % sets for i in range(mr)]
-        a_lines = max(a_sets.count(x) for x in a_sets)
-    room = l1.associativity * l1.conflict_slack - a_lines
-    return max(0, math.floor(room * sets / (2 * max(touches))))
+            fetched[ln % sets] += 1
+    return max(1, sets // max(fetched))
 
 
 def b_prefetch_level(hw: HwSpec, b_row_stride: int) -> int:  # stride in elements

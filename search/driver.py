@@ -214,8 +214,9 @@ def with_kernels_spread(
     ranked: list[T], k: int, slots: int, tile_of: Callable[[T], tuple[int, ...]]
 ) -> list[T]:
     """``ranked`` with the best of each of its first ``k`` micro-kernels (``tile_of``) among its
-    first ``slots``: when the best estimates all share a micro-kernel, the compiled shortlist still
-    holds others for ``spread_top_k`` to pick (the best estimates go out to make room)."""
+    first ``slots`` (k <= slots): when the best estimates all share a micro-kernel, the compiled
+    shortlist still holds others for ``spread_top_k`` to pick; the last of the slots' repeats
+    move out to make room, just behind them."""
     firsts: list[int] = []
     tiles: set[tuple[int, ...]] = set()
     for i, item in enumerate(ranked):
@@ -225,12 +226,13 @@ def with_kernels_spread(
         if tile not in tiles:
             firsts.append(i)
             tiles.add(tile)
-    late = [i for i in firsts if i >= slots]
-    if not late:
+    if all(i < slots for i in firsts):
         return ranked
-    head = [i for i in range(slots) if i not in firsts][: slots - len(firsts)]
-    front = sorted(set(head) | set(firsts))
-    return [ranked[i] for i in front] + [ranked[i] for i in range(len(ranked)) if i not in front]
+    firsts_at = set(firsts)
+    head = [i for i in range(slots) if i not in firsts_at][: max(0, slots - len(firsts))]
+    front = sorted(set(head) | firsts_at)
+    moved = set(front)
+    return [ranked[i] for i in front] + [ranked[i] for i in range(len(ranked)) if i not in moved]
 
 
 def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:

@@ -198,12 +198,12 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
     unpacked = schedule_from_config(space, space.parse_config(base + ",pack_b=0"))
     packed = schedule_from_config(space, space.parse_config(base + ",pack_b=1"))
     # prefetch_ahead_cycles ahead at mr x 3 FMAs per k step, at the core's FMA rate for the width,
-    # as far as L1 keeps the rows (B rows 1000, A rows 300 elements apart)
+    # as far as L1 keeps the rows fetched ahead (B rows 1000 elements apart)
     fma_rate = hw.core.fma_units * min(1.0, hw.core.fma_width_bits / hw.isa.vector_bits)
     steps = mr * 3 / fma_rate
     lead = -(-hw.memory.prefetch_ahead_cycles // steps)
     assert (
-        unpacked.b_prefetch_rows == min(lead, rows_l1_keeps_ahead(hw, mr, nr, 1000, 300))
+        unpacked.b_prefetch_rows == min(lead, rows_l1_keeps_ahead(hw, nr, 1000))
         and packed.b_prefetch_rows == 0
     )
     kernel = compile_kernel(unpacked, hw)
@@ -229,19 +229,16 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
 
 
 def test_b_rows_are_prefetched_no_further_ahead_than_their_l1_sets_keep_them():
-    """Rows 1536 bytes apart fall in 8 of Zen 3's 64 L1 sets (8 ways, slack 1.0): between a row's
-    prefetch and its read each row in between touches a set 2/8 times, so with A's 3 lines (rows
-    2 KiB apart) a set keeps (8 - 3) * 8 / 2 = 20 rows ahead, a packed A panel's one line 28;
-    rows 2112 bytes apart spread over all 64 sets and keep the full lead."""
+    """A row fetched ahead is evicted by the next line fetched into its set: rows 1536 bytes apart
+    fall in 8 of Zen 3's 64 L1 sets, one row in 8 per set, so 8 rows ahead; 2048 bytes apart in 2
+    sets, 2; 64 bytes of rows 4000 bytes apart straddle two lines every other row, up to 2 lines
+    per set in 64 rows, 32; rows 2112 bytes apart spread over all 64 sets and keep the full lead."""
     from aotune.codegen.schedule import b_prefetch_rows
 
     hw = load_target("znver3")
-    assert rows_l1_keeps_ahead(hw, 6, 16, 384, 512) == 20
-    assert rows_l1_keeps_ahead(hw, 6, 16, 384, None) == 28
-    # six A rows 4 KiB apart all in one set leave room for 2 lines: 2 * 8 / 2
-    assert rows_l1_keeps_ahead(hw, 6, 16, 384, 1024) == 8
+    assert [rows_l1_keeps_ahead(hw, 16, n) for n in (384, 512, 1000, 528)] == [8, 2, 32, 64]
     lead = b_prefetch_rows(hw, 6, 16, False)
-    assert lead > 28 and b_prefetch_rows(hw, 6, 16, False, 528, 512) == lead
+    assert lead == 58 and b_prefetch_rows(hw, 6, 16, False, 528) == lead
 
     def prefetch(n: int, pack_a: int) -> int:
         space = build_cpu_space(matmul(96, n, 512), hw)
@@ -249,7 +246,9 @@ def test_b_rows_are_prefetched_no_further_ahead_than_their_l1_sets_keep_them():
                "par=n,threads=1")  # fmt: skip
         return schedule_from_config(space, space.parse_config(cfg)).b_prefetch_rows
 
-    assert (prefetch(384, 0), prefetch(384, 1), prefetch(528, 0)) == (20, 28, lead)
+    assert (prefetch(384, 0), prefetch(384, 1), prefetch(528, 0)) == (8, 8, lead)
+    # rows a whole way apart are prefetched into L2, not capped
+    assert prefetch(1024, 0) == lead
 
 
 @pytest.mark.parametrize("N", [1, 17, 33, 63, 1000])

@@ -751,6 +751,9 @@ def test_compile_slots_hold_the_best_of_the_first_k_micro_kernels():
     assert with_kernels_spread(ranked, 2, 5, tile) == ranked
     same = [(i, "a") for i in range(6)]
     assert with_kernels_spread(same, 3, 2, tile) == same
+    # fewer items than slots; more kernels asked for than there are
+    assert with_kernels_spread(ranked[:3], 3, 4, tile) == ranked[:3]
+    assert [it[0] for it in with_kernels_spread(ranked, 9, 5, tile)] == [0, 1, 4, 6, 7, 2, 3, 5]
 
 
 def test_cpu_top_k_spreads_over_how_the_micro_kernel_reads_its_operands(space):

@@ -394,9 +394,8 @@ def rows_l1_keeps_ahead(hw: HwSpec, nr: int, b_row_stride: int) -> int:
 
     A line prefetched ahead is not kept like one just read: in the sets the rows share, the next
     line fetched into its set evicts it first, so a row survives while fewer rows than one per
-    set are fetched ahead of it. Rows an odd multiple of 512 bytes apart fall in 8 of Zen 3's 64
-    sets: 6 x 16 tiles at N=384 ran at 0.58-0.60 of peak 58 rows ahead, 0.82-0.84 at 20, 0.88-0.93
-    at 4-8 and 0.86 with none; rows spread over all 64 sets kept the full 58-row lead.
+    set are fetched ahead of it (measured on Zen 3 with rows in 2-64 sets: the README's "how far
+    ahead B rows are prefetched").
     """
     l1 = hw.cache(1)
     line, sets = l1.line_bytes, l1.size_kib * 1024 // (l1.line_bytes * l1.associativity)

@@ -210,13 +210,8 @@ def usable_top_k(
     return picked + [c for c in ranked if not usable(c)][: k - len(picked)]
 
 
-def with_kernels_spread(
-    ranked: list[T], k: int, slots: int, tile_of: Callable[[T], tuple[int, ...]]
-) -> list[T]:
-    """``ranked`` with the best of each of its first ``k`` micro-kernels (``tile_of``) among its
-    first ``slots`` (k <= slots): when the best estimates all share a micro-kernel, the compiled
-    shortlist still holds others for ``spread_top_k`` to pick; the last of the slots' repeats
-    move out to make room, just behind them."""
+def _first_of_each(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[int]:
+    """Indices of the first item of each of ``ranked``'s first ``k`` micro-kernels."""
     firsts: list[int] = []
     tiles: set[tuple[int, ...]] = set()
     for i, item in enumerate(ranked):
@@ -226,6 +221,17 @@ def with_kernels_spread(
         if tile not in tiles:
             firsts.append(i)
             tiles.add(tile)
+    return firsts
+
+
+def with_kernels_spread(
+    ranked: list[T], k: int, slots: int, tile_of: Callable[[T], tuple[int, ...]]
+) -> list[T]:
+    """``ranked`` with the best of each of its first ``k`` micro-kernels (``tile_of``) among its
+    first ``slots`` (k <= slots): when the best estimates all share a micro-kernel, the compiled
+    shortlist still holds others for ``spread_top_k`` to pick; the last of the slots' repeats
+    move out to make room, just behind them."""
+    firsts = _first_of_each(ranked, k, tile_of)
     if all(i < slots for i in firsts):
         return ranked
     firsts_at = set(firsts)
@@ -240,13 +246,7 @@ def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]
     the target's register tile and, on a CPU, how it reads its operands) once while others remain.
     The final check is there because the model can be wrong, and configs that share a micro-kernel
     tend to be wrong together."""
-    taken: list[int] = []
-    tiles: set[tuple[int, ...]] = set()
-    for i, item in enumerate(ranked):
-        tile = tile_of(item)
-        if len(taken) < k and tile not in tiles:
-            taken.append(i)
-            tiles.add(tile)
+    taken = _first_of_each(ranked, k, tile_of)
     taken += [i for i in range(len(ranked)) if i not in taken][: k - len(taken)]
     return [ranked[i] for i in sorted(taken)]
 

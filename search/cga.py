@@ -87,29 +87,47 @@ def tune(
         draw = min(SEED_DRAW * options.population, options.budget // ISLANDS)
         drawn = space.sample(draw, seed=options.seed * ISLANDS + island)
         population = one_per_score(sorted(drawn, key=evaluate), evaluate)[: options.population]
-        stale = 0
         island_budget = ga_budget * (island + 1) // ISLANDS
-        while len(scores) < island_budget and stale < 4 * options.population:
-            ranked = sorted(population, key=evaluate)
-            elite = ranked[: max(2, len(ranked) // 4)]
-            children: list[Config] = []
-            for _ in range(options.population):
-                # tournament selection
-                p1 = min(rng.sample(ranked, min(3, len(ranked))), key=evaluate)
-                p2 = min(rng.sample(ranked, min(3, len(ranked))), key=evaluate)
-                child = make_child(space, p1, p2, rng, options.mutation)
-                before = len(scores)
-                evaluate(child)
-                stale = stale + 1 if len(scores) == before else 0
-                children.append(child)
-                if len(scores) >= island_budget:
-                    break
-            population = one_per_score(elite + sorted(children, key=evaluate), evaluate)[
-                : options.population
-            ]
+        evolve(space, population, evaluate, lambda: len(scores), island_budget, rng, options)
     for start in one_per_score(sorted(scores, key=evaluate), evaluate)[:POLISH_STARTS]:
         polish(space, start, evaluate, lambda: len(scores) >= options.budget)
     return sorted(((s, c) for c, s in scores.items()), key=lambda sc: sc[0])
+
+
+def evolve(
+    space: Space,
+    population: list[Config],
+    evaluate: Scorer,
+    scored: Callable[[], int],
+    budget: int,
+    rng: _random.Random,
+    options: SearchOptions,
+) -> None:
+    """Evolve one island's ``population`` until ``scored()`` (distinct configs scored so far)
+    reaches ``budget``, or until 4 x population children in a row were scored before (the island
+    has converged)."""
+    stale = 0
+    while scored() < budget and stale < 4 * options.population:
+        ranked = sorted(population, key=evaluate)
+        elite = ranked[: max(2, len(ranked) // 4)]
+        children: list[Config] = []
+        for _ in range(options.population):
+            p1, p2 = (_tournament(ranked, evaluate, rng) for _ in range(2))
+            child = make_child(space, p1, p2, rng, options.mutation)
+            before = scored()
+            evaluate(child)
+            stale = stale + 1 if scored() == before else 0
+            children.append(child)
+            if scored() >= budget:
+                break
+        population = one_per_score(elite + sorted(children, key=evaluate), evaluate)[
+            : options.population
+        ]
+
+
+def _tournament(ranked: list[Config], evaluate: Scorer, rng: _random.Random) -> Config:
+    """The best of three members drawn at random (tournament selection)."""
+    return min(rng.sample(ranked, min(3, len(ranked))), key=evaluate)
 
 
 def polish(space: Space, start: Config, evaluate: Scorer, spent: Callable[[], bool]) -> None:

@@ -377,7 +377,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     best = result.best
     for name, path in emits.items():
         _write_new(path, target.emit()[name](best.kernel), args.force)
-    top = target.candidate_report(result.candidates, seed=args.seed)
+    top = target.candidate_report(result.candidates, seed=args.seed, emulate=not args.no_verify)
     pick = driver.chosen(verified)
     blas = None
     if numpy_gflops is not None and target.kind == "cpu":  # numpy timed: what it ran on
@@ -387,7 +387,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         warning = blas.warning(hw.isa.vector_bits)
         if warning:
             sys.stderr.write(f"warning: {warning}\n")
-    skipped = None if (ok and not args.no_verify) else (why if not ok else "--no-verify given")
+    skipped = "--no-verify given" if args.no_verify else (None if ok else why)
     doc = {
         "workload": {
             "op": w.op,
@@ -520,12 +520,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 str(r["shared_bytes"]),
                 str(r["blocks_per_sm"]),
                 str(r["waves"]),
-                ("correct" if e["correct"] else "[red]WRONG[/]")
+                "-"
+                if e is None
+                else ("correct" if e["correct"] else "[red]WRONG[/]")
                 + f" ({e['blocks_checked']}/{e['blocks_total']} blocks)",
                 *on_device,
             )
     out.print(table)
-    if top is not None and any(not t["emulated"]["correct"] for t in top):
+    if top is not None and any(t["emulated"] and not t["emulated"]["correct"] for t in top):
         out.print("[red]a top candidate failed the emulated numpy check[/]")
         return EXIT_ERROR
     if skipped:

@@ -110,7 +110,9 @@ class CpuTarget:
         """``--emit-<name>`` -> the artefact of a kernel."""
         return {"asm": lambda k: k.asm, "ir": lambda k: k.llvm_ir}
 
-    def candidate_report(self, candidates: Sequence[Any], seed: int = 0) -> list[dict] | None:
+    def candidate_report(
+        self, candidates: Sequence[Any], seed: int = 0, emulate: bool = True
+    ) -> list[dict] | None:
         """Per top-k extras for the JSON (the CPU has none: its top-k is verified on the host)."""
         return None
 
@@ -255,23 +257,31 @@ class GpuTarget:
         """``--emit-<name>`` -> the artefact of a kernel."""
         return {"ptx": lambda k: k.ptx, "cubin": lambda k: k.cubin, "ir": lambda k: k.llvm_ir}
 
-    def candidate_report(self, candidates: Sequence[Any], seed: int = 0) -> list[dict] | None:
-        """The issue's ``top`` entries: resources from ptxas, occupancy, waves, the emulated
-        check against numpy (inputs and reference made once for all)."""
+    def candidate_report(
+        self, candidates: Sequence[Any], seed: int = 0, emulate: bool = True
+    ) -> list[dict] | None:
+        """The issue's ``top`` entries: resources from ptxas, occupancy, waves, and unless
+        ``emulate`` is off (``--no-verify``: nothing is computed on this CPU) the emulated check
+        against numpy (inputs and reference made once for all)."""
         from aotune.codegen.gpu_emulator import _reference, check_emulated, random_inputs
 
         if not candidates:
             return []
-        s0 = candidates[0].schedule
-        inputs = random_inputs(s0, seed)
-        ref = _reference(s0, *inputs)
+        if emulate:
+            s0 = candidates[0].schedule
+            inputs = random_inputs(s0, seed)
+            ref = _reference(s0, *inputs)
         out = []
         for c in candidates:
             f = self.features(c.kernel)
             occ = self.model.occupancy(c.schedule, f)
             s = c.schedule
             per_wave = max(1, occ.blocks_per_sm) * self.hw.compute.sms
-            emulated = check_emulated(c.kernel, seed=seed, inputs=inputs, reference=ref)
+            emulated = (
+                check_emulated(c.kernel, seed=seed, inputs=inputs, reference=ref).as_dict()
+                if emulate
+                else None
+            )
             out.append(
                 {
                     "rank": c.rank,
@@ -289,7 +299,7 @@ class GpuTarget:
                         "waves": -(-(s.grid[0] * s.grid[1] * s.grid[2]) // per_wave),
                     },
                     "ptxas_ok": True,
-                    "emulated": emulated.as_dict(),
+                    "emulated": emulated,
                     "launch": c.kernel.launch.as_dict(),
                 }
             )

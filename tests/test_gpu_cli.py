@@ -86,3 +86,23 @@ def test_gpu_bad_input_is_one_line(args, needle):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_no_verify_computes_nothing_on_this_cpu(monkeypatch, capsys):
+    """--no-verify skips the emulated check too: no inputs drawn, no numpy reference (a large
+    shape's reference took a minute and gigabytes for a check the user turned off)."""
+    from aotune.cli import main
+    from aotune.codegen import gpu_emulator
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("numpy work despite --no-verify")
+
+    monkeypatch.setattr(gpu_emulator, "random_inputs", refuse)
+    monkeypatch.setattr(gpu_emulator, "_reference", refuse)
+    argv = ["tune", "matmul", "--shape", "67x33x29", "--target", "t4", "--budget", "64"]
+    assert main([*argv, "--json", "--no-verify", "--no-db"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verify_skipped"] == "--no-verify given" and doc["top"]
+    assert all(t["emulated"] is None and t["ptxas_ok"] for t in doc["top"])
+    assert main([*argv, "--no-verify", "--no-db"]) == 0  # the table too
+    assert "final check skipped: --no-verify given" in capsys.readouterr().out

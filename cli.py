@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from aotune.artifact.commands import (
@@ -868,6 +869,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
             f"({' '.join(filter(None, [args.op, args.spec, *given]))}); --shape MxNxK may set K"
         )
     if args.plot:
+        if Path(args.plot).suffix.lower() != ".png":
+            raise ConfigError(f"--plot {args.plot}: the plot is a PNG image; name it *.png")
         check_writable(args.plot, args.force, ConfigError)
     shape = None
     if args.shape is not None:

@@ -114,6 +114,19 @@ def _int_param(value: object, name: str, key: str, path: Path) -> int:
     return int(value)
 
 
+def _problem_size(value: object, path: Path) -> tuple[int, ...]:
+    """The file's problem size: a list of positive integers (a bare one for a 1-D problem)."""
+    size = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(size, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in size
+    ):
+        raise MeasurementFileError(
+            f"{path}: problem_size is {value!r}, not a list of positive integers (Kernel Tuner "
+            "writes the problem's sizes, e.g. [4096, 4096]); fix it in the file"
+        )
+    return tuple(size)
+
+
 def read_cache(path: str | Path) -> KernelTunerCache:
     """Read a Kernel Tuner cache file (plain or gzipped, closed or still being written)."""
     path = Path(path)
@@ -147,11 +160,17 @@ def read_cache(path: str | Path) -> KernelTunerCache:
         params = tuple((k, _int_param(entry[k], k, key, path)) for k in keys)
         configs.append(MeasuredConfig(str(key), params, float(t)))
     tune_params = doc.get("tune_params", {})
+    if not isinstance(tune_params, Mapping):
+        raise MeasurementFileError(
+            f"{path}: tune_params is a JSON {type(tune_params).__name__}, not an object of "
+            "parameter values"
+        )
+    device = doc.get("device_name")
     return KernelTunerCache(
         path=str(path),
-        device_name=str(doc.get("device_name", "unknown device")),
+        device_name=device if isinstance(device, str) and device else "unknown device",
         kernel_name=str(doc["kernel_name"]),
-        problem_size=tuple(int(x) for x in doc.get("problem_size", ()) if isinstance(x, int)),
+        problem_size=_problem_size(doc.get("problem_size", []), path),
         tune_params_keys=tuple(keys),
         tune_params=tuple(
             (str(k), tuple(v) if isinstance(v, list) else (v,)) for k, v in tune_params.items()

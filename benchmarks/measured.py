@@ -230,6 +230,12 @@ def measured_accuracy(
             f"({cache.device_name})"
         )
     M, N, K = problem_shape(cache, shape)
+    if len(cache.configs) < max(TOP_K):
+        raise MeasurementFileError(
+            f"{path} holds {len(cache.configs)} timed configurations (failed: {cache.failed}); "
+            f"the correlations and the top-{max(TOP_K)} score need at least {max(TOP_K)}: "
+            "give a file of a longer tuning run"
+        )
     space = target.build_space(family.workload(M, N, K))
     if log:
         log(

@@ -149,6 +149,26 @@ def test_failed_configs_are_counted_not_scored(tmp_path: Path):
             b'"cache": {"1": {"A": 0.5, "time": 1}}}',
             "integer parameters",
         ),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "tune_params": [1, 2], '
+            b'"cache": {"1": {"A": 1, "time": 1}}}',
+            "tune_params is a JSON list",
+        ),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "problem_size": [4096, "x"], '
+            b'"cache": {"1": {"A": 1, "time": 1}}}',
+            r"problem_size is \[4096, 'x'\]",
+        ),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "problem_size": "4096x4096", '
+            b'"cache": {"1": {"A": 1, "time": 1}}}',
+            "not a list of positive integers",
+        ),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "problem_size": [0, 4096], '
+            b'"cache": {"1": {"A": 1, "time": 1}}}',
+            "not a list of positive integers",
+        ),
     ],
 )
 def test_a_file_that_is_not_a_cache_is_one_error_naming_it(tmp_path: Path, content, says):
@@ -334,6 +354,8 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("matmul",), "leave out the workload"),
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--shape", "128x256x256"), "disagrees"),
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--sample", "3"), "at least 10"),
+        (lambda: kernel_tuner_text(CONFIGS[:3]), (), "holds 3 timed configurations"),
+        (lambda: kernel_tuner_text(CONFIGS), ("--plot", "acc.txt"), "name it *.png"),
     ],
 )
 def test_accuracy_command_errors_are_one_line_exit_2(tmp_path: Path, make, args, says):
@@ -372,3 +394,12 @@ def test_bench_rows_say_where_a_missing_file_was_looked_for(tmp_path: Path):
     out = io.StringIO()
     print_bench_rows([*rows, scored], Console(file=out, width=400))  # no wrapped cell
     assert "not found" in out.getvalue() and "t4" in out.getvalue()
+
+
+def test_a_bare_problem_size_and_a_null_device_name_read(tmp_path: Path):
+    doc = json.loads(kernel_tuner_text(CONFIGS[:3]))
+    doc["problem_size"], doc["device_name"] = 4096, None
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(doc))
+    c = read_cache(path)
+    assert c.problem_size == (4096,) and c.device_name == "unknown device"

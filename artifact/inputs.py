@@ -111,12 +111,22 @@ def _c_library_function(name: str) -> bool:
     return any(hasattr(lib, name) for lib in _c_libraries())
 
 
+# a kernel's files are named after it (NAME.o, NAME.ptx, NAME.cubin) and file names stop at 255
+# bytes on Linux and macOS; C compilers take longer identifiers
+MAX_NAME_LENGTH = 200
+
+
 def check_c_name(name: object, where: str) -> str:
     """``name`` if it can be a C function's name in the library, else a BuildError saying why."""
     if not isinstance(name, str) or not _IDENT.fullmatch(name):
         raise BuildError(
             f"{where}: name {name!r} is not a C identifier; use letters, digits and _, "
             "not starting with a digit (e.g. bert_ffn1)"
+        )
+    if len(name) > MAX_NAME_LENGTH:
+        raise BuildError(
+            f"{where}: name {name[:24]}... is {len(name)} characters long; the kernel's files "
+            f"are named after it: use at most {MAX_NAME_LENGTH}"
         )
     if name in C_KEYWORDS:
         raise BuildError(f"{where}: name {name!r} is a C keyword; choose another name")

@@ -43,6 +43,7 @@ from aotune.analysis.workload import (
 )
 from aotune.artifact.inputs import (
     C_KEYWORDS,
+    MAX_NAME_LENGTH,
     ONNX_LIMIT,
     KernelList,
     KernelRequest,
@@ -200,7 +201,7 @@ def _attrs(node: Any) -> dict[str, Any]:
 
 def c_name(text: str, taken: set[str]) -> str:
     """A C identifier made from an ONNX node name, unique among ``taken``."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_") or "kernel"
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_")[: MAX_NAME_LENGTH - 8] or "kernel"
     if (
         name[0].isdigit()
         or name in C_KEYWORDS

@@ -115,6 +115,7 @@ layout = "nhwc"
         ('[[kernel]]\nname = "a"\nop = "softmax"\nshape = "2x2x2"', "unknown operator 'softmax'"),
         ('[[kernel]]\nname = "2fast"\nop = "matmul"', "'2fast' is not a C identifier"),
         ('[[kernel]]\nname = "int"\nop = "matmul"', "'int' is a C keyword"),
+        (f'[[kernel]]\nname = "{"k" * 300}"\nop = "matmul"', "300 characters long"),
         ('[[kernel]]\nname = "aotune_x"\nop = "matmul"', "reserved"),
         ('[[kernel]]\nname = "expf"\nop = "matmul"', "is a function of the C library"),
         ('[[kernel]]\nname = "malloc"\nop = "matmul"', "is a function of the C library"),
@@ -693,3 +694,13 @@ def test_shape_given_twice_with_different_sizes_is_an_error(tmp_path, capsys):
     )  # fmt: skip
     line = one_error_line(err)
     assert rc == 2 and "input 'x' twice, as 1x3x8x8 and 2x3x8x8" in line
+
+
+def test_a_long_onnx_node_name_makes_a_name_that_fits_a_file_name():
+    from aotune.artifact.inputs import MAX_NAME_LENGTH, check_c_name
+    from aotune.artifact.onnx_import import c_name
+
+    taken: set[str] = set()
+    names = [c_name("n" * 400, taken) for _ in range(3)]
+    assert len(set(names)) == 3
+    assert all(len(n) <= MAX_NAME_LENGTH and check_c_name(n, "x") == n for n in names)

@@ -258,5 +258,7 @@ def kernel_features(kernel: Kernel, isa: str) -> KernelFeatures:
                 return KernelFeatures(isa, text_bytes, tuple(funcs), lf)
     raise CodegenError(
         f"no FMA instruction found in the object code of {kernel.entry} "
-        f"(functions: {', '.join(funcs)}); the kernel computes nothing the model can rank"
+        f"(functions: {', '.join(funcs)}); the kernel computes nothing the model can rank: "
+        "check that the target spec's isa.llvm_features enable the FMA instructions and the "
+        "vector width of its isa.vector_bits"
     )

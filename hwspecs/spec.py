@@ -285,7 +285,9 @@ def _convert(value: Any, tp: Any, where: str, meta: Mapping[str, Any]) -> Any:
     if "range" in meta:
         lo, hi = meta["range"]
         if not lo <= value <= hi:
-            raise HwSpecError(f"{where} = {_short(value)} is out of range; allowed {lo:g}..{hi:g}")
+            raise HwSpecError(
+                f"{where} = {_short(value)} is out of range; allowed {_num(lo)}..{_num(hi)}"
+            )
         if meta.get("power_of_two") and value & (value - 1):
             raise HwSpecError(
                 f"{where} = {value} is not a power of two; allowed {lo}, {2 * lo}, ..., {hi}"
@@ -293,6 +295,11 @@ def _convert(value: Any, tp: Any, where: str, meta: Mapping[str, Any]) -> Any:
     if tp is str and len(value) > 1000:
         raise HwSpecError(f"{where}: a string of {len(value)} characters; at most 1000")
     return value
+
+
+def _num(x: float) -> str:
+    """A range bound as written: whole numbers in full (1048576, not 1.04858e+06)."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _short(value: Any) -> str:
@@ -363,11 +370,18 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
                 f"ways of {c.line_bytes}-byte lines in whole sets; fix size_kib, line_bytes "
                 "or associativity"
             )
-        if c.shared_by_cores > spec.core.cores and c.level == 1:
+        if c.shared_by_cores > spec.core.cores:
+            # the spec's cores are those a kernel may use; a cache's sharers are counted among them
             raise HwSpecError(
-                f"{where}: cache L1 is shared by {c.shared_by_cores} cores, more than the "
-                f"{spec.core.cores} the spec has"
+                f"{where}: cache L{c.level} is shared by {c.shared_by_cores} cores, more than the "
+                f"{spec.core.cores} the spec has; count only the cores a kernel may use"
             )
+    if spec.core.fma_width_bits > isa.vector_bits:
+        raise HwSpecError(
+            f"{where}: core.fma_width_bits = {spec.core.fma_width_bits} is wider than "
+            f"isa.vector_bits = {isa.vector_bits}; an FMA pipe is at most as wide as the "
+            "vectors the ISA has: fix one of them"
+        )
     by_level = sorted(spec.caches, key=lambda c: c.level)
     for inner, outer in zip(by_level, by_level[1:]):
         if outer.size_kib < inner.size_kib:  # a level further out is never the smaller one

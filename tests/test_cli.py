@@ -162,6 +162,27 @@ def test_unsatisfiable_request_names_the_conflicting_constraint(tiny_l1_spec):
     )
 
 
+def test_a_spec_whose_features_leave_out_the_fma_names_the_key_to_fix(tmp_path: Path):
+    text = (SPEC_DIR / "haswell.toml").read_text()
+    spec = tmp_path / "noavx.toml"
+    spec.write_text(re.sub(r'llvm_features = ".*"', 'llvm_features = "-avx2,-fma,-avx"', text))
+    assert_one_line_error(
+        run_cli(
+            "tune",
+            "matmul",
+            "--shape",
+            "32x32x32",
+            "--target",
+            str(spec),
+            "--no-db",
+            "--budget",
+            "32",
+        ),  # fmt: skip
+        "no FMA instruction",
+        "isa.llvm_features",
+    )
+
+
 def test_validate_lists_every_violation_and_exits_1(capsys):
     code = main(
         [

@@ -45,6 +45,18 @@ def _spec_text() -> str:
             lambda t: t.replace("size_kib = 8192", "size_kib = 128"),
             "cache L3 (128 KiB) is smaller than L2 (256 KiB)",
         ),
+        (
+            lambda t: t.replace("shared_by_cores = 4", "shared_by_cores = 9"),
+            "cache L3 is shared by 9 cores, more than the 4 the spec has",
+        ),
+        (
+            lambda t: t.replace("fma_width_bits = 256", "fma_width_bits = 512"),
+            "core.fma_width_bits = 512 is wider than isa.vector_bits = 256",
+        ),
+        (
+            lambda t: t.replace("size_kib = 8192", "size_kib = 99999999"),
+            "allowed 1..1048576",
+        ),
     ],
 )
 def test_broken_spec_names_file_key_and_type(tmp_path: Path, mutate, expected):

@@ -111,6 +111,17 @@ def _load(path: Path, data: bytes | None = None) -> Any:
         ) from None
     if not model.graph.node:
         raise BuildError(f"{path} is not an ONNX model with a graph (it has no nodes)")
+    g = model.graph
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    defined |= {o for n in g.node for o in n.output}
+    for node in g.node:
+        missing = [n for n in node.input if n and n not in defined]
+        if missing:
+            label = node.name or f"{node.op_type}({', '.join(node.output)})"
+            raise BuildError(
+                f"{path}: node {label} reads {missing[0]!r}, which no input, initializer or node "
+                "of the graph defines; the model is incomplete: export it again"
+            )
     return model
 
 
@@ -141,6 +152,14 @@ def _fix_inputs(model: Any, shapes: dict[str, tuple[int, ...]], path: Path) -> N
                     )
                 d.dim_value = v
             continue
+        if any(d.HasField("dim_value") and d.dim_value == 0 and not d.dim_param for d in dims):
+            shown = "x".join(
+                str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "0") for d in dims
+            )
+            raise BuildError(
+                f"input {name!r} of {path.name} has a dimension of size 0 ({shown}); a kernel "
+                "needs sizes of 1 or more: fix the input's shape in the model"
+            )
         dynamic = [
             (d.dim_param or "?") for d in dims if not d.HasField("dim_value") or d.dim_value < 1
         ]

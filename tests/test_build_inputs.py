@@ -704,3 +704,29 @@ def test_a_long_onnx_node_name_makes_a_name_that_fits_a_file_name():
     names = [c_name("n" * 400, taken) for _ in range(3)]
     assert len(set(names)) == 3
     assert all(len(n) <= MAX_NAME_LENGTH and check_c_name(n, "x") == n for n in names)
+
+
+def test_onnx_zero_dims_and_undefined_tensors_are_named(tmp_path, capsys):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((8, 8), np.float32), "w")
+
+    def save(name, x_shape, reads):
+        node = helper.make_node("MatMul", [reads, "w"], ["y"], name="mm")
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [w],
+        )
+        onnx.save(helper.make_model(graph), str(tmp_path / name))
+        return str(tmp_path / name)
+
+    rc, _, err = run_cli(capsys, "build", save("zero.onnx", [0, 8], "x"), "-o", str(tmp_path / "o"))
+    line = one_error_line(err)
+    assert rc == 2 and "has a dimension of size 0 (0x8)" in line and "dynamic" not in line
+    rc, _, err = run_cli(capsys, "build", save("hole.onnx", [4, 8], "nowhere"), "-o", str(tmp_path))
+    line = one_error_line(err)
+    assert rc == 2 and "node mm reads 'nowhere', which no input" in line

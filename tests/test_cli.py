@@ -177,7 +177,7 @@ def test_a_spec_whose_features_leave_out_the_fma_names_the_key_to_fix(tmp_path: 
             "--no-db",
             "--budget",
             "32",
-        ),  # fmt: skip
+        ),
         "no FMA instruction",
         "isa.llvm_features",
     )

@@ -35,7 +35,7 @@ from typing import Any
 
 from aotune.analysis.workload import DEFAULT_SHAPES, OPERATORS, Workload, build_workload
 from aotune.errors import AotuneError, BuildError
-from aotune.files import MIB, read_user_file
+from aotune.files import MIB, decode_utf8, read_user_file
 
 TOML_LIMIT = MIB  # a kernel list is a few lines per kernel
 ONNX_LIMIT = 2 << 30  # protobuf's own limit on one message: a larger model cannot be parsed
@@ -222,7 +222,9 @@ def kernel_from_table(table: Any, where: str) -> KernelRequest:
     try:
         workload = build_workload(op, shape, **kwargs)
     except AotuneError as e:
-        raise BuildError(f"{where}: {e}") from None
+        # the checks are tune's, worded for its flags; a TOML list spells them as keys
+        keys = re.sub(r"(?<![\w-])--([a-z_]+)", r"\1", str(e))
+        raise BuildError(f"{where}: {keys}") from None
     return KernelRequest(name, workload, where)
 
 
@@ -236,12 +238,9 @@ def read_toml(path: Path, raw: bytes | None = None) -> KernelList:
             f"{path} is {len(raw)} bytes, more than the {TOML_LIMIT} a TOML kernel list may "
             "have; is it the right file? (an ONNX model needs the .onnx suffix)"
         )
+    text = decode_utf8(raw, path, "TOML kernel list", BuildError)
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise BuildError(
-            f"{path} is not a text file; give a TOML kernel list or an ONNX model (.onnx)"
-        ) from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise BuildError(f"{path} is not valid TOML ({e}); fix the line it names") from None
     other = [k for k in data if k != "kernel"]

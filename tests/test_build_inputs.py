@@ -135,10 +135,15 @@ layout = "nhwc"
         ("title = 'x'", "unknown top-level key 'title'"),
         ("", "lists no kernels"),
         ("[[kernel]\nname=", "is not valid TOML"),
+        (
+            '[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2x2"\nstride = 2',
+            "kernel 1 (a): stride applies to conv2d",
+        ),
+        ('[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2x2"\n# \xe9', "not UTF-8 text"),
     ],
 )
 def test_bad_toml_lists_are_one_line_and_exit_2(tmp_path, capsys, body, message):
-    (tmp_path / "k.toml").write_text(body)
+    (tmp_path / "k.toml").write_bytes(body.encode("latin-1"))  # \xe9: one byte, not UTF-8
     rc, out, err = run_cli(capsys, "build", str(tmp_path / "k.toml"), "-o", str(tmp_path / "o"))
     assert rc == 2 and out == ""
     assert message in one_error_line(err)

@@ -394,7 +394,9 @@ class TuningDatabase:
         try:
             return self._conn.execute(sql, args).fetchall()
         except sqlite3.DatabaseError as e:
-            raise DatabaseError(f"{self.path}: {e}; the database is damaged") from None
+            raise DatabaseError(
+                f"{self.path}: {e}; the database is damaged{_DAMAGED_FIX}"
+            ) from None
 
     def _record(self, row: sqlite3.Row) -> TuneRecord:
         """The record of a ``records`` row with its candidates, checked as an import is: a
@@ -590,6 +592,11 @@ class TuningDatabase:
         before anything is written, so a malformed file adds nothing."""
         # a regular file of at most 1 GiB (never a device read to its end), decoded as UTF-8
         data = read_user_file(path, "JSON-lines file", DatabaseError, limit_bytes=_IMPORT_LIMIT)
+        if data.startswith(b"SQLite format 3\x00"):
+            raise DatabaseError(
+                f"{path} is a database, not a 'db export' file; export its records first "
+                f"(aotune db export records.jsonl --db {path}) and import that"
+            )
         text = decode_utf8(data, path, "JSON-lines file", DatabaseError)
         records = []
         for i, line in enumerate(text.split("\n"), 1):
@@ -733,7 +740,7 @@ def _schema_version(conn: sqlite3.Connection, p: Path, create: bool) -> int | No
         version = int(row[0])
     except (TypeError, ValueError):
         raise DatabaseError(
-            f"{p}: its schema version is not a number; the file is damaged"
+            f"{p}: its schema version is not a number; the file is damaged{_DAMAGED_FIX}"
         ) from None
     if version > SCHEMA_VERSION:
         raise DatabaseError(
@@ -744,8 +751,16 @@ def _schema_version(conn: sqlite3.Connection, p: Path, create: bool) -> int | No
         if table in tables and not columns <= _columns(conn, table):
             raise DatabaseError(foreign)
         if table not in tables and not create and table != "objects":
-            raise DatabaseError(f"{p}: its table {table} is missing; the file is damaged")
+            raise DatabaseError(
+                f"{p}: its table {table} is missing; the file is damaged{_DAMAGED_FIX}"
+            )
     return version
+
+
+_DAMAGED_FIX = (
+    "; restore it from a backup or a 'db export' file, or pass --db with a new file (a record "
+    "is only a search's result: a new database searches again)"
+)
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:

@@ -520,3 +520,17 @@ def test_a_damaged_stored_record_is_named_not_shown_wrong(tmp_path, capsys):
         assert "DELETE FROM records WHERE id=2" in err
     assert not (tmp_path / "x.jsonl").exists()
     assert main(["db", "show", "1", "--db", str(db)]) == 0
+
+
+def test_a_database_given_to_import_or_missing_a_table_says_what_to_do(tmp_path, capsys):
+    db = _filled_db(tmp_path / "t.db")
+    assert main(["db", "import", str(db), "--db", str(tmp_path / "other.db")]) == 2
+    err = _error_line(capsys)
+    assert "is a database, not a 'db export' file" in err and "aotune db export" in err
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE candidates")
+    conn.commit()
+    conn.close()
+    assert main(["db", "list", "--db", str(db)]) == 2
+    err = _error_line(capsys)
+    assert "table candidates is missing" in err and "pass --db with a new file" in err

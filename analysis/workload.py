@@ -527,7 +527,8 @@ def parse_dims(text: str) -> dict[str, int]:
         name = name.strip()
         if not eq or not re.fullmatch(r"[a-zA-Z]", name):
             raise WorkloadError(
-                f"--dims entry {item!r} is not of the form letter=size, e.g. b=8,i=256"
+                f"--dims entry {item!r} is not of the form letter=size with an ASCII letter "
+                "a-z or A-Z, e.g. b=8,i=256"
             )
         if not re.fullmatch(r"-?[0-9]{1,30}", value.strip()):
             raise WorkloadError(

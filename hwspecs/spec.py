@@ -438,11 +438,11 @@ def spec_from_dict(data: dict[str, Any], where: str) -> HwSpec:
     return validate_spec(spec, where)
 
 
-# a spec file's ``kind`` -> "module:function" building it from parsed TOML (imported on use, so the
-# GPU schema module is not loaded for CPU work)
+# a spec file's ``kind`` -> (module, the function building it from parsed TOML, its dataclass),
+# imported on use, so the GPU schema module is not loaded for CPU work
 SPEC_KINDS = {
-    "cpu": "aotune.hwspecs.spec:spec_from_dict",
-    "gpu": "aotune.hwspecs.gpu_spec:gpu_spec_from_dict",
+    "cpu": ("aotune.hwspecs.spec", "spec_from_dict", "HwSpec"),
+    "gpu": ("aotune.hwspecs.gpu_spec", "gpu_spec_from_dict", "GpuSpec"),
 }
 
 
@@ -460,8 +460,24 @@ def spec_from_data(data: dict[str, Any], where: str) -> Any:
         raise HwSpecError(
             f"{where}:kind: expected one of {', '.join(map(repr, SPEC_KINDS))}, got {_short(kind)}"
         )
-    module, func = SPEC_KINDS[kind].split(":")
-    return getattr(importlib.import_module(module), func)(data, where)
+    unknown = set(data) - _sections(kind)
+    for other in SPEC_KINDS:
+        if unknown and other != kind and unknown <= _sections(other):
+            raise HwSpecError(
+                f"{where}: kind = {kind!r}, but its {', '.join(sorted(unknown))} belong to a "
+                f"{other} spec; set kind = {other!r} (or write a {kind} spec: see the built-in "
+                f"ones, aotune hw show NAME)"
+            )
+    module, build, _ = SPEC_KINDS[kind]
+    return getattr(importlib.import_module(module), build)(data, where)
+
+
+def _sections(kind: str) -> set[str]:
+    """The top-level keys a spec of ``kind`` has (its dataclass's fields)."""
+    import importlib
+
+    module, _, schema = SPEC_KINDS[kind]
+    return {f.name for f in dataclasses.fields(getattr(importlib.import_module(module), schema))}
 
 
 def load_spec_file(path: str | Path, check_llvm: bool = True) -> Any:

@@ -57,6 +57,10 @@ def _spec_text() -> str:
             lambda t: t.replace("size_kib = 8192", "size_kib = 99999999"),
             "allowed 1..1048576",
         ),
+        (
+            lambda t: t.replace('kind = "cpu"', 'kind = "gpu"'),
+            "kind = 'gpu', but its caches, core, isa, origin, overhead belong to a cpu spec",
+        ),
     ],
 )
 def test_broken_spec_names_file_key_and_type(tmp_path: Path, mutate, expected):

@@ -180,7 +180,9 @@ def model_accuracy(
     runs: list[Callable[[], object]] = []
     incorrect = 0
     configs = space.sample(samples, seed=seed)
-    for cfg in configs:
+    if log:
+        log(f"accuracy: {w.describe()}: {len(configs)} sampled kernels to compile, check and time")
+    for i, cfg in enumerate(configs, 1):
         sched = schedule_from_config(space, cfg)
         kernel = compile_kernel(sched, hw)
         (pred,) = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
@@ -189,7 +191,11 @@ def model_accuracy(
         correct, _, _ = check_against_numpy(host, a, b, bias)
         incorrect += not correct
         runs.append(host.call_on(a, b, bias, out))
+        if log and (i % 16 == 0 or i == len(configs)):
+            log(f"accuracy: compiled and checked against numpy: {i}/{len(configs)}")
     handoff = [_handoff_ns(hw)]
+    if log:
+        log(f"accuracy: timing them in interleaved rounds (up to {sweep_seconds:.0f} s)")
     swept, sweep_rounds = _timed(runs, ACCURACY_ROUNDS, sweep_seconds)
     t = np.array(swept)
     handoff.append(_handoff_ns(hw))

@@ -95,6 +95,11 @@ def _dtype(elem_type: int) -> str:
         return f"of element type {elem_type}"
 
 
+def _label(node: Any) -> str:
+    """How errors and the report name a node: its name, else its op and outputs."""
+    return node.name or f"{node.op_type}({', '.join(node.output)})"
+
+
 def _load(path: Path, data: bytes | None = None) -> Any:
     """The model in ``path`` (whose bytes ``data`` are, when already read)."""
     import onnx
@@ -117,10 +122,9 @@ def _load(path: Path, data: bytes | None = None) -> Any:
     for node in g.node:
         missing = [n for n in node.input if n and n not in defined]
         if missing:
-            label = node.name or f"{node.op_type}({', '.join(node.output)})"
             raise BuildError(
-                f"{path}: node {label} reads {missing[0]!r}, which no input, initializer or node "
-                "of the graph defines; the model is incomplete: export it again"
+                f"{path}: node {_label(node)} reads {missing[0]!r}, which no input, initializer or "
+                "node of the graph defines; the model is incomplete: export it again"
             )
     return model
 
@@ -152,10 +156,13 @@ def _fix_inputs(model: Any, shapes: dict[str, tuple[int, ...]], path: Path) -> N
                     )
                 d.dim_value = v
             continue
+        shown = "x".join(
+            str(d.dim_value)
+            if d.dim_value > 0
+            else (d.dim_param or ("0" if d.HasField("dim_value") else "?"))
+            for d in dims
+        )
         if any(d.HasField("dim_value") and d.dim_value == 0 and not d.dim_param for d in dims):
-            shown = "x".join(
-                str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "0") for d in dims
-            )
             raise BuildError(
                 f"input {name!r} of {path.name} has a dimension of size 0 ({shown}); a kernel "
                 "needs sizes of 1 or more: fix the input's shape in the model"
@@ -164,9 +171,6 @@ def _fix_inputs(model: Any, shapes: dict[str, tuple[int, ...]], path: Path) -> N
             (d.dim_param or "?") for d in dims if not d.HasField("dim_value") or d.dim_value < 1
         ]
         if dynamic or not inp.type.tensor_type.HasField("shape"):
-            shown = "x".join(
-                str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "?") for d in dims
-            )
             example = "x".join(str(d.dim_value) if d.dim_value > 0 else "1" for d in dims)
             raise BuildError(
                 f"input {name!r} of {path.name} has dynamic dims ({shown or 'no shape'}); give "
@@ -250,7 +254,7 @@ class _Importer:
         self.consumed: set[int] = set()  # ids of nodes fused into an earlier kernel
 
     def label(self, node: Any) -> str:
-        return node.name or f"{node.op_type}({', '.join(node.output)})"
+        return _label(node)
 
     def skip(self, node: Any, reason: str) -> None:
         self.skipped.append(SkippedOp(self.label(node), node.op_type, reason))

@@ -461,8 +461,8 @@ def spec_from_data(data: dict[str, Any], where: str) -> Any:
             f"{where}:kind: expected one of {', '.join(map(repr, SPEC_KINDS))}, got {_short(kind)}"
         )
     unknown = set(data) - _sections(kind)
-    for other in SPEC_KINDS:
-        if unknown and other != kind and unknown <= _sections(other):
+    for other in SPEC_KINDS if unknown else ():
+        if other != kind and unknown <= _sections(other):
             raise HwSpecError(
                 f"{where}: kind = {kind!r}, but its {', '.join(sorted(unknown))} belong to a "
                 f"{other} spec; set kind = {other!r} (or write a {kind} spec: see the built-in "

@@ -412,11 +412,15 @@ def rows_l1_keeps_ahead(hw: HwSpec, nr: int, b_row_stride: int) -> int:
 def b_prefetch_level(hw: HwSpec, b_row_stride: int) -> int:  # stride in elements
     """The cache level B rows are prefetched into: L1, unless rows a whole L1 way apart (a multiple
     of size / associativity) all land in one set group, where a row fetched ahead would evict the
-    rows in use (an 8 x 16 tile at N=2048, panel read once per call: 141-157 GFLOP/s unprefetched,
-    119-138 prefetched into L1, 157-169 into L2)."""
+    rows in use (Zen 4: an 8 x 16 tile at N=2048, panel read once per call: 141-157 GFLOP/s
+    unprefetched, 119-138 prefetched into L1, 157-169 into L2). On a core whose L2 prefetch fills
+    L1 too (``memory.l2_prefetch_fills_l1``) there is no such level: L1, and its cap on how far
+    ahead (Zen 3: a 13 x 8 tile with B rows 16 KiB apart, 53 rows ahead into "L2" 43.6-44.3 ms,
+    none 35.6-35.9)."""
     l1 = hw.cache(1)
     way_bytes = l1.size_kib * 1024 // l1.associativity
-    return 2 if b_row_stride * 4 % way_bytes == 0 else 1
+    whole_ways = b_row_stride * 4 % way_bytes == 0
+    return 2 if whole_ways and not hw.memory.l2_prefetch_fills_l1 else 1
 
 
 def _pad_copy(w: Workload, info: AccessInfo, a_name: str) -> PadCopy:

@@ -212,6 +212,10 @@ SOURCES: dict[str, tuple[str, str]] = {
         "cache",
     ),
     "memory.page_bytes": ("os", "sysconf(SC_PAGE_SIZE)"),
+    "memory.l2_prefetch_fills_l1": (
+        "assumed",
+        "where a software prefetch for L2 lands is documented per core family, not probed yet",
+    ),
     "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
     "caches.*.copy_bandwidth_share": (
         "assumed",

@@ -118,6 +118,9 @@ class MemorySpec:
     dtlb_entries: int = _in(1, 1 << 20)  # pages the first-level data TLB holds
     # how far ahead software prefetches of strided operand rows are issued
     prefetch_ahead_cycles: int = _in(1, 100_000)
+    # whether a software prefetch meant for L2 (x86 prefetcht1) fills L1 too, as on AMD cores
+    # before Zen 4: it then evicts L1 lines as a prefetch into L1 does
+    l2_prefetch_fills_l1: bool
 
 
 @dataclass(frozen=True)

@@ -221,11 +221,14 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
     )
     a, b, _ = random_operands(unpacked, 1)
     assert check_against_numpy(HostKernel(kernel, hw), a, b)[0]
-    # rows a whole L1 way apart (N=1024: 4 KiB) share one set group: prefetched into L2 instead
+    # rows a whole L1 way apart (N=1024: 4 KiB) share one set group: prefetched into L2 instead,
+    # unless this core's L2 prefetch fills L1 too
     aliasing_space = build_cpu_space(matmul(20, 1024, 300), hw)
     aliasing = schedule_from_config(aliasing_space, aliasing_space.parse_config(base + ",pack_b=0"))
-    assert (unpacked.b_prefetch_level, aliasing.b_prefetch_level) == (1, 2)
-    assert "prefetcht1" in compile_kernel(aliasing, hw).asm and "prefetcht1" not in kernel.asm
+    fills_l1 = hw.memory.l2_prefetch_fills_l1
+    assert (unpacked.b_prefetch_level, aliasing.b_prefetch_level) == (1, 1 if fills_l1 else 2)
+    assert ("prefetcht1" in compile_kernel(aliasing, hw).asm) != fills_l1
+    assert "prefetcht1" not in kernel.asm
 
 
 def test_b_rows_are_prefetched_no_further_ahead_than_their_l1_sets_keep_them():
@@ -247,7 +250,12 @@ def test_b_rows_are_prefetched_no_further_ahead_than_their_l1_sets_keep_them():
         return schedule_from_config(space, space.parse_config(cfg)).b_prefetch_rows
 
     assert (prefetch(384, 0), prefetch(384, 1), prefetch(528, 0)) == (8, 8, lead)
-    # rows a whole way apart are prefetched into L2, not capped
+    # rows a whole way apart fall into one set; Zen 3's L2 prefetch fills L1 as well, so they are
+    # prefetched into L1 and capped to one row ahead; on a core whose L2 prefetch stops at L2
+    # they go there, the full lead ahead
+    assert hw.memory.l2_prefetch_fills_l1 and rows_l1_keeps_ahead(hw, 16, 1024) == 1
+    assert prefetch(1024, 0) == 1
+    hw = dataclasses.replace(hw, memory=dataclasses.replace(hw.memory, l2_prefetch_fills_l1=False))
     assert prefetch(1024, 0) == lead
 
 

@@ -7,9 +7,10 @@ features, emulated on the host, verified only where a GPU and its driver are pre
 adds a class here and a schema in ``hwspecs/``; nothing else dispatches on it.
 
 Every target supplies: ``build_space``, ``schedule``, ``compile``, ``features``, ``estimate``
-(tier 1), ``predict`` (tier 2), ``tile_of`` (which candidates share a micro-kernel), ``usable``
-(a tier-2 kernel fit to be in the top-k), ``describe`` (the JSON ``target`` block), ``emit`` (the
-``--emit-*`` artefacts), ``candidate_report`` (per top-k extras in the JSON) and ``can_verify``.
+(tier 1), ``predict`` (tier 2), ``kernel_keys`` (which candidates are one kind of kernel),
+``usable`` (a tier-2 kernel fit to be in the top-k), ``describe`` (the JSON ``target`` block),
+``emit`` (the ``--emit-*`` artefacts), ``candidate_report`` (per top-k extras in the JSON) and
+``can_verify``.
 """
 
 from __future__ import annotations
@@ -86,10 +87,12 @@ class CpuTarget:
         """Tier 2."""
         return self.model.predict_batch(schedules, features)
 
-    def tile_of(self, schedule: Any) -> tuple[int, ...]:
-        """The micro-kernel: its register tile (mr, nr) and how it reads A and B (packed panels or
-        strided rows, where the model errs most: see the README's Zen 3 notes)."""
-        return (schedule.mr, schedule.nr, int(schedule.pack_a), int(schedule.pack_b))
+    def kernel_keys(self, schedule: Any) -> tuple[tuple[int, ...], ...]:
+        """What kind of kernel it is, coarse to fine, for the final check to take one of each:
+        how it reads A and B (packed panels or rows in place, where the model errs most: see the
+        README's Zen 3 notes), then its micro-kernel (register tile and those reads)."""
+        reads = (int(schedule.pack_a), int(schedule.pack_b))
+        return (reads, (schedule.mr, schedule.nr, *reads))
 
     def usable(self, features: Any) -> bool:
         """Every compiled CPU kernel may be picked."""
@@ -233,9 +236,10 @@ class GpuTarget:
         """Tier 2."""
         return self.model.predict_batch(schedules, features)
 
-    def tile_of(self, schedule: Any) -> tuple[int, ...]:
-        """The block and thread tile."""
-        return (schedule.bm, schedule.bn, schedule.mwi, schedule.nwi)
+    def kernel_keys(self, schedule: Any) -> tuple[tuple[int, ...], ...]:
+        """What kind of kernel it is, for the final check to take one of each: its block and
+        thread tile."""
+        return ((schedule.bm, schedule.bn, schedule.mwi, schedule.nwi),)
 
     def usable(self, features: Any) -> bool:
         """A kernel that spills is never picked while one that does not remains."""

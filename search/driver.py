@@ -39,6 +39,8 @@ from aotune.targets import target_for
 STRATEGIES = {"cga": cga.tune, "random": random.tune}
 Progress = Callable[[str, int, int], None]
 T = TypeVar("T")
+# a kernel's kinds, coarse to fine (``Target.kernel_keys``)
+KernelKeys = tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def tune(
         ranked,
         options.top_k,
         options.compile_top,
-        lambda cfg: target.tile_of(target.schedule(space, cfg)),
+        lambda cfg: target.kernel_keys(target.schedule(space, cfg)),
     )
     shortlist, schedules, kernels, loops = compile_shortlist(
         target, space, ranked, options, progress
@@ -137,7 +139,7 @@ def tune(
         key=lambda c: (not target.usable(c[5]), c[0].seconds),
     )
     picked = usable_top_k(
-        compiled, options.top_k, lambda c: target.usable(c[5]), lambda c: target.tile_of(c[3])
+        compiled, options.top_k, lambda c: target.usable(c[5]), lambda c: target.kernel_keys(c[3])
     )
     top = tuple(
         Candidate(i + 1, cfg, sched, est, pred, kernel)
@@ -202,36 +204,38 @@ def usable_top_k(
     ranked: list[T],
     k: int,
     usable: Callable[[T], bool],
-    tile_of: Callable[[T], tuple[int, ...]],
+    keys_of: Callable[[T], KernelKeys],
 ) -> list[T]:
     """``spread_top_k`` of the usable items of ``ranked``; an unusable item (a GPU kernel that
     spills) fills a place only when no usable one is left for it."""
-    picked = spread_top_k([c for c in ranked if usable(c)], k, tile_of)
+    picked = spread_top_k([c for c in ranked if usable(c)], k, keys_of)
     return picked + [c for c in ranked if not usable(c)][: k - len(picked)]
 
 
-def _first_of_each(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[int]:
-    """Indices of the first item of each of ``ranked``'s first ``k`` micro-kernels."""
+def _first_of_each(ranked: list[T], k: int, keys_of: Callable[[T], KernelKeys]) -> list[int]:
+    """Indices of the first item of each distinct key among ``ranked``'s first ``k``, level by
+    level (``keys_of``: coarse to fine): every coarse key first, then finer ones."""
     firsts: list[int] = []
-    tiles: set[tuple[int, ...]] = set()
-    for i, item in enumerate(ranked):
-        if len(firsts) == k:
-            break
-        tile = tile_of(item)
-        if tile not in tiles:
-            firsts.append(i)
-            tiles.add(tile)
-    return firsts
+    keys = [keys_of(item) for item in ranked]
+    for level in range(max((len(ks) for ks in keys), default=0)):
+        seen = {keys[i][level] for i in firsts if level < len(keys[i])}
+        for i, ks in enumerate(keys):
+            if len(firsts) == k:
+                return sorted(firsts)
+            if level < len(ks) and ks[level] not in seen and i not in firsts:
+                firsts.append(i)
+                seen.add(ks[level])
+    return sorted(firsts)
 
 
 def with_kernels_spread(
-    ranked: list[T], k: int, slots: int, tile_of: Callable[[T], tuple[int, ...]]
+    ranked: list[T], k: int, slots: int, keys_of: Callable[[T], KernelKeys]
 ) -> list[T]:
-    """``ranked`` with the best of each of its first ``k`` micro-kernels (``tile_of``) among its
+    """``ranked`` with the best of each of its first ``k`` kinds of kernel (``keys_of``) among its
     first ``slots`` (k <= slots): when the best estimates all share a micro-kernel, the compiled
     shortlist still holds others for ``spread_top_k`` to pick; the last of the slots' repeats
     move out to make room, just behind them."""
-    firsts = _first_of_each(ranked, k, tile_of)
+    firsts = _first_of_each(ranked, k, keys_of)
     if all(i < slots for i in firsts):
         return ranked
     firsts_at = set(firsts)
@@ -241,12 +245,12 @@ def with_kernels_spread(
     return [ranked[i] for i in front] + [ranked[i] for i in range(len(ranked)) if i not in moved]
 
 
-def spread_top_k(ranked: list[T], k: int, tile_of: Callable[[T], tuple[int, ...]]) -> list[T]:
-    """The ``k`` best of ``ranked`` (best predicted first), taking each micro-kernel (``tile_of``:
-    the target's register tile and, on a CPU, how it reads its operands) once while others remain.
-    The final check is there because the model can be wrong, and configs that share a micro-kernel
-    tend to be wrong together."""
-    taken = _first_of_each(ranked, k, tile_of)
+def spread_top_k(ranked: list[T], k: int, keys_of: Callable[[T], KernelKeys]) -> list[T]:
+    """The ``k`` best of ``ranked`` (best predicted first), taking each kind of kernel once while
+    others remain (``keys_of``: the target's ``kernel_keys``, coarse to fine; on a CPU how the
+    kernel reads its operands, then its micro-kernel). The final check is there because the model
+    can be wrong, and configs that share a kind of kernel tend to be wrong together."""
+    taken = _first_of_each(ranked, k, keys_of)
     taken += [i for i in range(len(ranked)) if i not in taken][: k - len(taken)]
     return [ranked[i] for i in sorted(taken)]
 

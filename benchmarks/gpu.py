@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aotune.analysis.workload import LAYOUTS, Workload, matmul
+from aotune.codegen.cuda_tools import ToolMissingError, tool_path
 from aotune.hwspecs.spec import load_target
 from aotune.search import driver
 from aotune.search.options import SearchOptions
@@ -73,6 +74,16 @@ def gpu_row(
 def run_gpu_rows(quick: bool = False, log: Log = None) -> list[dict[str, Any]]:
     """Every GPU row (one with ``quick``)."""
     return [gpu_row(t, name, w, log=log) for t, name, w in row_specs(quick)]
+
+
+def missing_gpu_tools() -> str | None:
+    """Why the GPU rows cannot run here (ptxas or nvdisasm not installed), or None."""
+    try:
+        for tool in ("ptxas", "nvdisasm"):
+            tool_path(tool)
+    except ToolMissingError as e:
+        return str(e)
+    return None
 
 
 def print_gpu_table(rows: list[dict[str, Any]], console: Any) -> None:

@@ -371,7 +371,7 @@ def run_suite(
     tuned 1024^3 matmul's, the two timed side by side right after the row (without a 1024^3 row in
     the run, it is left out).
     """
-    from aotune.benchmarks.gpu import run_gpu_rows
+    from aotune.benchmarks.gpu import missing_gpu_tools, run_gpu_rows
 
     only = "gpu" if gpu_only else only
     if only is not None and only not in GROUPS:
@@ -415,8 +415,15 @@ def run_suite(
                 row["side_by_side_gflops"] = {"operator": op_gflops, "matmul_1024": ref_gflops}
             rows.append({**row, "group": group})
     doc["rows"] = rows
-    doc["gpu_rows"] = run_gpu_rows(quick, log) if wanted("gpu") else []
-    if not quick and wanted("gpu"):  # the GPU model against kernels timed on real GPUs
+    # asked for by name, the GPU rows stop with the missing tool's error; as part of the whole
+    # suite they are left out, saying why, so that the host rows measured so far are kept
+    missing = missing_gpu_tools() if only is None else None
+    if missing:
+        doc["gpu_rows_skipped"] = missing
+        if log:
+            log(f"[bench] GPU rows skipped: {missing}")
+    doc["gpu_rows"] = run_gpu_rows(quick, log) if wanted("gpu") and not missing else []
+    if not quick and wanted("gpu") and not missing:  # the GPU model against timed GPU kernels
         from aotune.benchmarks.measured import bench_rows
 
         doc["gpu_measured"] = bench_rows(log)
@@ -433,6 +440,8 @@ def print_table(result: dict[str, Any], console: Any) -> None:
 
     if result.get("gpu_rows"):
         print_gpu_table(result["gpu_rows"], console)
+    if result.get("gpu_rows_skipped"):
+        console.print(f"GPU rows skipped: {result['gpu_rows_skipped']}")
     if not result["rows"]:
         return
 

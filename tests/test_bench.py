@@ -188,3 +188,23 @@ def test_gpu_rows_are_predictions_with_their_checks_and_quick_keeps_one() -> Non
     print_gpu_table([row], console)
     text = console.export_text()
     assert "predicted by the model, not measured" in text and "conv2d small NHWC" in text
+
+
+def test_the_whole_suite_leaves_gpu_rows_out_when_ptxas_is_missing(monkeypatch) -> None:
+    """A plain install has no ptxas: the GPU rows say so instead of failing after the host rows."""
+    from aotune.benchmarks import gpu
+    from aotune.benchmarks.suite import print_table
+    from aotune.codegen.cuda_tools import ToolMissingError
+    from rich.console import Console
+
+    def missing(tool: str):
+        raise ToolMissingError(f"{tool} is not installed; pip install 'aotune[gpu]'")
+
+    monkeypatch.setattr(gpu, "tool_path", missing)
+    why = gpu.missing_gpu_tools()
+    assert why is not None and "ptxas is not installed" in why and "aotune[gpu]" in why
+    monkeypatch.setattr(gpu, "tool_path", lambda tool: tool)
+    assert gpu.missing_gpu_tools() is None
+    console = Console(record=True, width=200)
+    print_table({"rows": [], "gpu_rows": [], "gpu_rows_skipped": why}, console)
+    assert "GPU rows skipped: ptxas is not installed" in console.export_text()

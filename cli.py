@@ -14,7 +14,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     acc.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
     acc.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _progress_log() -> Callable[[str], None]:
+    """Prints progress lines on stderr as written: their "[bench]" tags and install hints such
+    as 'aotune[gpu]' are text, not rich markup."""
+    err = _console(stderr=True)
+    return lambda line: err.print(line, markup=False)
 
 
 def _console(stderr: bool = False) -> Any:
@@ -811,7 +818,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.library:
         from aotune.benchmarks.library import print_library_table, run_library_bench
 
-        doc = run_library_bench(args.quick, log=None if args.json else _console(stderr=True).print)
+        doc = run_library_bench(args.quick, log=None if args.json else _progress_log())
         if args.json:
             print(json.dumps(doc, indent=1))
         else:
@@ -826,7 +833,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_suite(
         quick=args.quick,
         samples=args.samples,
-        log=None if args.json else _console(stderr=True).print,
+        log=None if args.json else _progress_log(),
         gpu_only=args.gpu_only,
         only=args.only,
         target=args.target,
@@ -842,7 +849,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     """``aotune accuracy``: the model against measured times (module ``benchmarks/measured.py``)."""
     from aotune.benchmarks import measured
 
-    log = None if args.json else _console(stderr=True).print
+    log = None if args.json else _progress_log()
     if not 0 <= args.seed <= SEED_LIMIT:  # numpy's generators take no other seed
         raise ConfigError(f"--seed {args.seed}: give a seed in 0..{SEED_LIMIT}")
     if args.measured is None:

@@ -441,7 +441,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
     if result.get("gpu_rows"):
         print_gpu_table(result["gpu_rows"], console)
     if result.get("gpu_rows_skipped"):
-        console.print(f"GPU rows skipped: {result['gpu_rows_skipped']}")
+        console.print(f"GPU rows skipped: {result['gpu_rows_skipped']}", markup=False)
     if not result["rows"]:
         return
 

@@ -405,3 +405,11 @@ def test_output_cut_short_by_the_reader_is_not_a_traceback():
     stderr = proc.stderr.read()
     assert proc.wait(timeout=120) == 0
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def test_progress_lines_print_their_brackets_as_text(capsys) -> None:
+    """bench's "[bench] warning: ..." lines and install hints like 'aotune[gpu]' are not markup."""
+    from aotune.cli import _progress_log
+
+    _progress_log()("[bench] warning: pip install 'aotune[gpu]'")
+    assert "[bench] warning: pip install 'aotune[gpu]'" in capsys.readouterr().err

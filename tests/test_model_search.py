@@ -784,13 +784,10 @@ def test_cpu_top_k_takes_each_way_of_reading_the_operands_before_a_second_tile(s
     from aotune.targets import target_for
 
     target = target_for(space.hw)
-    base = "kc=128,mc=48,nc=256,order=nkm,unroll=4,par=m,threads=2"
-    ranked = [
-        schedule_from_config(space, space.parse_config(f"mr=6,nr=32,{base},pack_a=0,pack_b=1")),
-        schedule_from_config(space, space.parse_config(f"mr=4,nr=32,{base},pack_a=0,pack_b=1")),
-        schedule_from_config(space, space.parse_config(f"mr=6,nr=32,{base},pack_a=0,pack_b=1")),
-        schedule_from_config(space, space.parse_config(f"mr=4,nr=32,{base},pack_a=1,pack_b=1")),
-        schedule_from_config(space, space.parse_config(f"mr=2,nr=32,{base},pack_a=0,pack_b=1")),
+    base = "nr=32,kc=128,mc=48,nc=256,order=nkm,unroll=4,par=m,threads=2,pack_b=1"
+    ranked = [  # (mr, pack_a), best predicted first
+        schedule_from_config(space, space.parse_config(f"mr={mr},pack_a={pa},{base}"))
+        for mr, pa in ((6, 0), (4, 0), (6, 0), (4, 1), (2, 0))
     ]
     # two ways of reading: each once, then the next register tile of the first way
     assert spread_top_k(ranked, 2, target.kernel_keys) == [ranked[0], ranked[3]]

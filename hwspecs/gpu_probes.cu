@@ -4,6 +4,8 @@
 // mix them (shared-memory LDS.128 beside global LDG.32 that hit L1).
 //
 //   nvcc -O3 -arch=sm_90 -o gpu_probes hwspecs/gpu_probes.cu && ./gpu_probes
+//   ./gpu_probes patterns    # the access-pattern table alone
+//   ./gpu_probes bandwidth   # the L2 and DRAM read sweeps alone
 //
 // Every figure is in SM cycles (clock64 inside the kernel), so it does not depend on the clock
 // the card holds. Every value loaded feeds a sum that is stored, so no load is dead.
@@ -93,6 +95,66 @@ __global__ void throughput(const float *buf, int iters, int flip, long long *cyc
     if (total == 12345.f) sink[threadIdx.x] = total;
 }
 
+// Access patterns: lane l of every warp reads WIDTH floats at (l % distinct) * stride floats, from
+// global memory (hitting L1) or from shared memory. What one warp instruction costs the SM's
+// L1 / shared-memory path, in cycles, says by which rule its wavefronts are counted (banks in
+// quarter-warp phases, 128-byte lines or 32-byte sectors): the rule gpu_model.py applies.
+template <int WIDTH, bool SHARED>
+__global__ void pattern(const float *buf, int iters, int flip, int stride, int distinct,
+                        long long *cycles, float *sink) {
+    __shared__ __align__(16) float tile[SHARED ? 8192 : 4];
+    if (SHARED) {
+        for (int i = threadIdx.x; i < 8192; i += blockDim.x) tile[i] = buf[i];
+        __syncthreads();
+    }
+    const int off0 = ((threadIdx.x & 31) % distinct) * stride;
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+    long long t0 = clock64();
+    for (int it = 0; it < iters; ++it) {
+        const int base = off0 + ((it & flip) << 5);  // 128 B on: same banks, same line offsets
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = base + u * (SHARED ? 1024 : 2048);
+            const float *src = SHARED ? tile + i : buf + i;
+            if (WIDTH == 1) a0 += src[0];
+            if (WIDTH == 2) {
+                float2 v = *(const float2 *)src;
+                a0 += v.x, a1 += v.y;
+            }
+            if (WIDTH == 4) {
+                float4 v = *(const float4 *)src;
+                a0 += v.x, a1 += v.y, a2 += v.z, a3 += v.w;
+            }
+        }
+    }
+    __syncthreads();
+    long long t1 = clock64();
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    const float total = a0 + a1 + a2 + a3;
+    if (total == 12345.f) sink[threadIdx.x] = total;
+}
+
+// Bandwidth of the L2 (or DRAM, for a footprint larger than the L2): every thread of every block
+// reads 16 B at a time through L2 only (ld.global.cg: L1 keeps nothing), sweeping the footprint
+// ``passes`` times, consecutive threads on consecutive 16 B, four loads in flight per thread.
+__global__ void sweep(const float4 *buf, long long n, int passes, long long *cycles, float *sink) {
+    float a = 0.f;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long t0 = clock64();
+    for (int p = 0; p < passes; ++p)
+        for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i + 3 * stride < n;
+             i += 4 * stride) {
+            float4 v0 = __ldcg(buf + i), v1 = __ldcg(buf + i + stride);
+            float4 v2 = __ldcg(buf + i + 2 * stride), v3 = __ldcg(buf + i + 3 * stride);
+            a += (v0.x + v0.y + v0.z + v0.w) + (v1.x + v1.y + v1.z + v1.w) +
+                 (v2.x + v2.y + v2.z + v2.w) + (v3.x + v3.y + v3.z + v3.w);
+        }
+    __syncthreads();
+    long long t1 = clock64();
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    if (a == 12345.f) sink[threadIdx.x] = a;
+}
+
 static double run_chase(size_t footprint, size_t stride, int hops, bool shuffle) {
     size_t n = footprint / stride, words = footprint / 8;
     unsigned long long *d;
@@ -149,7 +211,68 @@ static void run_throughput(const char *name, int sms, int threads, double loads_
     cudaFree(buf), cudaFree(sink), cudaFree(cyc), free(h);
 }
 
-int main() {
+template <int WIDTH, bool SHARED>
+static void run_pattern(int sms, int stride, int distinct, int iters) {
+    float *buf, *sink;
+    long long *cyc;
+    CHECK(cudaMalloc(&buf, 1 << 20));
+    CHECK(cudaMemset(buf, 0, 1 << 20));
+    CHECK(cudaMalloc(&sink, 4096 * 4));
+    CHECK(cudaMalloc(&cyc, sms * 8));
+    const int threads = 1024;
+    pattern<WIDTH, SHARED><<<sms, threads>>>(buf, 16, 1, stride, distinct, cyc, sink);
+    pattern<WIDTH, SHARED><<<sms, threads>>>(buf, iters, 1, stride, distinct, cyc, sink);
+    CHECK(cudaDeviceSynchronize());
+    long long *h = (long long *)malloc(sms * 8);
+    CHECK(cudaMemcpy(h, cyc, sms * 8, cudaMemcpyDeviceToHost));
+    long long worst = 0;
+    for (int i = 0; i < sms; ++i) worst = h[i] > worst ? h[i] : worst;
+    const double instr = threads / 32.0 * iters * 8;
+    printf("pattern %s.%-3d stride %3d B, %2d distinct lanes: %6.2f cycles per warp instruction\n",
+           SHARED ? "LDS" : "LDG", 32 * WIDTH, 4 * stride, distinct, worst / instr);
+    cudaFree(buf), cudaFree(sink), cudaFree(cyc), free(h);
+}
+
+template <int WIDTH, bool SHARED>
+static void run_patterns(int sms, int iters) {
+    for (int distinct : {32, 16, 8, 1})
+        for (int mult : {1, 2, 4, 8})  // the shared tile holds lanes up to 64 B apart
+            if (!SHARED || WIDTH * mult <= 16)
+                run_pattern<WIDTH, SHARED>(sms, WIDTH * mult, distinct, iters);
+    if (WIDTH == 1 && !SHARED)  // a line per lane (the shared tile is too small for this stride)
+        for (int distinct : {32, 16}) run_pattern<WIDTH, SHARED>(sms, 32, distinct, iters);
+}
+
+static void run_sweep(int blocks, int threads, size_t footprint, int passes, const char *who) {
+    float4 *buf;
+    float *sink;
+    long long *cyc;
+    CHECK(cudaMalloc(&buf, footprint));
+    CHECK(cudaMemset(buf, 0, footprint));
+    CHECK(cudaMalloc(&sink, 4096 * 4));
+    CHECK(cudaMalloc(&cyc, blocks * 8));
+    const long long n = footprint / 16;
+    sweep<<<blocks, threads>>>(buf, n, 1, cyc, sink);  // bring the footprint into L2
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    CHECK(cudaEventRecord(e0));
+    sweep<<<blocks, threads>>>(buf, n, passes, cyc, sink);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float ms;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    long long *h = (long long *)malloc(blocks * 8);
+    CHECK(cudaMemcpy(h, cyc, blocks * 8, cudaMemcpyDeviceToHost));
+    long long worst = 0;
+    for (int i = 0; i < blocks; ++i) worst = h[i] > worst ? h[i] : worst;
+    const double bytes = (double)footprint * passes;
+    printf("read bandwidth, %5zu MiB footprint (ld.global.cg), %s: %7.0f GB/s, %6.1f B per SM-clock "
+           "cycle\n", footprint >> 20, who, bytes / (ms * 1e6), bytes / worst);
+    cudaFree(buf), cudaFree(sink), cudaFree(cyc), free(h);
+}
+
+int main(int argc, char **argv) {
     cudaDeviceProp p;
     CHECK(cudaGetDeviceProperties(&p, 0));
     printf("%s, sm_%d%d, %d SMs, L2 %d KiB\n", p.name, p.major, p.minor, p.multiProcessorCount,
@@ -173,6 +296,21 @@ int main() {
         cudaFree(cyc), cudaFree(sink);
     }
     const int sms = p.multiProcessorCount;
+    if (argc > 1 && argv[1][0] == 'b') {  // "bandwidth": the L2 and DRAM sweeps alone
+        // 512 x 256 threads: every SM full, 2 MiB per step of the sweep (footprints in 8 MiB)
+        for (size_t mib : {8, 16, 24, 32, 40}) run_sweep(512, 256, mib << 20, 64, "all SMs");
+        run_sweep(512, 256, (size_t)2048 << 20, 4, "all SMs");
+        run_sweep(1, 1024, 8 << 20, 8, "one SM");  // what one SM's L1 can take from the L2
+        run_sweep(2, 1024, 8 << 20, 8, "one block on each of 2 SMs");
+        return 0;
+    }
+    if (argc > 1) {  // "patterns [iters]": the access-pattern table alone (short, for ncu too)
+        const int iters = argc > 2 ? atoi(argv[2]) : 1024;
+        run_patterns<1, false>(sms, iters), run_patterns<2, false>(sms, iters);
+        run_patterns<4, false>(sms, iters), run_patterns<1, true>(sms, iters);
+        run_patterns<2, true>(sms, iters), run_patterns<4, true>(sms, iters);
+        return 0;
+    }
     for (int threads : {256, 1024}) {
         run_throughput<0>("LDG.32, L1 hit, coalesced", sms, threads, 1, 4);
         run_throughput<1>("LDG.128, L1 hit, coalesced", sms, threads, 1, 16);

@@ -80,7 +80,11 @@ def occupancy(s: GpuSchedule, hw: GpuSpec, registers: int, shared_bytes: int) ->
     per_warp = -(-registers * hw.compute.warp_size // unit) * unit
     smem = -(-(shared_bytes + sh.reserved_per_block) // sh.alloc_unit) * sh.alloc_unit
     limits = {
-        "registers": lim.registers_per_sm // max(1, per_warp * warps),
+        # each partition's warps take registers from its own quarter of the file (CUDA's
+        # occupancy calculator, cuda_occupancy.h): warps per partition, then whole blocks
+        "registers": hw.compute.partitions_per_sm
+        * (lim.registers_per_sm // hw.compute.partitions_per_sm // max(1, per_warp))
+        // warps,
         "shared memory": sh.bytes_per_sm // smem if smem else lim.max_blocks_per_sm,
         "threads": lim.max_threads_per_sm // s.threads,
         "warps": lim.max_warps_per_sm // warps,

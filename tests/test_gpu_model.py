@@ -252,3 +252,27 @@ def test_l1_hit_loads_cost_what_the_h100_measured_for_every_access_pattern():
         assert model == pytest.approx(cycles, rel=0.06), (kind, bits, stride, distinct)
     assert sectors_fit < len(rows) * 0.8
 
+
+def test_registers_come_from_each_partition_s_quarter_of_the_file():
+    """ncu on the H100 (2026-11-27): a 32-thread block of 177 registers per thread runs 8 blocks
+    per SM ('Block Limit Registers 8'), not the 11 that 65536 registers / 5888 per warp give: each
+    of the 4 partitions holds 2 such warps in its 16384. A 256-thread block of 113 registers runs 2
+    blocks, by either count."""
+    from aotune.analysis.gpu_model import occupancy
+
+    hw = load_target("h100")
+    space = build_gpu_space(xgemm_workload(4096, 4096, 4096), hw)
+    target = target_for(hw)
+    one_warp = space.parse_config(
+        "bm=256,bn=16,bk=32,tx=32,ty=1,vm=4,vn=8,strm=1,strn=0,sa=0,sb=1,la=1,lb=2,va=1,vb=4,"
+        "unroll=8,pad_a=0,pad_b=0"
+    )
+    eight_warps = space.parse_config(
+        "bm=128,bn=128,bk=32,tx=8,ty=32,vm=4,vn=4,strm=0,strn=0,sa=1,sb=0,la=32,lb=1,va=4,vb=1,"
+        "unroll=2,pad_a=0,pad_b=0"
+    )
+    s = target.schedule(space, one_warp)
+    occ = occupancy(s, hw, 177, s.smem_bytes)
+    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.limit) == (8, 8, "registers")
+    s = target.schedule(space, eight_warps)
+    assert occupancy(s, hw, 113, s.smem_bytes).blocks_per_sm == 2

@@ -90,8 +90,10 @@ def _rows() -> list[tuple[str, Any, int]]:
 def _torch_baseline(w: Any) -> dict[str, Any] | None:
     """How the GPU machine's torch runs the same computation (FP32, TF32 off), for ``measure``."""
     if w.op == "matmul" and not (w.epilogue.bias or w.epilogue.activation != "none"):
-        m, n, k = (w.shape_dict[x] for x in ("M", "N", "K"))
-        return {"op": "matmul", "m": m, "n": n, "k": k}
+        sizes = {x.upper(): v for x, v in w.shape_dict.items()}  # an einsum names them m, n, k
+        if {"M", "N", "K"} <= set(sizes):
+            return {"op": "matmul", "m": sizes["M"], "n": sizes["N"], "k": sizes["K"]}
+        return None
     if w.op == "conv2d" and w.conv is not None:
         c = w.conv
         return {
@@ -107,11 +109,49 @@ def _torch_baseline(w: Any) -> dict[str, Any] | None:
     return None
 
 
+def xgemm_row(
+    path: Path, target: str, best: int = 40, model_best: int = 20, drawn: int = 80, seed: int = 0
+) -> tuple[str, Any, int, list[Any]]:
+    """A row of Xgemm configurations measured in a Kernel Tuner file (``aotune accuracy
+    --measured``'s mapping), to be timed as aotune's own kernels on another GPU: the file's
+    ``best`` fastest, the ``model_best`` that ``target``'s tier-1 model puts first, and ``drawn``
+    more drawn with ``seed``, each config once."""
+    from aotune.benchmarks.kernel_tuner import read_cache
+    from aotune.benchmarks.measured import _param_values, family_for, problem_shape
+    from aotune.hwspecs.spec import load_target
+    from aotune.targets import target_for
+
+    cache = read_cache(path)
+    family = family_for(cache)
+    family.check(_param_values(cache), str(path))
+    M, N, K = problem_shape(cache, None)
+    w = family.workload(M, N, K)
+    tgt = target_for(load_target(target))
+    space = tgt.build_space(w)
+    fastest: dict[Any, float] = {}
+    for c in cache.configs:
+        cfg = family.to_config(c.as_dict(), space)
+        if not space.violations(cfg):
+            fastest[cfg] = min(fastest.get(cfg, math.inf), c.milliseconds)
+    configs = list(fastest)
+    by_time = sorted(configs, key=fastest.__getitem__)
+    est = tgt.estimate([tgt.schedule(space, c) for c in configs])
+    by_model = [configs[i] for i in np.argsort([e.seconds for e in est], kind="mergesort")]
+    rng = np.random.default_rng(seed)
+    picked = dict.fromkeys(by_time[:best] + by_model[:model_best])
+    for i in rng.permutation(len(configs)):
+        if len(picked) >= best + model_best + drawn:
+            break
+        picked.setdefault(configs[i])
+    name = f"xgemm {M}x{N}x{K} ({cache.device_name}'s configs)"
+    return name, w, 0, list(picked)
+
+
 def prepare(
     out: Path,
     target: str = "h100",
     seed: int = 0,
-    rows: Sequence[tuple[str, Any, int]] | None = None,
+    rows: Sequence[tuple[Any, ...]] | None = None,
     library: bool = True,
     carry_limit: int = CARRY_LIMIT_BYTES,
     log: Log = print,
@@ -131,12 +171,13 @@ def prepare(
     tgt = target_for(hw)
     out.mkdir(parents=True, exist_ok=True)
     done = []
-    for name, w, n_sample in rows if rows is not None else _rows():
+    for name, w, n_sample, *chosen in rows if rows is not None else _rows():
         start = time.perf_counter()
         result = driver.tune(w, hw, SearchOptions(seed=seed))
         space = result.space
         picks = {c.config: c.rank for c in result.candidates}
-        sample = [c for c in space.sample(n_sample, seed=seed) if c not in picks]
+        drawn = chosen[0] if chosen else space.sample(n_sample, seed=seed)
+        sample = [c for c in drawn if c not in picks]
         scheds = [tgt.schedule(space, c) for c in sample]
         compiled = tgt.compile_and_read_many(scheds)
         preds = tgt.predict(scheds, [f for _, f in compiled])
@@ -172,7 +213,12 @@ def prepare(
             )
             inputs = {"file": f"{slug}.npz"}
         elif w.op == "matmul" and not s0.has_epilogue and s0.batch == 1:
-            inputs = {"draw": "uniform", "seed": seed, "a_sum": float(a.sum(dtype=np.float64))}
+            inputs = {
+                "draw": "uniform",
+                "seed": seed,
+                "a_sum": float(a.sum(dtype=np.float64)),
+                "einsum": s0.reference,
+            }
         else:
             raise ConfigError(f"{name}: inputs of {carried} bytes and no way to draw them there")
         kernels = []
@@ -213,7 +259,7 @@ def prepare(
             f"{time.perf_counter() - start:.0f} s")  # fmt: skip
     names = []
     if library:
-        names = _prepare_library(out, target, {name: w for name, w, _ in _rows()[:3]})
+        names = _prepare_library(out, target, {row[0]: row[1] for row in _rows()[:3]})
         log(f"library: {', '.join(names)} built with aotune build")
     bundle = {
         "library": names,
@@ -307,7 +353,7 @@ def _inputs(d: Path, row: dict[str, Any]) -> tuple[tuple[Any, Any, Any], np.ndar
     b = rng.uniform(-1, 1, row["shapes"][1]).astype(np.float32)
     if not math.isclose(float(a.sum(dtype=np.float64)), spec["a_sum"], rel_tol=1e-9):
         raise RuntimeError(f"{row['name']}: the inputs drawn here differ from the bundle's")
-    return (a, b, None), np.matmul(a, b)
+    return (a, b, None), np.einsum(spec.get("einsum", "mk,kn->mn"), a, b, optimize=True)
 
 
 def _torch_seconds(base: dict[str, Any] | None) -> dict[str, float] | None:
@@ -369,9 +415,16 @@ def _clock_sampler(out: Path) -> subprocess.Popen | None:
     )
 
 
-def measure(d: Path, out: Path | None = None, log: Log = print, runs: int = 10) -> dict[str, Any]:
-    """Run every kernel of the bundle in ``d`` on this machine's GPU (up to ``runs`` timed
-    launches each, at least 3); write ``measured.json``."""
+def measure(
+    d: Path,
+    out: Path | None = None,
+    log: Log = print,
+    runs: int = 10,
+    only: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Run every kernel of the bundle in ``d`` (or those whose id is in ``only``, for a profiler)
+    on this machine's GPU (up to ``runs`` timed launches each, at least 3); write
+    ``measured.json``."""
     from aotune.codegen.cuda_device import (
         cublas_sgemm_seconds,
         device_available,
@@ -400,6 +453,8 @@ def measure(d: Path, out: Path | None = None, log: Log = print, runs: int = 10) 
             shapes = SimpleNamespace(shapes=[tuple(x) for x in row["shapes"]], K=row["K"])
             measured = []
             for k in row["kernels"]:
+                if only is not None and k["id"] not in only:
+                    continue
                 kernel = SimpleNamespace(
                     hw=hw,
                     cubin=(d / k["cubin"]).read_bytes(),
@@ -539,6 +594,19 @@ def record(d: Path, measured_dir: Path | None = None, clock_mhz: float | None = 
     }
 
 
+def _row_workload(name: str) -> Any | None:
+    """The workload of a recorded row, by its name: one of ``_rows()``, or an ``xgemm_row``."""
+    from aotune.constraints.xgemm import xgemm_workload
+
+    for row in _rows():
+        if row[0] == name:
+            return row[1]
+    if name.startswith("xgemm "):
+        m, n, k = (int(x) for x in name.split()[1].split("x"))
+        return xgemm_workload(m, n, k)
+    return None
+
+
 def rescore(rec: dict[str, Any], target: str | None = None, log: Log = print) -> dict[str, Any]:
     """The current model's tier-2 predictions of every kernel of a ``record`` (compiled again),
     scored against the times measured then, as ``score`` scores a fresh run."""
@@ -547,12 +615,12 @@ def rescore(rec: dict[str, Any], target: str | None = None, log: Log = print) ->
 
     hw = load_target(target or rec["target"])
     tgt = target_for(hw)
-    workloads = {name: w for name, w, _ in _rows()}
     out = []
     for row in rec["rows"]:
-        if row["name"] not in workloads:
+        w = _row_workload(row["name"])
+        if w is None:
             continue
-        space = tgt.build_space(workloads[row["name"]])
+        space = tgt.build_space(w)
         scheds = [tgt.schedule(space, space.parse_config(k["config"])) for k in row["kernels"]]
         compiled = tgt.compile_and_read_many(scheds)
         preds = tgt.predict(scheds, [f for _, f in compiled])
@@ -621,11 +689,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="where measured.json is (default: dir)")
     ap.add_argument("--clock-mhz", type=float, help="record: the SM clock the card held")
     ap.add_argument("--runs", type=int, default=10, help="measure: timed launches per kernel")
+    ap.add_argument(
+        "--only",
+        type=lambda t: [int(x) for x in t.split(",")],
+        metavar="IDS",
+        help="measure: only these kernel ids (comma-separated), e.g. under ncu",
+    )
+    ap.add_argument(
+        "--xgemm",
+        type=Path,
+        metavar="FILE",
+        help="prepare: one row, the Xgemm configs of a Kernel Tuner file (xgemm_row)",
+    )
     args = ap.parse_args(argv)
-    if args.step == "prepare":
+    if args.step == "prepare" and args.xgemm:
+        target = args.target or "h100"
+        prepare(args.dir, target, rows=[xgemm_row(args.xgemm, target)], library=False)
+    elif args.step == "prepare":
         prepare(args.dir, args.target or "h100")
     elif args.step == "measure":
-        measure(args.dir, args.out, runs=args.runs)
+        measure(args.dir, args.out, runs=args.runs, only=args.only)
     elif args.step == "score":
         print(json.dumps(score(args.dir, args.out), indent=1))
     elif args.step == "record":

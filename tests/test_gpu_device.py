@@ -140,7 +140,7 @@ def test_large_inputs_are_drawn_again_where_they_are_timed(tmp_path: Path):
     row = json.loads((tmp_path / gpu_device.BUNDLE).read_text())["rows"][0]
     assert "draw" in row["inputs"] and not list(tmp_path.glob("*.npz"))
     (a, b, _), ref = gpu_device._inputs(tmp_path, row)
-    assert np.allclose(ref, a @ b, rtol=1e-5)
+    assert np.allclose(ref, a @ b, rtol=1e-5, atol=1e-5)  # einsum sums in its own order
     row["inputs"]["a_sum"] += 1.0  # another numpy's generator would give other inputs: refused
     with pytest.raises(RuntimeError, match="differ"):
         gpu_device._inputs(tmp_path, row)
@@ -173,3 +173,73 @@ def test_the_h100_record_in_the_repository_is_rescored_by_todays_model():
     assert row["pick_tflops"] == pytest.approx(4442502 / shipped[0]["measured_seconds"] / 1e12)
     assert row["best_sampled_tflops"] <= 4442502 / min(times) / 1e12 + 1e-9
     assert 0 <= row["median_abs_error"] < 1 and -1 <= row["spearman"] <= 1
+
+
+def _xgemm_cache(path: Path, n: int) -> Path:
+    """A Kernel Tuner cache of Xgemm at 64^3: a few configs, times made up (slowest first)."""
+    base = dict(MWG=32, NWG=32, KWG=16, MDIMC=8, NDIMC=8, MDIMA=8, NDIMB=8, KWI=2, VWM=1, VWN=1,
+                STRM=0, STRN=0, SA=1, SB=1, PRECISION=32)  # fmt: skip
+    variants = [dict(base, VWM=v, VWN=w, SA=sa) for v in (1, 2, 4) for w in (1, 2) for sa in (0, 1)]
+    keys = list(base)
+    cache = {}
+    for i, params in enumerate(variants[:n]):
+        key = ",".join(str(params[k]) for k in keys)
+        cache[key] = {**params, "time": 20.0 - i, "times": [20.0 - i] * 3}
+    doc = {"device_name": "Test GPU", "kernel_name": "Xgemm", "problem_size": [64, 64],
+           "tune_params_keys": keys, "tune_params": {k: sorted({v[k] for v in variants[:n]})
+                                                     for k in keys}, "cache": cache}  # fmt: skip
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_an_xgemm_row_times_a_kernel_tuner_file_s_configs_as_aotune_kernels(tmp_path: Path):
+    """``prepare --xgemm FILE``: the file's fastest configs, the model's first and a seeded draw,
+    each once, in Xgemm's column-major layout; inputs drawn again where they are timed reproduce
+    numpy's einsum of that layout; a record of them is rescored by its row's name."""
+    from aotune.codegen.gpu_emulator import _reference
+    from aotune.constraints.xgemm import xgemm_workload
+    from aotune.hwspecs.spec import load_target
+    from aotune.targets import target_for
+
+    path = _xgemm_cache(tmp_path / "gemm.json", 12)
+    name, w, _, configs = gpu_device.xgemm_row(path, "t4", best=2, model_best=1, drawn=2)
+    assert name == "xgemm 64x64x64 (Test GPU's configs)" and w == xgemm_workload(64, 64, 64)
+    assert len(configs) == len(set(configs)) and 3 <= len(configs) <= 5
+    fastest = [c.as_dict() for c in configs[:2]]
+    assert {(c["vm"], c["vn"], c["sb"]) for c in fastest} == {(2, 4, 1), (2, 4, 0)}  # VWN, VWM, SA
+    out = tmp_path / "bundle"
+    gpu_device.prepare(out, "t4", rows=[(name, w, 0, configs)], library=False, carry_limit=0,
+                       log=lambda _: None)  # fmt: skip
+    row = json.loads((out / gpu_device.BUNDLE).read_text())["rows"][0]
+    ids = {k["config"] for k in row["kernels"] if k["shipped_rank"] is None}
+    assert gpu_device._row_workload(name) == w and len(ids) <= len(configs)
+    (a, b, _), ref = gpu_device._inputs(out, row)
+    tgt = target_for(load_target("t4"))
+    space = tgt.build_space(w)
+    s = tgt.schedule(space, configs[0])
+    assert row["inputs"]["einsum"] == s.reference  # C[n, m] = sum_k A[k, m] B[k, n]
+    assert np.allclose(ref, _reference(s, a, b, None), rtol=1e-5, atol=1e-5)
+    rec = {
+        "device": "a test double",
+        "target": "t4",
+        "rows": [
+            {
+                "name": name,
+                "flops": row["flops"],
+                "torch": None,
+                "cupy_cublas_seconds": None,
+                "kernels": [
+                    {
+                        "config": k["config"],
+                        "shipped_rank": k["shipped_rank"],
+                        "predicted_seconds": k["predicted_seconds"],
+                        "correct": True,
+                        "measured_seconds": 2 * k["predicted_seconds"],
+                    }
+                    for k in row["kernels"]
+                ],
+            }
+        ],
+    }
+    (scored,) = gpu_device.rescore(rec, log=lambda _: None)["rows"]
+    assert scored["row"] == name and scored["median_measured_over_predicted"] == pytest.approx(2)

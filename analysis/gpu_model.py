@@ -26,7 +26,9 @@ The warps share these as a closed queueing network, solved by mean-value analysi
 (``warp_throughput``): throughput rises with warps until a resource saturates, and stays below
 every bound where two are nearly balanced and a partition has few warps. Per tile, the blocks'
 tiles also pass L2 (the L1 filters what the warps of a block re-read) at this SM's share of its
-bandwidth. An SM's blocks run ``k_tiles`` tiles, then store C.
+bandwidth: a station of the same network, so a load waits longer as the L2 fills (the latency
+under load), beside the idle latency of the delay. An SM's blocks run ``k_tiles`` tiles, then
+store C.
 
 The grid runs in waves of SMs x b blocks; the last, partial wave runs at its own (lower) load,
 so its time is that of the blocks left per SM, not of a whole wave. DRAM bounds the whole
@@ -522,7 +524,7 @@ def cost(s: GpuSchedule, hw: GpuSpec, f: GpuFeatures, tier: str) -> Prediction:
         x = warp_throughput(
             n,
             (pipe / n_it, w.agu / n_it),
-            (w.data / n_it,),
+            (w.data / n_it, w.l2_bytes / warps / n_it / l2_per_cycle),  # SRAM, this SM's L2
             w.wait + w.stage_wait / n_it,
             c.partitions_per_sm,
         )

@@ -18,10 +18,9 @@ each resident warp needs:
               global load that hits L1 reads the same banks, its wavefronts at the L1 load
               path's rate (``memory.l1_bytes_per_cycle``)
     latency   what the iteration loads before its FFMAs can start: L2 latency for direct global
-              loads (every k row is new lines; DRAM's for the share of traffic that misses L2)
-              for the first of the block's warps that load the same elements, L1's for the
-              others; shared memory's otherwise; once per tile, the staging loads' and stores'
-              latency
+              loads (every k row is new lines; DRAM's for the share of traffic that misses L2),
+              for every warp of a block that loads the same elements (they wait for one fill);
+              shared memory's otherwise; once per tile, the staging loads' and stores' latency
 The warps share these as a closed queueing network, solved by mean-value analysis
 (``warp_throughput``): throughput rises with warps until a resource saturates, and stays below
 every bound where two are nearly balanced and a partition has few warps. Per tile, the blocks'
@@ -154,10 +153,6 @@ class WarpAccess:
     ldg_per_k: float  # direct global load instructions per k step (per thread)
     staging_loads: float  # staging load (= store) instructions per tile (per thread)
     sts_instructions: float = 0.0  # staging stores per tile (per thread)
-    # of the block's warps that load the same direct (unstaged) elements in a k step, the most
-    # any operand has: one misses L1 and waits for L2; the others find the line in L1
-    direct_sharers: int = 1
-    direct_bytes_per_tile: float = 0.0  # one block's directly loaded elements per k tile
 
 
 # instructions of one kind sampled per warp (their pattern repeats: a run or a row further on
@@ -202,7 +197,6 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
 
     lds = ldg = staged_ldg = 0.0
     lds_n = ldg_n = 0.0
-    sharers, direct_bytes = [], 0.0
     for which in ("a", "b"):
         per, width, threads, strided, staged = (
             (s.mwi, s.vm, s.tx, s.strm, s.sa) if which == "a" else (s.nwi, s.vn, s.ty, s.strn, s.sb)
@@ -223,9 +217,6 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
                     addrs = [[_flat(op, _digits(r, group)) for r in w] for w in part]
                     ldg += global_cycles(addrs) * scale * s.bk
                     ldg_n += scale
-        if not staged and not (which == "a" and s.shared_n):
-            sharers.append(_warps_sharing(s, 0 if which == "a" else 1, warp_size))
-            direct_bytes += 4.0 * (s.bm if which == "a" else s.bn) * s.bk
     if s.shared_n:  # A per (row, k, column): one scalar load per output and k step
         n = s.mwi * s.nwi / max(1, s.vn)
         ldg_n += n
@@ -275,22 +266,7 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
                     sts += wavefronts * scale
                     sts_n += (1 if row_major else len(words[0])) * scale
     direct = bool(ldg_n)
-    return WarpAccess(
-        lds, sts, ldg, staged_ldg, direct, lds_n, ldg_n, staging, sts_n,
-        min(sharers, default=1), direct_bytes,
-    )  # fmt: skip
-
-
-def _warps_sharing(s: _Fields, axis: int, warp_size: int) -> int:
-    """Warps of a block whose threads own the same coordinates along ``axis`` (0: M, 1: N) as
-    the first warp's: they load the same elements of that operand in every k step."""
-
-    def owned(w: int) -> frozenset[int]:
-        last = min(s.threads, (w + 1) * warp_size)
-        return frozenset(s.thread_xy(t)[axis] for t in range(w * warp_size, last))
-
-    first = owned(0)
-    return sum(owned(w) == first for w in range(-(-s.threads // warp_size)))
+    return WarpAccess(lds, sts, ldg, staged_ldg, direct, lds_n, ldg_n, staging, sts_n)
 
 
 @dataclass(frozen=True)
@@ -475,16 +451,10 @@ def tile_work(
     local = mix.local_per_ffma * ffma * c.warp_size * local_bytes / hw.memory.l1_bytes_per_cycle
     data = wa.lds_cycles + wa.sts_cycles + wa.ldg_cycles + wa.staging_cycles + local
     # each k-loop iteration waits for what it loads: global or shared memory; staging waits for
-    # memory, then for its stores, once per tile. Every k row of a direct load is new lines: of
-    # the warps that load the same elements, the first misses L1 and waits for L2 (or DRAM), the
-    # others hit the line it brought, while the L1 left beside shared memory holds the resident
-    # blocks' direct tiles
-    wait = hw.shared.latency_cycles
-    if wa.direct_loads:
-        l1_left = hw.memory.l1_kib * 1024 - blocks_per_sm * f.shared_bytes
-        hits = wa.direct_sharers > 1 and blocks_per_sm * wa.direct_bytes_per_tile <= l1_left
-        first = 1.0 / wa.direct_sharers if hits else 1.0
-        wait = first * memory_latency + (1.0 - first) * hw.memory.l1_latency_cycles
+    # memory, then for its stores, once per tile. Every k row of a direct load is new lines, and
+    # the warps of a block that load the same elements step together (each barrier lines them
+    # up): one misses L1 and the others wait for the same fill, not for an L1 hit
+    wait = memory_latency if wa.direct_loads else hw.shared.latency_cycles
     staged = bool(s.sa or s.sb)
     return TileWork(
         fma,

@@ -189,9 +189,12 @@ def test_dram_reads_an_operand_that_fits_in_l2_once():
     assert dram_bytes(s, hw, 4) > 3 * 4 * 4096 * 4096
 
 
-def test_warps_that_load_the_same_direct_elements_share_one_l1_miss():
-    """Direct (unstaged) loads: of the block's warps that load the same elements in a k step, one
-    misses L1; the wait per iteration lies between L1's latency and the memory's."""
+def test_warps_that_load_the_same_direct_elements_all_wait_for_the_fill():
+    """Direct (unstaged) loads: every k row is new lines, and the block's warps that load the same
+    elements step together, so each waits for the memory, not for an L1 hit, whether one warp or
+    four load them (ncu on an H100: such loads hit L1 78% of the time, yet the warps waited 3.6
+    cycles per instruction on L1TEX). A kernel that stages both operands waits for shared
+    memory."""
     from aotune.analysis.gpu_features import GpuFeatures
     from aotune.analysis.gpu_model import mix_from_schedule, tile_work, warp_access
 
@@ -202,18 +205,14 @@ def test_warps_that_load_the_same_direct_elements_share_one_l1_miss():
     # own different m coordinates (none shares A) and the same 16 n ones (all four share B)
     direct_a = dict(CONFIGS[1], sa=0, sb=1, la=1, lb=16, va=1, vb=8)
     direct_b = dict(CONFIGS[1])
-    share = {}
+    staged = dict(CONFIGS[1], sa=1, sb=1, la=16, lb=16, va=1, vb=8)
     memory = 188.0
-    for name, cfg in (("a", direct_a), ("b", direct_b)):
+    for cfg, waits in ((direct_a, memory), (direct_b, memory), (staged, None)):
         s = target.schedule(space, space.config(cfg))
-        wa = warp_access(s, hw)
-        assert wa.direct_loads
-        share[name] = wa.direct_sharers
+        assert warp_access(s, hw).direct_loads == (waits is not None)
         feats = GpuFeatures(mix_from_schedule(s, hw), 64, 0, s.smem_bytes)
         w = tile_work(s, hw, feats, memory, 1)
-        first = 1 / wa.direct_sharers
-        assert w.wait == pytest.approx(first * memory + (1 - first) * hw.memory.l1_latency_cycles)
-    assert share == {"a": 1, "b": 4}
+        assert w.wait == pytest.approx(waits or hw.shared.latency_cycles)
 
 
 def _probe_rows() -> list[tuple[str, int, int, int, float]]:

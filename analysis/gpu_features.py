@@ -7,7 +7,10 @@ holding FFMAs (the k loop, or the tile loop itself when LLVM unrolled bk whole) 
 its trips per tile (the tile's ``mwi x nwi x bk`` FFMAs over its own), the loop around it (the
 tile loop: staging loads, stores to shared memory, barriers) once per tile, and the code outside
 every loop (zeroing the accumulators, the epilogue's stores of C) once per kernel, i.e. one
-``k_tiles``-th per tile. ``gpu_features_many`` reads a batch of kernels with one nvdisasm run.
+``k_tiles``-th per tile. From the SASS's registers, for each global load in the k loop, the
+instruction that first reads what it loaded (``load_uses``): how much of the memory's latency a
+warp waits for is ``exposed_cycles`` of that. ``gpu_features_many`` reads a batch of kernels with
+one nvdisasm run.
 """
 
 from __future__ import annotations
@@ -46,6 +49,11 @@ class GpuFeatures:
     registers: int
     spill_bytes: int
     shared_bytes: int
+    # the k loop's global loads as the SASS orders them: (index of the load, index of the first
+    # instruction that reads what it loaded; one in the next iteration counts from ``loop_length``)
+    load_uses: tuple[tuple[int, int], ...] = ()
+    loop_length: int = 0  # instructions in one iteration of the k loop
+    loop_trips: float = 0.0  # its iterations per k tile (0: not read from SASS)
 
 
 @dataclass(frozen=True)
@@ -55,11 +63,59 @@ class Op:
     kind: str  # FFMA, LDS, STS, LDG, LOCAL, BAR, OTHER, or FREE (issues nothing worth counting)
     bytes: int = 0
     target: int | None = None  # a branch: the index of the instruction it jumps to
+    writes: tuple[int, ...] = ()  # a load's destination registers (SASS only)
+    reads: tuple[int, ...] = ()  # the registers it reads (SASS only)
+
+
+def _loops(ops: Sequence[Op]) -> list[tuple[int, int]]:
+    return [(op.target, i) for i, op in enumerate(ops) if op.target is not None and op.target <= i]
+
+
+def _inner_loop(ops: Sequence[Op], ffma_per_tile: int) -> tuple[int, int, float] | None:
+    """(first, last index, iterations per k tile) of the innermost loop holding FFMAs."""
+    w = _weights(ops, ffma_per_tile, 1)
+    if w is None:
+        return None
+    lo, hi = min((lh for lh in _loops(ops) if w[lh[0]] == max(w)), key=lambda lh: lh[1] - lh[0])
+    return lo, hi, max(w)
+
+
+def load_uses(ops: Sequence[Op], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    """(load, first use) of each global load in ``ops[lo..hi]``, indices from ``lo``; a use in
+    the next iteration is counted from the loop's length."""
+    body = ops[lo : hi + 1]
+    out = []
+    for i, op in enumerate(body):
+        if op.kind != "LDG" or not op.writes:
+            continue
+        dest = set(op.writes)
+        order = [(j, j) for j in range(i + 1, len(body))] + [(j, j + len(body)) for j in range(i)]
+        for j, at in order:
+            if dest & set(body[j].reads):
+                out.append((i, at))
+                break
+    return tuple(out)
+
+
+def exposed_cycles(uses: Sequence[tuple[int, int]], length: int, latency: float) -> float:
+    """Cycles one warp, issuing an instruction a cycle, waits per loop iteration for its global
+    loads (``load_uses``; ``latency`` cycles each): the second of two iterations, so that loads
+    the first issues for the second are in flight."""
+    events = sorted((u + it * length, i + it * length) for it in (0, 1) for i, u in uses)
+    stalls: list[tuple[int, float]] = []
+
+    def time(x: int) -> float:  # when instruction x issues, after the waits up to it
+        return x + sum(s for at, s in stalls if at <= x)
+
+    for use, issue in events:
+        stall = max(0.0, time(issue) + latency - time(use))
+        stalls.append((use, stall))
+    return sum(s for at, s in stalls if length <= at < 2 * length)
 
 
 def _weights(ops: Sequence[Op], ffma_per_tile: int, k_tiles: int) -> list[float] | None:
     """How often each instruction runs per k tile (module docstring); None without a loop."""
-    loops = [(op.target, i) for i, op in enumerate(ops) if op.target is not None and op.target <= i]
+    loops = _loops(ops)
 
     def ffma_in(lo: int, hi: int) -> int:
         return sum(1 for op in ops[lo : hi + 1] if op.kind == "FFMA")
@@ -116,6 +172,7 @@ _SASS_WIDTH = re.compile(r"\.(8|16|32|64|128)\b")
 _SASS_KINDS = {"FFMA": "FFMA", "LDS": "LDS", "STS": "STS", "LDG": "LDG", "BAR": "BAR",
                "LDL": "LOCAL", "STL": "LOCAL"}  # fmt: skip
 _SASS_FREE = ("NOP", "EXIT")
+_SASS_REG = re.compile(r"\bR(\d+)(\.64)?")
 
 
 def sass_ops(sass: Disassembly) -> list[Op]:
@@ -132,7 +189,16 @@ def sass_ops(sass: Disassembly) -> list[Op]:
         target = None
         if base == "BRA" and ins.operands.startswith("0x"):
             target = int(ins.operands.split(",")[0], 16) // 16
-        ops.append(Op(kind, nbytes, target))
+        writes: tuple[int, ...] = ()
+        operands = ins.operands.split(",")
+        if kind == "LDG" and (first := _SASS_REG.match(operands[0])):
+            writes = tuple(range(int(first.group(1)), int(first.group(1)) + max(1, nbytes // 4)))
+        sources = operands if base.startswith("ST") or base in ("BAR", "BRA") else operands[1:]
+        reads = tuple(
+            r for o in sources for m in _SASS_REG.finditer(o)
+            for r in ((int(m.group(1)), int(m.group(1)) + 1) if m.group(2) else (int(m.group(1)),))
+        )  # fmt: skip
+        ops.append(Op(kind, nbytes, target, writes, reads))
     return ops
 
 
@@ -177,23 +243,34 @@ def ptx_ops(ptx: str) -> list[Op]:
     return ops
 
 
-def _mix(kernel: GpuKernel, sass: Disassembly | None) -> GpuMix:
+def _mix(kernel: GpuKernel, sass: Disassembly | None) -> tuple[GpuMix, list[Op]]:
     s = kernel.schedule
     per_tile, tiles = s.mwi * s.nwi * s.bk, s.k_tiles
     sass = sass if sass is not None else kernel.sass
     mix = None
+    ops: list[Op] = []
     if not sass.unavailable and sass.instructions:
-        mix = mix_of(sass_ops(sass), per_tile, tiles, "sass")
+        ops = sass_ops(sass)
+        mix = mix_of(ops, per_tile, tiles, "sass")
     if mix is None:
+        ops = []
         mix = mix_of(ptx_ops(kernel.ptx), per_tile, tiles, "ptx")
-    return mix or GpuMix(0.0, 0.0, 0.0, 0.0, 0.0, "ptx")
+    return mix or GpuMix(0.0, 0.0, 0.0, 0.0, 0.0, "ptx"), ops
 
 
 def gpu_features(kernel: GpuKernel, sass: Disassembly | None = None) -> GpuFeatures:
-    """The instruction mix (SASS, else PTX) and ptxas's resources of ``kernel`` (``sass``: its
-    disassembly when the caller already has it)."""
+    """The instruction mix (SASS, else PTX), ptxas's resources and, from the SASS, where the k
+    loop's global loads are used of ``kernel`` (``sass``: its disassembly when the caller
+    already has it)."""
     r = kernel.report
-    return GpuFeatures(_mix(kernel, sass), r.registers, r.spill_bytes, kernel.shared_bytes)
+    mix, ops = _mix(kernel, sass)
+    s = kernel.schedule
+    inner = _inner_loop(ops, s.mwi * s.nwi * s.bk) if ops else None
+    if inner is None:
+        return GpuFeatures(mix, r.registers, r.spill_bytes, kernel.shared_bytes)
+    lo, hi, trips = inner
+    return GpuFeatures(mix, r.registers, r.spill_bytes, kernel.shared_bytes,
+                       load_uses(ops, lo, hi), hi - lo + 1, trips)  # fmt: skip
 
 
 def gpu_features_many(kernels: Sequence[GpuKernel]) -> list[GpuFeatures]:

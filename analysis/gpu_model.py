@@ -17,10 +17,12 @@ each resident warp needs:
               counted from the warp's addresses, 128-bit accesses in quarter-warp phases); a
               global load that hits L1 reads the same banks, its wavefronts at the L1 load
               path's rate (``memory.l1_bytes_per_cycle``)
-    latency   what the iteration loads before its FFMAs can start: L2 latency for direct global
-              loads (every k row is new lines; DRAM's for the share of traffic that misses L2),
-              for every warp of a block that loads the same elements (they wait for one fill);
-              shared memory's otherwise; once per tile, the staging loads' and stores' latency
+    latency   what the iteration waits for its loads: for direct global loads (every k row is
+              new lines) L2's latency (DRAM's for the share of traffic that misses L2), for every
+              warp of a block that loads the same elements (they wait for one fill): once per
+              iteration in tier 1, and in tier 2 as often and as long as the SASS leaves each
+              load too few instructions before its first use (``exposed_cycles``); shared
+              memory's otherwise; once per tile, the staging loads' and stores' latency
 The warps share these as a closed queueing network, solved by mean-value analysis
 (``warp_throughput``): throughput rises with warps until a resource saturates, and stays below
 every bound where two are nearly balanced and a partition has few warps. Per tile, the blocks'
@@ -42,7 +44,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aotune.analysis.gpu_features import GpuFeatures, GpuMix
+from aotune.analysis.gpu_features import GpuFeatures, GpuMix, exposed_cycles
 from aotune.analysis.model import Prediction
 from aotune.codegen.gpu_schedule import GpuSchedule, OperandAccess
 from aotune.hwspecs.gpu_spec import GpuSpec
@@ -455,6 +457,9 @@ def tile_work(
     # the warps of a block that load the same elements step together (each barrier lines them
     # up): one misses L1 and the others wait for the same fill, not for an L1 hit
     wait = memory_latency if wa.direct_loads else hw.shared.latency_cycles
+    if wa.direct_loads and f.loop_trips:  # tier 2: the SASS says how soon each load is used
+        exposed = exposed_cycles(f.load_uses, f.loop_length, memory_latency) * f.loop_trips
+        wait = max(hw.shared.latency_cycles, exposed / max(1, s.bk // s.unroll))
     staged = bool(s.sa or s.sb)
     return TileWork(
         fma,

@@ -73,11 +73,29 @@ def _loops(ops: Sequence[Op]) -> list[tuple[int, int]]:
 
 def _inner_loop(ops: Sequence[Op], ffma_per_tile: int) -> tuple[int, int, float] | None:
     """(first, last index, iterations per k tile) of the innermost loop holding FFMAs."""
-    w = _weights(ops, ffma_per_tile, 1)
-    if w is None:
+    found = _k_loops(ops, ffma_per_tile)
+    return None if found is None else (*found[0], found[2])
+
+
+def _k_loops(
+    ops: Sequence[Op], ffma_per_tile: int
+) -> tuple[tuple[int, int], tuple[int, int] | None, float] | None:
+    """The innermost loop holding FFMAs, the loop around it (or None) and the first's trips per
+    k tile; None without a loop holding FFMAs."""
+    loops = _loops(ops)
+
+    def ffma_in(lo: int, hi: int) -> int:
+        return sum(1 for op in ops[lo : hi + 1] if op.kind == "FFMA")
+
+    holding = [(lo, hi) for lo, hi in loops if ffma_in(lo, hi)]
+    if not holding:
         return None
-    lo, hi = min((lh for lh in _loops(ops) if w[lh[0]] == max(w)), key=lambda lh: lh[1] - lh[0])
-    return lo, hi, max(w)
+    inner = min(holding, key=lambda lh: (lh[1] - lh[0], -ffma_in(*lh)))
+    around = [lh for lh in loops if lh[0] <= inner[0] and inner[1] <= lh[1] and lh != inner]
+    tile = min(around, key=lambda lh: lh[1] - lh[0]) if around else None
+    f_inner = ffma_in(*inner)
+    f_tile_rest = ffma_in(*tile) - f_inner if tile else 0
+    return inner, tile, max(1.0, (ffma_per_tile - f_tile_rest) / f_inner)
 
 
 def load_uses(ops: Sequence[Op], lo: int, hi: int) -> tuple[tuple[int, int], ...]:
@@ -115,20 +133,11 @@ def exposed_cycles(uses: Sequence[tuple[int, int]], length: int, latency: float)
 
 def _weights(ops: Sequence[Op], ffma_per_tile: int, k_tiles: int) -> list[float] | None:
     """How often each instruction runs per k tile (module docstring); None without a loop."""
-    loops = _loops(ops)
-
-    def ffma_in(lo: int, hi: int) -> int:
-        return sum(1 for op in ops[lo : hi + 1] if op.kind == "FFMA")
-
-    holding = [(lo, hi) for lo, hi in loops if ffma_in(lo, hi)]
-    if not holding:
+    found = _k_loops(ops, ffma_per_tile)
+    if found is None:
         return None
-    inner = min(holding, key=lambda lh: (lh[1] - lh[0], -ffma_in(*lh)))
-    around = [lh for lh in loops if lh[0] <= inner[0] and inner[1] <= lh[1] and lh != inner]
-    tile = min(around, key=lambda lh: lh[1] - lh[0]) if around else None
-    f_inner = ffma_in(*inner)
-    f_tile_rest = ffma_in(*tile) - f_inner if tile else 0
-    trips = max(1.0, (ffma_per_tile - f_tile_rest) / f_inner)
+    inner, tile, trips = found
+    loops = _loops(ops)
     out = []
     for i in range(len(ops)):
         if inner[0] <= i <= inner[1]:

@@ -40,6 +40,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from aotune.errors import AotuneError
 
 Log = Callable[[str], None]
 # rows whose inputs and reference take more bytes than this are drawn again where they are timed
@@ -691,7 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10, help="measure: timed launches per kernel")
     ap.add_argument(
         "--only",
-        type=lambda t: [int(x) for x in t.split(",")],
+        type=_kernel_ids,
         metavar="IDS",
         help="measure: only these kernel ids (comma-separated), e.g. under ncu",
     )
@@ -702,6 +703,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="prepare: one row, the Xgemm configs of a Kernel Tuner file (xgemm_row)",
     )
     args = ap.parse_args(argv)
+    try:
+        _run(args)
+    except AotuneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _kernel_ids(text: str) -> list[int]:
+    """``--only``'s value: kernel ids separated by commas."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give kernel ids (the bundle's 'id') separated by commas, e.g. 0,3"
+        ) from None
+
+
+def _run(args: argparse.Namespace) -> None:
+    """One step of the command line; our own errors reach ``main``."""
     if args.step == "prepare" and args.xgemm:
         target = args.target or "h100"
         prepare(args.dir, target, rows=[xgemm_row(args.xgemm, target)], library=False)
@@ -719,7 +740,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             rec = json.load(f)
         print(json.dumps(rescore(rec, args.target, log=lambda m: print(m, file=sys.stderr)),
                          indent=1))  # fmt: skip
-    return 0
 
 
 if __name__ == "__main__":

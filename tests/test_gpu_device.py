@@ -243,3 +243,15 @@ def test_an_xgemm_row_times_a_kernel_tuner_file_s_configs_as_aotune_kernels(tmp_
     }
     (scored,) = gpu_device.rescore(rec, log=lambda _: None)["rows"]
     assert scored["row"] == name and scored["median_measured_over_predicted"] == pytest.approx(2)
+
+
+def test_a_bad_xgemm_file_or_kernel_id_is_one_error_line(tmp_path: Path):
+    for args in (["prepare", str(tmp_path), "--xgemm", str(tmp_path / "missing.json")],
+                 ["measure", str(tmp_path), "--only", "a,b"]):  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "aotune.benchmarks.gpu_device", *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "error: " in last and ("missing.json" in last or "kernel ids" in last)

@@ -22,6 +22,15 @@
         }                                                                        \
     } while (0)
 
+// How every timed kernel ends: the block's cycles since ``t0``, once all its threads are done,
+// and a store of what it loaded that no compiler can prove dead.
+__device__ void block_cycles(long long t0, float total, long long *cycles, float *sink) {
+    __syncthreads();
+    long long t1 = clock64();
+    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+    if (total == 12345.f) sink[threadIdx.x] = total;
+}
+
 // Pointer chase: one thread, each load's address is the previous load's value.
 __global__ void chase_global(const unsigned long long *start, int hops, long long *cycles,
                              unsigned long long *sink) {
@@ -88,11 +97,7 @@ __global__ void throughput(const float *buf, int iters, int flip, long long *cyc
             }
         }
     }
-    __syncthreads();
-    long long t1 = clock64();
-    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
-    const float total = a0 + a1 + a2 + a3;
-    if (total == 12345.f) sink[threadIdx.x] = total;
+    block_cycles(t0, a0 + a1 + a2 + a3, cycles, sink);
 }
 
 // Access patterns: lane l of every warp reads WIDTH floats at (l % distinct) * stride floats, from
@@ -127,11 +132,7 @@ __global__ void pattern(const float *buf, int iters, int flip, int stride, int d
             }
         }
     }
-    __syncthreads();
-    long long t1 = clock64();
-    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
-    const float total = a0 + a1 + a2 + a3;
-    if (total == 12345.f) sink[threadIdx.x] = total;
+    block_cycles(t0, a0 + a1 + a2 + a3, cycles, sink);
 }
 
 // Bandwidth of the L2 (or DRAM, for a footprint larger than the L2): every thread of every block
@@ -149,10 +150,17 @@ __global__ void sweep(const float4 *buf, long long n, int passes, long long *cyc
             a += (v0.x + v0.y + v0.z + v0.w) + (v1.x + v1.y + v1.z + v1.w) +
                  (v2.x + v2.y + v2.z + v2.w) + (v3.x + v3.y + v3.z + v3.w);
         }
-    __syncthreads();
-    long long t1 = clock64();
-    if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
-    if (a == 12345.f) sink[threadIdx.x] = a;
+    block_cycles(t0, a, cycles, sink);
+}
+
+// The slowest block's cycles of the last launch (``cycles``: one per block, on the device).
+static long long slowest_block(const long long *cycles, int blocks) {
+    long long *h = (long long *)malloc(blocks * 8);
+    CHECK(cudaMemcpy(h, cycles, blocks * 8, cudaMemcpyDeviceToHost));
+    long long worst = 0;
+    for (int i = 0; i < blocks; ++i) worst = h[i] > worst ? h[i] : worst;
+    free(h);
+    return worst;
 }
 
 static double run_chase(size_t footprint, size_t stride, int hops, bool shuffle) {
@@ -199,16 +207,13 @@ static void run_throughput(const char *name, int sms, int threads, double loads_
     throughput<MODE><<<sms, threads>>>(buf, 64, 1, cyc, sink);  // warm L1 and the code
     throughput<MODE><<<sms, threads>>>(buf, iters, 1, cyc, sink);
     CHECK(cudaDeviceSynchronize());
-    long long *h = (long long *)malloc(sms * 8);
-    CHECK(cudaMemcpy(h, cyc, sms * 8, cudaMemcpyDeviceToHost));
-    long long worst = 0;
-    for (int i = 0; i < sms; ++i) worst = h[i] > worst ? h[i] : worst;
+    const long long worst = slowest_block(cyc, sms);
     double warps = threads / 32.0, steps = (double)iters * 8;
     double instr = warps * steps * loads_per_step / worst;
     double bytes = warps * 32 * steps * bytes_per_step / worst;
     printf("%-34s warps/SM %2.0f: %.3f warp load instructions and %.1f B per SM cycle\n", name,
            warps, instr, bytes);
-    cudaFree(buf), cudaFree(sink), cudaFree(cyc), free(h);
+    cudaFree(buf), cudaFree(sink), cudaFree(cyc);
 }
 
 template <int WIDTH, bool SHARED>
@@ -223,14 +228,11 @@ static void run_pattern(int sms, int stride, int distinct, int iters) {
     pattern<WIDTH, SHARED><<<sms, threads>>>(buf, 16, 1, stride, distinct, cyc, sink);
     pattern<WIDTH, SHARED><<<sms, threads>>>(buf, iters, 1, stride, distinct, cyc, sink);
     CHECK(cudaDeviceSynchronize());
-    long long *h = (long long *)malloc(sms * 8);
-    CHECK(cudaMemcpy(h, cyc, sms * 8, cudaMemcpyDeviceToHost));
-    long long worst = 0;
-    for (int i = 0; i < sms; ++i) worst = h[i] > worst ? h[i] : worst;
+    const long long worst = slowest_block(cyc, sms);
     const double instr = threads / 32.0 * iters * 8;
     printf("pattern %s.%-3d stride %3d B, %2d distinct lanes: %6.2f cycles per warp instruction\n",
            SHARED ? "LDS" : "LDG", 32 * WIDTH, 4 * stride, distinct, worst / instr);
-    cudaFree(buf), cudaFree(sink), cudaFree(cyc), free(h);
+    cudaFree(buf), cudaFree(sink), cudaFree(cyc);
 }
 
 template <int WIDTH, bool SHARED>
@@ -262,14 +264,11 @@ static void run_sweep(int blocks, int threads, size_t footprint, int passes, con
     CHECK(cudaEventSynchronize(e1));
     float ms;
     CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    long long *h = (long long *)malloc(blocks * 8);
-    CHECK(cudaMemcpy(h, cyc, blocks * 8, cudaMemcpyDeviceToHost));
-    long long worst = 0;
-    for (int i = 0; i < blocks; ++i) worst = h[i] > worst ? h[i] : worst;
+    const long long worst = slowest_block(cyc, blocks);
     const double bytes = (double)footprint * passes;
     printf("read bandwidth, %5zu MiB footprint (ld.global.cg), %s: %7.0f GB/s, %6.1f B per SM-clock "
            "cycle\n", footprint >> 20, who, bytes / (ms * 1e6), bytes / worst);
-    cudaFree(buf), cudaFree(sink), cudaFree(cyc), free(h);
+    cudaFree(buf), cudaFree(sink), cudaFree(cyc);
 }
 
 int main(int argc, char **argv) {

@@ -118,22 +118,24 @@ def xgemm_row(
     ``best`` fastest, the ``model_best`` that ``target``'s tier-1 model puts first, and ``drawn``
     more drawn with ``seed``, each config once."""
     from aotune.benchmarks.kernel_tuner import read_cache
-    from aotune.benchmarks.measured import _param_values, family_for, problem_shape
+    from aotune.benchmarks.measured import (
+        family_for,
+        mapped_configs,
+        param_values,
+        problem_shape,
+    )
     from aotune.hwspecs.spec import load_target
     from aotune.targets import target_for
 
     cache = read_cache(path)
     family = family_for(cache)
-    family.check(_param_values(cache), str(path))
+    family.check(param_values(cache), str(path))
     M, N, K = problem_shape(cache, None)
     w = family.workload(M, N, K)
     tgt = target_for(load_target(target))
     space = tgt.build_space(w)
-    fastest: dict[Any, float] = {}
-    for c in cache.configs:
-        cfg = family.to_config(c.as_dict(), space)
-        if not space.violations(cfg):
-            fastest[cfg] = min(fastest.get(cfg, math.inf), c.milliseconds)
+    entries, _ = mapped_configs(cache, family, space)
+    fastest = {cfg: min(cache.configs[i].milliseconds for i in at) for cfg, at in entries.items()}
     configs = list(fastest)
     by_time = sorted(configs, key=fastest.__getitem__)
     est = tgt.estimate([tgt.schedule(space, c) for c in configs])

@@ -164,12 +164,36 @@ def problem_shape(cache: KernelTunerCache, shape: tuple[int, ...] | None) -> tup
     return (size[0], size[1], size[1])
 
 
-def _param_values(cache: KernelTunerCache) -> dict[str, list[int]]:
+def param_values(cache: KernelTunerCache) -> dict[str, list[int]]:
+    """Each tuning parameter's values over the cache's timed configs (what ``family.check``
+    reads)."""
     values: dict[str, set[int]] = {k: set() for k in cache.tune_params_keys}
     for c in cache.configs:
         for k, v in c.params:
             values[k].add(v)
     return {k: sorted(v) for k, v in values.items()}
+
+
+def mapped_configs(
+    cache: KernelTunerCache, family: MeasuredFamily, space: Space
+) -> tuple[dict[Config, list[int]], list[tuple[str, str]]]:
+    """Each timed config of ``cache`` as the config of ``space`` with the same meaning: the
+    indices into ``cache.configs`` of each config the space accepts (configs that differ only in
+    a parameter their kernel ignores are one), and (key, why) of each config it rejects. An entry
+    the family cannot map is a MeasurementFileError naming it."""
+    entries: dict[Config, list[int]] = {}
+    rejected = []
+    for i, c in enumerate(cache.configs):
+        try:
+            cfg = family.to_config(c.as_dict(), space)
+        except ConfigError as e:
+            raise MeasurementFileError(f"{cache.path}: entry {c.key!r}: {e}") from None
+        bad = space.violations(cfg)
+        if bad:
+            rejected.append((c.key, "; ".join(map(str, bad))))
+        else:
+            entries.setdefault(cfg, []).append(i)
+    return entries, rejected
 
 
 # kernels compiled and read per nvdisasm run (its start-up is most of its time for one kernel)
@@ -220,7 +244,7 @@ def measured_accuracy(
     family = family_for(cache)
     if not cache.configs:
         raise MeasurementFileError(f"{path} holds no timed configuration (failed: {cache.failed})")
-    family.check(_param_values(cache), str(path))
+    family.check(param_values(cache), str(path))
     hw = load_target(target_name)
     target = target_for(hw)
     if target.kind != family.kind:
@@ -242,18 +266,7 @@ def measured_accuracy(
             f"{cache.device_name}: {len(cache.configs)} timed {cache.kernel_name} configs, "
             f"M={M} N={N} K={K}; mapping them to aotune configs for {hw.name}"
         )
-    entries: dict[Config, list[int]] = {}
-    rejected = []
-    for i, c in enumerate(cache.configs):
-        try:
-            cfg = family.to_config(c.as_dict(), space)
-        except ConfigError as e:
-            raise MeasurementFileError(f"{path}: entry {c.key!r}: {e}") from None
-        bad = space.violations(cfg)
-        if bad:
-            rejected.append((c.key, "; ".join(map(str, bad))))
-        else:
-            entries.setdefault(cfg, []).append(i)
+    entries, rejected = mapped_configs(cache, family, space)
     if not entries:
         raise MeasurementFileError(f"{path}: aotune's space refuses every configuration")
     configs = list(entries)

@@ -252,6 +252,25 @@ def test_l1_hit_loads_cost_what_the_h100_measured_for_every_access_pattern():
     assert sectors_fit < len(rows) * 0.8
 
 
+# kernels of the H100's record benchmarks/data/h100-xgemm-2026-11-27.json.gz (Xgemm's layout)
+ONE_WARP_DIRECT_A = (
+    "bm=256,bn=16,bk=32,tx=32,ty=1,vm=4,vn=8,strm=1,strn=0,sa=0,sb=1,la=1,lb=2,va=1,vb=4,"
+    "unroll=8,pad_a=0,pad_b=0"
+)
+STAGED_128 = (
+    "bm=128,bn=128,bk=32,tx=8,ty=32,vm=4,vn=4,strm=0,strn=0,sa=1,sb=1,la=32,lb=32,va=4,vb=4,"
+    "unroll=2,pad_a=0,pad_b=0"
+)
+
+
+def _h100_xgemm(config: str) -> tuple:
+    """(hw, target, schedule) of an H100 kernel of Xgemm's 4096^3 GEMM."""
+    hw = load_target("h100")
+    space = build_gpu_space(xgemm_workload(4096, 4096, 4096), hw)
+    target = target_for(hw)
+    return hw, target, target.schedule(space, space.parse_config(config))
+
+
 def test_registers_come_from_each_partition_s_quarter_of_the_file():
     """ncu on the H100 (2026-11-27): a 32-thread block of 177 registers per thread runs 8 blocks
     per SM ('Block Limit Registers 8'), not the 11 that 65536 registers / 5888 per warp give: each
@@ -259,21 +278,13 @@ def test_registers_come_from_each_partition_s_quarter_of_the_file():
     blocks, by either count."""
     from aotune.analysis.gpu_model import occupancy
 
-    hw = load_target("h100")
-    space = build_gpu_space(xgemm_workload(4096, 4096, 4096), hw)
-    target = target_for(hw)
-    one_warp = space.parse_config(
-        "bm=256,bn=16,bk=32,tx=32,ty=1,vm=4,vn=8,strm=1,strn=0,sa=0,sb=1,la=1,lb=2,va=1,vb=4,"
-        "unroll=8,pad_a=0,pad_b=0"
-    )
-    eight_warps = space.parse_config(
+    hw, _, s = _h100_xgemm(ONE_WARP_DIRECT_A)
+    occ = occupancy(s, hw, 177, s.smem_bytes)
+    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.limit) == (8, 8, "registers")
+    _, _, s = _h100_xgemm(
         "bm=128,bn=128,bk=32,tx=8,ty=32,vm=4,vn=4,strm=0,strn=0,sa=1,sb=0,la=32,lb=1,va=4,vb=1,"
         "unroll=2,pad_a=0,pad_b=0"
     )
-    s = target.schedule(space, one_warp)
-    occ = occupancy(s, hw, 177, s.smem_bytes)
-    assert (occ.blocks_per_sm, occ.warps_per_sm, occ.limit) == (8, 8, "registers")
-    s = target.schedule(space, eight_warps)
     assert occupancy(s, hw, 113, s.smem_bytes).blocks_per_sm == 2
 
 
@@ -286,17 +297,9 @@ def test_a_kernel_that_fills_the_l2_waits_for_it_beyond_every_single_bound():
     from aotune.analysis.gpu_features import GpuFeatures
     from aotune.analysis.gpu_model import cost, mix_from_schedule
 
-    hw = load_target("h100")
-    space = build_gpu_space(xgemm_workload(4096, 4096, 4096), hw)
-    target = target_for(hw)
     seconds = {}
-    for name, cfg, regs in (
-        ("direct", "bm=256,bn=16,bk=32,tx=32,ty=1,vm=4,vn=8,strm=1,strn=0,sa=0,sb=1,la=1,lb=2,"
-         "va=1,vb=4,unroll=8,pad_a=0,pad_b=0", 177),
-        ("staged", "bm=128,bn=128,bk=32,tx=8,ty=32,vm=4,vn=4,strm=0,strn=0,sa=1,sb=1,la=32,lb=32,"
-         "va=4,vb=4,unroll=2,pad_a=0,pad_b=0", 111),
-    ):  # fmt: skip
-        s = target.schedule(space, space.parse_config(cfg))
+    for name, cfg, regs in (("direct", ONE_WARP_DIRECT_A, 177), ("staged", STAGED_128, 111)):
+        hw, _, s = _h100_xgemm(cfg)
         p = cost(s, hw, GpuFeatures(mix_from_schedule(s, hw), regs, 0, s.smem_bytes), "estimate")
         bounds = {k: v for k, v in p.breakdown if k not in ("latency", "launch")}
         seconds[name] = p.seconds
@@ -351,21 +354,13 @@ def test_a_kernel_that_reads_each_direct_load_at_once_waits_a_latency_per_k_step
     loop."""
     from aotune.analysis.gpu_features import exposed_cycles
 
-    hw = load_target("h100")
-    space = build_gpu_space(xgemm_workload(4096, 4096, 4096), hw)
-    target = target_for(hw)
-    direct = space.parse_config(
+    hw, target, s = _h100_xgemm(
         "bm=128,bn=128,bk=16,tx=16,ty=16,vm=4,vn=4,strm=0,strn=1,sa=0,sb=0,la=1,lb=1,va=1,vb=1,"
         "unroll=8,pad_a=0,pad_b=0"
     )
-    staged = space.parse_config(
-        "bm=128,bn=128,bk=32,tx=8,ty=32,vm=4,vn=4,strm=0,strn=0,sa=1,sb=1,la=32,lb=32,va=4,vb=4,"
-        "unroll=2,pad_a=0,pad_b=0"
-    )
-    s = target.schedule(space, direct)
     f = gpu_features(target.compile(s))
     latency = hw.memory.l2_latency_cycles
     per_k_step = exposed_cycles(f.load_uses, f.loop_length, latency) * f.loop_trips / s.bk
     assert len(f.load_uses) >= 4 and per_k_step > 0.5 * latency
-    f = gpu_features(target.compile(target.schedule(space, staged)))
+    f = gpu_features(target.compile(_h100_xgemm(STAGED_128)[2]))
     assert f.loop_trips > 0 and f.load_uses == ()

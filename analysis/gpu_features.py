@@ -15,6 +15,7 @@ one nvdisasm run.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -120,15 +121,17 @@ def exposed_cycles(uses: Sequence[tuple[int, int]], length: int, latency: float)
     loads (``load_uses``; ``latency`` cycles each): the second of two iterations, so that loads
     the first issues for the second are in flight."""
     events = sorted((u + it * length, i + it * length) for it in (0, 1) for i, u in uses)
-    stalls: list[tuple[int, float]] = []
+    at: list[int] = []  # where each wait happens, in order
+    waited = [0.0]  # the waits up to and including each of them
 
     def time(x: int) -> float:  # when instruction x issues, after the waits up to it
-        return x + sum(s for at, s in stalls if at <= x)
+        return x + waited[bisect.bisect_right(at, x)]
 
     for use, issue in events:
         stall = max(0.0, time(issue) + latency - time(use))
-        stalls.append((use, stall))
-    return sum(s for at, s in stalls if length <= at < 2 * length)
+        at.append(use)
+        waited.append(waited[-1] + stall)
+    return waited[bisect.bisect_left(at, 2 * length)] - waited[bisect.bisect_left(at, length)]
 
 
 def _weights(ops: Sequence[Op], ffma_per_tile: int, k_tiles: int) -> list[float] | None:

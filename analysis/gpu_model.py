@@ -17,12 +17,15 @@ each resident warp needs:
               counted from the warp's addresses, 128-bit accesses in quarter-warp phases); a
               global load that hits L1 reads the same banks, its wavefronts at the L1 load
               path's rate (``memory.l1_bytes_per_cycle``)
-    latency   what the iteration waits for its loads: for direct global loads (every k row is
-              new lines) L2's latency (DRAM's for the share of traffic that misses L2), for every
-              warp of a block that loads the same elements (they wait for one fill): once per
-              iteration in tier 1, and in tier 2 as often and as long as the SASS leaves each
-              load too few instructions before its first use (``exposed_cycles``); shared
-              memory's otherwise; once per tile, the staging loads' and stores' latency
+    latency   what the iteration waits for its loads: for direct global loads, in an iteration
+              whose loads start lines no earlier iteration of the tile touched (every one where
+              each k row is new lines, one per line's worth of k where the rows run along k),
+              L2's latency (DRAM's for the share of traffic that misses L2), for every warp of a
+              block that loads the same elements (they wait for one fill), and an L1 hit's in
+              the others: once per iteration in tier 1, and in tier 2 as often and as long as
+              the SASS leaves each load too few instructions before its first use
+              (``exposed_cycles``); shared memory's otherwise; once per tile, the staging loads'
+              and stores' latency
 The warps share these as a closed queueing network, solved by mean-value analysis
 (``warp_throughput``): throughput rises with warps until a resource saturates, and stays below
 every bound where two are nearly balanced and a partition has few warps. Per tile, the blocks'
@@ -155,6 +158,10 @@ class WarpAccess:
     ldg_per_k: float  # direct global load instructions per k step (per thread)
     staging_loads: float  # staging load (= store) instructions per tile (per thread)
     sts_instructions: float = 0.0  # staging stores per tile (per thread)
+    # per tile, the k-loop iterations in which the warp's direct loads touch a line no earlier
+    # iteration did: all of them where every k row is new lines, one where a line holds the
+    # tile's whole k range, fewer where it holds several tiles'
+    fresh_iterations: float = 0.0
 
 
 # instructions of one kind sampled per warp (their pattern repeats: a run or a row further on
@@ -174,7 +181,7 @@ def warp_access(s: GpuSchedule, hw: GpuSpec) -> WarpAccess:
     return _warp_access(
         s.a, s.b, s.m_loops, s.n_loops, s.k_loops, s.c_major, s.a_major, s.b_major, s.shared_n,
         tuple(getattr(s, f) for f in WARP_FIELDS), hw.shared.banks, hw.shared.bank_bytes,
-        c.warp_size, hw.memory.l1_bytes_per_cycle,
+        c.warp_size, hw.memory.l1_bytes_per_cycle, hw.memory.line_bytes, s.unroll,
     )  # fmt: skip
 
 
@@ -184,7 +191,8 @@ WARP_FIELDS = ("bm", "bn", "bk", "tx", "ty", "vm", "vn", "strm", "strn", "sa", "
 
 @functools.lru_cache(maxsize=4096)
 def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, shared_n, fields,
-                 banks, bank_bytes, warp_size, l1_bytes) -> WarpAccess:  # fmt: skip
+                 banks, bank_bytes, warp_size, l1_bytes, line_bytes,
+                 unroll) -> WarpAccess:  # fmt: skip
     s = _Fields(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, shared_n,
                 **dict(zip(WARP_FIELDS, fields)))  # fmt: skip
     warp = range(min(warp_size, s.threads))
@@ -199,6 +207,9 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
 
     lds = ldg = staged_ldg = 0.0
     lds_n = ldg_n = 0.0
+    # iterations are counted over whole tiles spanning at least a line of k-contiguous words
+    span = s.bk * max(1, line_bytes // 4 // s.bk)
+    fresh: set[int] = set()
     for which in ("a", "b"):
         per, width, threads, strided, staged = (
             (s.mwi, s.vm, s.tx, s.strm, s.sa) if which == "a" else (s.nwi, s.vn, s.ty, s.strn, s.sb)
@@ -219,7 +230,12 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
                     addrs = [[_flat(op, _digits(r, group)) for r in w] for w in part]
                     ldg += global_cycles(addrs) * scale * s.bk
                     ldg_n += scale
+                    fresh |= {
+                        k // unroll
+                        for k in _fresh_steps(op, group, s.k_loops, part, span, line_bytes)
+                    }
     if s.shared_n:  # A per (row, k, column): one scalar load per output and k step
+        fresh |= set(range(span // unroll))
         n = s.mwi * s.nwi / max(1, s.vn)
         ldg_n += n
         ldg += lanes * 4 / l1_bytes * n * s.bk  # a word per lane
@@ -268,7 +284,25 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
                     sts += wavefronts * scale
                     sts_n += (1 if row_major else len(words[0])) * scale
     direct = bool(ldg_n)
-    return WarpAccess(lds, sts, ldg, staged_ldg, direct, lds_n, ldg_n, staging, sts_n)
+    return WarpAccess(
+        lds, sts, ldg, staged_ldg, direct, lds_n, ldg_n, staging, sts_n, len(fresh) * s.bk / span
+    )
+
+
+def _fresh_steps(
+    op: OperandAccess, group, k_loops, part: list[list[int]], steps: int, line_bytes: int
+) -> list[int]:
+    """Which of the first ``steps`` k steps touch a line no earlier one did (``part[t]``: the
+    elements lane t loads at k = 0)."""
+    seen: set[int] = set()
+    fresh = []
+    for k in range(steps):
+        kd = _digits(k, k_loops)
+        lines = {4 * _flat(op, {**_digits(r, group), **kd}) // line_bytes for w in part for r in w}
+        if not lines <= seen:
+            fresh.append(k)
+        seen |= lines
+    return fresh
 
 
 @dataclass(frozen=True)
@@ -453,20 +487,27 @@ def tile_work(
     local = mix.local_per_ffma * ffma * c.warp_size * local_bytes / hw.memory.l1_bytes_per_cycle
     data = wa.lds_cycles + wa.sts_cycles + wa.ldg_cycles + wa.staging_cycles + local
     # each k-loop iteration waits for what it loads: global or shared memory; staging waits for
-    # memory, then for its stores, once per tile. Every k row of a direct load is new lines, and
-    # the warps of a block that load the same elements step together (each barrier lines them
-    # up): one misses L1 and the others wait for the same fill, not for an L1 hit
-    wait = memory_latency if wa.direct_loads else hw.shared.latency_cycles
+    # memory, then for its stores, once per tile. An iteration whose direct loads start new lines
+    # waits for memory (the warps of a block that load the same elements step together, as each
+    # barrier lines them up: one misses L1 and the others wait for the same fill); the others
+    # hit the lines an earlier k step brought to L1
+    n_it = max(1, s.bk // s.unroll)
+    new = min(1.0, wa.fresh_iterations / n_it)
+    l1 = hw.memory.l1_latency_cycles
+    wait = new * memory_latency + (1 - new) * l1 if wa.direct_loads else hw.shared.latency_cycles
     if wa.direct_loads and f.loop_trips:  # tier 2: the SASS says how soon each load is used
-        exposed = exposed_cycles(f.load_uses, f.loop_length, memory_latency) * f.loop_trips
-        wait = max(hw.shared.latency_cycles, exposed / max(1, s.bk // s.unroll))
+        exposed = f.loop_trips * (
+            new * exposed_cycles(f.load_uses, f.loop_length, memory_latency)
+            + (1 - new) * exposed_cycles(f.load_uses, f.loop_length, l1)
+        )
+        wait = max(hw.shared.latency_cycles, exposed / n_it)
     staged = bool(s.sa or s.sb)
     return TileWork(
         fma,
         issue / c.issue_per_partition,
         agu,
         data,
-        max(1, s.bk // s.unroll),
+        n_it,
         wait,
         (memory_latency + hw.shared.latency_cycles) if staged else 0.0,
         4.0 * s.bk * (s.bm + s.bn),

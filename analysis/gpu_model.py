@@ -385,14 +385,16 @@ def mix_from_schedule(s: GpuSchedule, hw: GpuSpec) -> GpuMix:
 
 
 def estimated_registers(s: GpuSchedule, hw: GpuSpec) -> tuple[int, int]:
-    """(registers, spill bytes) the schedule implies: accumulators, one k step's operand values,
-    the staging loads held between their global load and their store to shared memory, and a
-    margin; what does not fit in the registers a thread may have at this block size spills (the
-    bytes stored and reloaded, as ptxas counts them)."""
+    """(registers, spill bytes) the schedule implies: accumulators, one k step's operand values
+    and a margin, which spill where they do not fit in the registers a thread may have at this
+    block size (the bytes stored and reloaded, as ptxas counts them); beside them, the staging
+    loads held between their global load and their store to shared memory, as many as the
+    registers left hold: ptxas issues fewer of them ahead of their stores rather than spill."""
     staged = (s.sa * s.bm * s.bk + s.sb * s.bn * s.bk) // s.threads
-    need = s.mwi * s.nwi + s.mwi + s.nwi + staged + REGISTER_MARGIN
     cap = min(hw.limits.max_registers_per_thread, hw.limits.registers_per_sm // max(1, s.threads))
-    return min(need, cap), 2 * 4 * max(0, need - cap)
+    need = s.mwi * s.nwi + s.mwi + s.nwi + REGISTER_MARGIN
+    held = min(staged, max(0, cap - need))
+    return min(need + held, cap), 2 * 4 * max(0, need - cap)
 
 
 @dataclass(frozen=True)

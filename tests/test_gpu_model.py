@@ -394,3 +394,31 @@ def test_direct_loads_along_k_wait_for_memory_only_where_a_k_step_starts_new_lin
         w = tile_work(s, hw, GpuFeatures(mix_from_schedule(s, hw), 64, 0, s.smem_bytes), memory)
         share = min(1.0, fresh / w.iterations)
         assert w.wait == pytest.approx(share * memory + (1 - share) * l1)
+
+
+def test_staging_loads_take_the_registers_left_and_do_not_spill():
+    """One warp staging 528 (and 48) words a tile per thread: holding them all would need far
+    more than 255 registers, and the tier-1 estimate used to count that as spilled, ranking
+    such kernels 10x their time. ptxas holds what fits and issues the rest later: 157 registers
+    and no spill (measured on an H100: 17.1 and 5.19 ms, predicted 229 and 38.6 ms before, 14.6
+    and 5.2 ms from the SASS). Over 516 H100 and 1,336 Turing kernels the old estimate called
+    69 spilling that ptxas compiled without a spill; this one calls 15."""
+    from aotune.analysis.gpu_features import gpu_features
+    from aotune.analysis.gpu_model import estimated_registers
+    from aotune.analysis.workload import matmul
+
+    hw = load_target("h100")
+    space = build_gpu_space(matmul(4096, 4096, 4096), hw)
+    target = target_for(hw)
+    for text in (
+        "bm=8,bn=256,bk=64,tx=1,ty=32,vm=8,vn=8,strm=1,strn=0,sa=1,sb=1,la=4,lb=16,va=2,vb=4,"
+        "unroll=8,pad_a=2,pad_b=0",
+        "bm=64,bn=64,bk=64,tx=4,ty=8,vm=2,vn=8,strm=1,strn=1,sa=1,sb=1,la=4,lb=16,va=1,vb=2,"
+        "unroll=2,pad_a=2,pad_b=1",
+    ):
+        s = target.schedule(space, space.parse_config(text))
+        staged = (s.bm + s.bn) * s.bk // s.threads
+        regs, spill = estimated_registers(s, hw)
+        assert spill == 0 and s.mwi * s.nwi < regs <= hw.limits.max_registers_per_thread
+        assert s.mwi * s.nwi + staged > hw.limits.max_registers_per_thread  # all would not fit
+        assert gpu_features(target.compile(s)).spill_bytes == 0

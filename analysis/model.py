@@ -873,7 +873,8 @@ def _conflict_miss_cycles(
       prefetches itself (``b_prefetch_rows``) arrive before their first touch, leaving only the
       transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched, 105-155 without).
     - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows
-      a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
+      a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set,
+      those misses overlapping as the B rows' do.
     Packing exists to avoid all of this.
     """
     line, isz, page = hw.cache(1).line_bytes, 4, hw.memory.page_bytes
@@ -881,10 +882,11 @@ def _conflict_miss_cycles(
     extra = 0.0
     b_stride, a_stride = s.b_sk * isz, s.a_sm * isz
     shared = _shared_set_miss_fraction(s, hw)
+    # k steps whose loads the reorder window holds at once: their misses overlap
+    rows_in_flight = max(1.0, hw.core.reorder_window / max(instructions_per_kstep, 1.0))
     if not s.pack_b and b_stride > hw.memory.prefetch_stride_bytes:
         row_lines = -(-s.nr * isz // line)
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
-        rows_in_flight = max(1.0, hw.core.reorder_window / max(instructions_per_kstep, 1.0))
         sweeps = _sweep_calls(s, m_share)
         if sweeps > 1:
             # swept again call after call in the same order, a panel keeps none of its lines in a
@@ -914,7 +916,10 @@ def _conflict_miss_cycles(
         # otherwise only the panel's reuse across calls is lost, one miss per line
         thrash = max(_l1_miss_fraction(a_stride, s.mr, isz, hw), shared)
         if thrash > 0:
-            extra += thrash * s.mr * l2.latency_cycles / hw.core.load_ports
+            # the broadcasts of a k step, and of the k steps in the window, are independent
+            # loads: their misses overlap, bound by the transfer of the rows' lines from L2
+            transfer = s.mr * line / l2.bandwidth_bytes_per_cycle
+            extra += thrash * max(transfer, l2.latency_cycles / rows_in_flight)
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
             extra += s.mr * isz / line * l2.latency_cycles
     return extra

@@ -371,7 +371,7 @@ def test_direct_loads_along_k_wait_for_memory_only_where_a_k_step_starts_new_lin
     so a tile of bk = 32 waits for memory once and hits L1 in its other iterations, a tile of
     bk = 8 once every four tiles. B's k rows are new lines every k step. On an H100 (matmul
     4096^3 and 384x1024x4096, conv rows) kernels reading A in place ran a median 0.80-0.91 of
-    the time the model gave them when it charged the memory every iteration; 0.98-1.05 with
+    the time the model gave them when it charged the memory every iteration; 0.98-1.06 with
     this rule, with kernels reading B in place unchanged."""
     from aotune.analysis.gpu_features import GpuFeatures
     from aotune.analysis.gpu_model import mix_from_schedule, tile_work, warp_access
@@ -397,7 +397,7 @@ def test_direct_loads_along_k_wait_for_memory_only_where_a_k_step_starts_new_lin
 
 
 def test_staging_loads_take_the_registers_left_and_do_not_spill():
-    """One warp staging 528 (and 48) words a tile per thread: holding them all would need far
+    """One warp staging 528 (and 256) words a tile per thread: holding them all would need far
     more than 255 registers, and the tier-1 estimate used to count that as spilled, ranking
     such kernels 10x their time. ptxas holds what fits and issues the rest later: 157 registers
     and no spill (measured on an H100: 17.1 and 5.19 ms, predicted 229 and 38.6 ms before, 14.6

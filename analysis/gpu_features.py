@@ -72,12 +72,6 @@ def _loops(ops: Sequence[Op]) -> list[tuple[int, int]]:
     return [(op.target, i) for i, op in enumerate(ops) if op.target is not None and op.target <= i]
 
 
-def _inner_loop(ops: Sequence[Op], ffma_per_tile: int) -> tuple[int, int, float] | None:
-    """(first, last index, iterations per k tile) of the innermost loop holding FFMAs."""
-    found = _k_loops(ops, ffma_per_tile)
-    return None if found is None else (*found[0], found[2])
-
-
 def _k_loops(
     ops: Sequence[Op], ffma_per_tile: int
 ) -> tuple[tuple[int, int], tuple[int, int] | None, float] | None:
@@ -277,10 +271,10 @@ def gpu_features(kernel: GpuKernel, sass: Disassembly | None = None) -> GpuFeatu
     r = kernel.report
     mix, ops = _mix(kernel, sass)
     s = kernel.schedule
-    inner = _inner_loop(ops, s.mwi * s.nwi * s.bk) if ops else None
-    if inner is None:
+    found = _k_loops(ops, s.mwi * s.nwi * s.bk) if ops else None
+    if found is None:
         return GpuFeatures(mix, r.registers, r.spill_bytes, kernel.shared_bytes)
-    lo, hi, trips = inner
+    (lo, hi), _, trips = found
     return GpuFeatures(mix, r.registers, r.spill_bytes, kernel.shared_bytes,
                        load_uses(ops, lo, hi), hi - lo + 1, trips)  # fmt: skip
 

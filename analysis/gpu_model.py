@@ -231,8 +231,7 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
                     ldg += global_cycles(addrs) * scale * s.bk
                     ldg_n += scale
                     fresh |= {
-                        k // unroll
-                        for k in _fresh_steps(op, group, s.k_loops, part, span, line_bytes)
+                        k // unroll for k in _fresh_steps(op, s.k_loops, addrs, span, line_bytes)
                     }
     if s.shared_n:  # A per (row, k, column): one scalar load per output and k step
         fresh |= set(range(span // unroll))
@@ -290,15 +289,15 @@ def _warp_access(a, b, m_loops, n_loops, k_loops, c_major, a_major, b_major, sha
 
 
 def _fresh_steps(
-    op: OperandAccess, group, k_loops, part: list[list[int]], steps: int, line_bytes: int
+    op: OperandAccess, k_loops, addrs: list[list[int]], steps: int, line_bytes: int
 ) -> list[int]:
-    """Which of the first ``steps`` k steps touch a line no earlier one did (``part[t]``: the
-    elements lane t loads at k = 0)."""
+    """Which of the first ``steps`` k steps touch a line no earlier one did (``addrs[t]``: the
+    flat elements lane t loads at k = 0; the access is affine, so step k adds its own offset)."""
     seen: set[int] = set()
     fresh = []
     for k in range(steps):
-        kd = _digits(k, k_loops)
-        lines = {4 * _flat(op, {**_digits(r, group), **kd}) // line_bytes for w in part for r in w}
+        step = _flat(op, _digits(k, k_loops)) - op.flat_offset
+        lines = {4 * (a + step) // line_bytes for w in addrs for a in w}
         if not lines <= seen:
             fresh.append(k)
         seen |= lines

@@ -1055,9 +1055,8 @@ def test_a_rows_thrashing_one_set_miss_side_by_side():
     """Tiles of 8 to 11 rows reading A and B in place at 384x1024x1024 (A rows 4 KiB apart: the
     rows' current lines all in one 8-way L1 set) ran on the Zen 3 slice in 11.6, 9.5 and 8.7 ms
     (bench samples, 2026-11-27). Charging each broadcast's miss an L2 round trip two at a time
-    (one per load port) predicted 35.2, 28.1 and 22.1 ms; the broadcasts of a k step, and of the
-    k steps the reorder window holds, are independent loads whose misses overlap, bound by the
-    transfer of the rows' lines: 17.8, 18.3 and 10.2 ms."""
+    (one per load port) predicted 35.2, 28.1 and 22.1 ms; the k steps whose FMAs the schedulers
+    hold overlap their misses, bound by the transfer of the rows' lines: 18.7, 18.3 and 10.2 ms."""
     hw = load_target("znver3")
     model = AnalyticalCpuModel(hw)
     space = build_cpu_space(matmul(384, 1024, 1024), hw)
@@ -1070,3 +1069,21 @@ def test_a_rows_thrashing_one_set_miss_side_by_side():
         text = f"{cfg},pack_a=0,pack_b=0,threads=2"
         s = schedule_from_config(space, space.parse_config(text))
         assert model.estimate_batch([s])[0].seconds < 2.0 * seconds
+
+
+@pytest.mark.parametrize(("rows", "measured_ratio"), [(20, 2.52), (24, 3.13), (28, 3.95)])
+def test_a_rows_thrashing_one_set_refill_it_one_after_another(rows, measured_ratio):
+    """On the Zen 4 slice (2026-11-27, side by side), rows x 16 tiles reading A in place, B packed,
+    kc = 32, took 2.52, 3.13 and 3.95x as long with A's rows 4 KiB apart (one L1 set) as 4160
+    bytes apart at 20, 24 and 28 rows. The misses of a k step's broadcasts refill that one set in
+    turn and only the k steps whose FMAs the schedulers hold overlap them; charging them as
+    independent loads over the whole reorder window had predicted 1.13, 1.19 and 1.24."""
+    hw = load_target("znver4")
+    model = AnalyticalCpuModel(hw)
+    seconds = []
+    for k in (1024, 1040):
+        space = build_cpu_space(matmul(rows * 8, 512, k), hw)
+        text = f"mr={rows},nr=16,kc=32,mc={rows},nc=512,order=mkn,pack_a=0,pack_b=1,unroll=1"
+        s = schedule_from_config(space, space.parse_config(text + ",par=n,threads=1"))
+        seconds.append(model.estimate_batch([s])[0].seconds)
+    assert 0.65 * measured_ratio < seconds[0] / seconds[1] < 1.35 * measured_ratio

@@ -10,8 +10,8 @@ Constants: every property of a CPU is a spec field with its origin (``hwspecs/*.
 by ``aotune hw calibrate``). What stays in this module does not depend on the machine: counts of
 the instructions codegen emits (CALL_INSTRUCTIONS, A_SHARED_LOOP_REGISTERS, RUN_SETUP_INSTRUCTIONS,
 the ROW_RUN_* counts, PACK_INSTRUCTIONS_PER_ELEMENT, the epilogue's), the form in which two bounds
-overlap (a 4-norm), and two shares of the cache-set model that were fitted on Zen 4 and are said
-to be so where they are defined (SHARED_SET_MEETING_SHARE, PANEL_L1_SHARE).
+overlap (a 4-norm), and one share of the cache-set model that was fitted on Zen 4 and is said to
+be so where it is defined (PANEL_L1_SHARE).
 
 Cost of one thread (the slowest one, since threads split the parallel loop):
     compute   = k steps * (max(FMA issue, load ports, issue width, store port, FMA latency
@@ -1170,15 +1170,9 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     if not (a_rows and b_rows):
         return together
     # The A rows' current lines move on to the next set every line of k, so they meet the B rows'
-    # sets only part of the time: by geometry b_sets / sets (at most 15/64 here), but weighted by
-    # that alone fully unpacked 1024^3 tiles came out faster than they run (12 x 16, kc=16: 155
-    # predicted, 112-131 measured). The share is fitted on Zen 4 samples instead (1024^3 Spearman
-    # 0.79 -> 0.83, 2048^3 0.82 -> 0.87), where counting every step as a meeting had put 10 x 32
-    # tiles that run at 180 GFLOP/s at 57.
-    return together * SHARED_SET_MEETING_SHARE
-
-
-SHARED_SET_MEETING_SHARE = 0.25
+    # sets only b_sets of the L1's sets' share of the time (counting every step as a meeting had
+    # put 10 x 32 tiles that run at 180 GFLOP/s at 57)
+    return together * b_sets / _sets(l1)
 
 
 def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:

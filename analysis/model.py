@@ -364,10 +364,10 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     mblocks = -(-m_share // s.mc)
     a_elems, b_elems = _operand_elements(s)
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
-    # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets.
-    b_reused = (
-        s.pack_b or _rows_fit_l1(s.b_sk * isz, s.kc, s.nr * isz, hw)
-    ) and _panel_stays_in_l1(s, hw)
+    # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets, and
+    # the lines of a set that cannot hold them all come back from L2 on every call (LRU).
+    b_thrash = 0.0 if s.pack_b else _l1_thrash_share(s.b_sk * isz, s.kc, s.nr * isz, hw)
+    b_reused = b_thrash < 1.0 and _panel_stays_in_l1(s, hw)
     # An A shared along the columns is read as nr-wide vectors, in place: a tile's overlapping
     # windows touch fewer distinct elements than (row, k) pairs.
     a_tile = s.nr * _distinct_share(s.a_gather, s.mr, s.kc) if s.a_shared and s.a_gather else 1.0
@@ -375,6 +375,8 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     b_panels = calls if not b_reused else share.n_tiles * share.k_blocks * mblocks
     if b_reused and _reuse_bytes(s, share)[1] <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024:
         b_panels = share.n_tiles * share.k_blocks  # all of B the m blocks use stays in L1
+    if b_reused:
+        b_panels += b_thrash * (calls - b_panels)
     b_bytes_l2 = b_panels * s.kc * s.nr * isz
     c_bytes = calls * s.mr * s.nr * isz * 2
     if _c_stays_in_l1(s, hw, m_share, n_share):
@@ -860,8 +862,8 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
     """Extra cycles per k step when an unpacked operand's micro-panel is not in L1.
 
     - B is one strided stream (a new row every k step). A panel swept again by the next mr-row
-      tile, in the same order, whose rows overflow their L1 set keeps none of them (LRU), and each
-      set refetches its lines one L2 round trip after another, the panel's sets side by side
+      tile, in the same order, keeps none of the lines of an L1 set they overflow (LRU), and each
+      such set refetches its lines one L2 round trip after another, the panel's sets side by side
       (measured on Zen 4 at 2048^3, 7 x 16 tiles, kc=24, rows 8 KiB apart, all in one set: met
       by one call 105-137 GFLOP/s, swept by 10 calls 62-90). Rows met
       for the first time, on the first call of each sweep over the mr-row tiles, are independent
@@ -889,11 +891,9 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
         sweeps = _sweep_calls(s, m_share)
         if sweeps > 1:
-            # swept again call after call in the same order, a panel keeps none of its lines in a
-            # set that cannot hold them all (LRU)
-            thrash = (
-                1.0 if max(_l1_miss_fraction(b_stride, s.kc, s.nr * isz, hw), shared) > 0 else 0.0
-            )
+            # swept again call after call in the same order, a panel loses the lines of the sets
+            # that cannot hold them all (LRU), and all of them where A's rows join its sets
+            thrash = 1.0 if shared > 0 else _l1_thrash_share(b_stride, s.kc, s.nr * isz, hw)
         else:
             # met by one call only, rows are evicted only by the rows fetched ahead of them
             live = min(s.kc, math.ceil(rows_in_flight))
@@ -1223,6 +1223,28 @@ def _set_overflow_share(
     lines = _panel_lines(stride_bytes, rows, row_bytes, line)
     per_set = np.bincount(lines % sets, minlength=sets)
     return float(np.maximum(per_set - capacity, 0.0).sum() / lines.size)
+
+
+def _l1_thrash_share(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:
+    """Share of a panel's lines that sit in L1 sets holding more of them than fit: swept again in
+    the same order, LRU evicts each of those before its reuse, and keeps the other sets' lines (a
+    1 x 240 tile, rows 4000 B apart, kc = 8, up to 8 lines in 5 of 64 sets, ran on Zen 4 at 0.75
+    of the time a refetch of its whole panel per call predicted)."""
+    l1 = hw.cache(1)
+    capacity = l1.conflict_slack * l1.associativity * l1.usable_fraction
+    return _set_thrash_share(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1), capacity)
+
+
+@functools.lru_cache(maxsize=4096)
+def _set_thrash_share(
+    stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int, capacity: float
+) -> float:
+    """Share of the distinct lines of such rows in sets holding more than ``capacity`` of them."""
+    if rows <= 0 or row_bytes <= 0:
+        return 0.0
+    lines = _panel_lines(stride_bytes, rows, row_bytes, line)
+    per_set = np.bincount(lines % sets, minlength=sets)
+    return float(per_set[per_set > capacity].sum() / lines.size)
 
 
 def _rows_fit_l1(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> bool:

@@ -1089,3 +1089,23 @@ def test_a_rows_thrashing_one_set_refill_it_one_after_another(rows, measured_rat
         s = schedule_from_config(space, space.parse_config(text + ",par=n,threads=1"))
         seconds.append(model.estimate_batch([s])[0].seconds)
     assert 0.65 * measured_ratio < seconds[0] / seconds[1] < 1.35 * measured_ratio
+
+
+def test_b_panel_overflowing_a_few_l1_sets_refetches_only_their_lines():
+    """A 1 x 240 tile reading B in place (rows 4000 B apart, kc = 8: 124 lines, up to 8 in 5 of
+    the 64 sets) ran on the Zen 4 slice at 128x1000x1024 in 5.3, 6.2 and 6.4 ms (one thread,
+    2026-11-27). LRU loses the lines of the sets that overflow, not the panel: refetching all of
+    it every call predicted 8.2 ms."""
+    from aotune.analysis.model import ThreadShare, traffic_bytes
+
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(128, 1000, 1024), hw)
+    text = "mr=1,nr=240,kc=8,mc=94,nc=240,order=nmk,pack_a=1,pack_b=0,unroll=8,par=n,threads=1"
+    s = schedule_from_config(space, space.parse_config(text))
+    loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
+    (p,) = AnalyticalCpuModel(hw).predict_batch([s], [loop])
+    assert 0.8 * 6.2e-3 < p.seconds < 1.25 * 6.2e-3
+    share = ThreadShare.of(s)
+    b_every_call = share.calls * s.kc * s.nr * 4
+    a_and_c = share.calls * (s.mr * s.kc + 2 * s.mr * s.nr) * 4
+    assert a_and_c < traffic_bytes(s, hw, share)[0] < a_and_c + 0.6 * b_every_call

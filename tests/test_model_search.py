@@ -799,38 +799,43 @@ def test_cpu_top_k_takes_each_way_of_reading_the_operands_before_a_second_tile(s
 
 def test_rows_sharing_l1_sets_are_counted_line_by_line():
     """B rows a page apart each span consecutive sets, one line per set: eight 96-wide rows put 8
-    lines (+1 of A) in each of 6 sets, which fit; twelve A rows and sixteen 1-line B rows share one
-    when A's current set is B's. A alone: 9 rows a page apart fit one set, 12 do not (measured on
-    Zen 4 with B packed, side by side: 9 x 16 tiles 0.87-0.89 of the tuned 1024^3 matmul, 12 x 16
-    0.61, 16 x 16 0.37-0.41)."""
+    lines (+1 of A) in each of 6 sets, beyond the 6.4 a Zen 4 set gives a tile (8 ways, 0.8
+    usable), when A's current set is one of B's 6 (of 64); twelve A rows and sixteen 1-line B rows
+    share one when A's current set is B's. A alone: 6 rows a page apart fit one set, more do not,
+    and the overflow grows with the rows (measured on Zen 4 with B packed, 1024^3 against 1040^3
+    side by side, cycles per call: 8 x 16 tiles 80 vs 75, 9 x 16 96 vs 80, 10 x 16 125 vs 91,
+    12 x 16 203 vs 105)."""
     from aotune.analysis.model import _shared_set_miss_fraction
 
     hw = load_target("znver4")
+    l1 = hw.cache(1)
+    capacity = l1.conflict_slack * l1.associativity * l1.usable_fraction
+    assert capacity == pytest.approx(6.4)
     space = build_cpu_space(matmul(1024, 1024, 1024), hw)
     sched = lambda cfg: schedule_from_config(space, space.parse_config(cfg))  # noqa: E731
-    wide = sched(
-        "mr=1,nr=96,kc=8,mc=238,nc=96,order=nkm,pack_a=0,pack_b=0,unroll=4,par=m,threads=2"
-    )
+
+    def wide(kc: int) -> object:
+        return sched(
+            f"mr=1,nr=96,kc={kc},mc=238,nc=96,order=nkm,pack_a=0,pack_b=0,unroll=4,par=m,threads=2"
+        )
+
     narrow = sched(
         "mr=12,nr=16,kc=16,mc=12,nc=1024,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=2"
     )
-    assert _shared_set_miss_fraction(wide, hw) == 0.0
-    # 16 + 12 lines in one set: those beyond its 9.6 overflow when A's current set is B's, one
-    # k line in 64 (the L1's sets over B's one)
-    capacity = 1.5 * 8 * 0.8
+    over = (9 - capacity) + 5 * (8 - capacity)
+    assert _shared_set_miss_fraction(wide(8), hw) == pytest.approx(over / 49 * 6 / 64)
+    # 16 + 12 lines in one set: those beyond its capacity overflow when A's current set is B's,
+    # one k line in 64 (the L1's sets over B's one)
     assert _shared_set_miss_fraction(narrow, hw) == pytest.approx((28 - capacity) / 28 / 64)
     packed_b = {
         mr: sched(
             f"mr={mr},nr=16,kc=16,mc={mr},nc=1024,order=nkm,pack_a=0,pack_b=1,unroll=1,par=m,threads=2"
         )
-        for mr in (9, 12, 16)
+        for mr in (6, 8, 9, 10, 12)
     }
-    assert _shared_set_miss_fraction(packed_b[9], hw) == 0.0
-    assert (
-        0.0
-        < _shared_set_miss_fraction(packed_b[12], hw)
-        < _shared_set_miss_fraction(packed_b[16], hw)
-    )
+    assert _shared_set_miss_fraction(packed_b[6], hw) == 0.0
+    fractions = [_shared_set_miss_fraction(packed_b[mr], hw) for mr in (8, 9, 10, 12)]
+    assert 0.0 < fractions[0] and fractions == sorted(fractions)
 
 
 def test_a_narrow_tail_vector_costs_fewer_slots_only_on_narrow_pipes():
@@ -990,8 +995,8 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
     )
     assert _vector_pack_cycles_per_elem(s64, hw, 4 << 20, 1) == pytest.approx(from_l3)
     assert _vector_pack_cycles_per_elem(s16, hw, 256 << 10, 1) == pytest.approx(
-        from_l3 / 2
-    )  # from L2
+        4 / (hw.cache(2).copy_bandwidth_share * hw.cache(2).bandwidth_bytes_per_cycle)
+    )  # from L2, at its own bandwidth
     # beyond the last level, it keeps its share's worth and the rest comes from DRAM, which the
     # threads share: two packing at once each get half
     l3 = hw.cache(3)

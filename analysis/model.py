@@ -895,8 +895,10 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             # that cannot hold them all (LRU), and all of them where A's rows join its sets
             thrash = 1.0 if shared > 0 else _l1_thrash_share(b_stride, s.kc, s.nr * isz, hw)
         else:
-            # met by one call only, rows are evicted only by the rows fetched ahead of them
-            live = min(s.kc, math.ceil(rows_in_flight))
+            # met by one call only, rows are evicted only by the rows fetched ahead of them: those
+            # of the k steps whose FMAs the schedulers hold (dispatch stops when they are full)
+            held = hw.core.scheduler_entries / max(mix.fma, 1.0)
+            live = min(s.kc, math.ceil(min(rows_in_flight, held)))
             thrash = _l1_miss_fraction(b_stride, live, s.nr * isz, hw)
         first_touch = (1.0 - thrash) / sweeps
         tlb = hw.memory.tlb_miss_cycles if b_stride >= page else 0

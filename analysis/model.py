@@ -886,6 +886,8 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
     shared = _shared_set_miss_fraction(s, hw)
     # k steps whose loads the reorder window holds at once: their misses overlap
     rows_in_flight = max(1.0, hw.core.reorder_window / max(mix.instructions, 1.0))
+    # k steps whose FMAs the schedulers hold waiting (dispatch stops when they are full)
+    held = hw.core.scheduler_entries / max(mix.fma, 1.0)
     if not s.pack_b and b_stride > hw.memory.prefetch_stride_bytes:
         row_lines = -(-s.nr * isz // line)
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
@@ -896,8 +898,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             thrash = 1.0 if shared > 0 else _l1_thrash_share(b_stride, s.kc, s.nr * isz, hw)
         else:
             # met by one call only, rows are evicted only by the rows fetched ahead of them: those
-            # of the k steps whose FMAs the schedulers hold (dispatch stops when they are full)
-            held = hw.core.scheduler_entries / max(mix.fma, 1.0)
+            # of the k steps the schedulers hold
             live = min(s.kc, math.ceil(min(rows_in_flight, held)))
             thrash = _l1_miss_fraction(b_stride, live, s.nr * isz, hw)
         first_touch = (1.0 - thrash) / sweeps
@@ -921,7 +922,6 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             # a k step's misses refill one set in turn; those of the k steps whose FMAs the
             # schedulers hold (and the window reaches) overlap, bound by the lines' transfer
             transfer = s.mr * line / l2.bandwidth_bytes_per_cycle
-            held = hw.core.scheduler_entries / max(mix.fma, 1.0)
             steps_waiting = max(1.0, min(rows_in_flight, held))
             extra += thrash * max(transfer, s.mr * l2.latency_cycles / steps_waiting)
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
@@ -1167,7 +1167,7 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     per_set = np.full(b_sets, float(b_rows))
     per_set[0] += a_rows
     l1 = hw.cache(1)
-    capacity = l1.conflict_slack * l1.associativity * l1.usable_fraction
+    capacity = _l1_set_capacity(hw)
     together = float(np.maximum(per_set - capacity, 0.0).sum() / per_set.sum())
     if not (a_rows and b_rows):
         return together
@@ -1193,7 +1193,7 @@ def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) 
         row_bytes,
         l1.line_bytes,
         _sets(l1),
-        l1.conflict_slack * l1.associativity * l1.usable_fraction,
+        _l1_set_capacity(hw),
     )
 
 
@@ -1207,24 +1207,29 @@ def _panel_lines(stride_bytes: int, rows: int, row_bytes: int, line: int) -> np.
     return np.unique(lines[np.arange(span)[None, :] <= (last - first)[:, None]])
 
 
-@functools.lru_cache(maxsize=4096)
 def _panel_sets(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int) -> int:
     """Sets (of ``sets``, ``line`` bytes each) that the lines of such a panel fall into."""
-    lines = _panel_lines(stride_bytes, max(rows, 1), max(row_bytes, 1), line)
-    return int(np.unique(lines % sets).size)
+    return len(_lines_per_set(stride_bytes, max(rows, 1), max(row_bytes, 1), line, sets))
 
 
 @functools.lru_cache(maxsize=4096)
+def _lines_per_set(
+    stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int
+) -> tuple[int, ...]:
+    """How many distinct lines of ``rows`` rows (``row_bytes`` long, ``stride_bytes`` apart, the
+    first on a line boundary) fall into each set they occupy (of ``sets``, ``line`` bytes each)."""
+    if rows <= 0 or row_bytes <= 0:
+        return ()
+    per_set = np.bincount(_panel_lines(stride_bytes, rows, row_bytes, line) % sets)
+    return tuple(int(n) for n in per_set[per_set > 0])
+
+
 def _set_overflow_share(
     stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int, capacity: float
 ) -> float:
-    """Share of the distinct lines of ``rows`` rows (``row_bytes`` long, ``stride_bytes`` apart,
-    the first on a line boundary) beyond ``capacity`` lines in their set."""
-    if rows <= 0 or row_bytes <= 0:
-        return 0.0
-    lines = _panel_lines(stride_bytes, rows, row_bytes, line)
-    per_set = np.bincount(lines % sets, minlength=sets)
-    return float(np.maximum(per_set - capacity, 0.0).sum() / lines.size)
+    """Share of the distinct lines of such rows beyond ``capacity`` lines in their set."""
+    per_set = np.array(_lines_per_set(stride_bytes, rows, row_bytes, line, sets), dtype=float)
+    return float(np.maximum(per_set - capacity, 0.0).sum() / per_set.sum()) if per_set.size else 0.0
 
 
 def _l1_thrash_share(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:
@@ -1233,20 +1238,17 @@ def _l1_thrash_share(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -
     1 x 240 tile, rows 4000 B apart, kc = 8, up to 8 lines in 5 of 64 sets, ran on Zen 4 at 0.75
     of the time a refetch of its whole panel per call predicted)."""
     l1 = hw.cache(1)
-    capacity = l1.conflict_slack * l1.associativity * l1.usable_fraction
-    return _set_thrash_share(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1), capacity)
-
-
-@functools.lru_cache(maxsize=4096)
-def _set_thrash_share(
-    stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int, capacity: float
-) -> float:
-    """Share of the distinct lines of such rows in sets holding more than ``capacity`` of them."""
-    if rows <= 0 or row_bytes <= 0:
+    per_set = np.array(_lines_per_set(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1)))
+    if not per_set.size:
         return 0.0
-    lines = _panel_lines(stride_bytes, rows, row_bytes, line)
-    per_set = np.bincount(lines % sets, minlength=sets)
-    return float(per_set[per_set > capacity].sum() / lines.size)
+    return float(per_set[per_set > _l1_set_capacity(hw)].sum() / per_set.sum())
+
+
+def _l1_set_capacity(hw: HwSpec) -> float:
+    """Lines of one L1 set a tile's operands may keep: its ways, the slack the set probe found,
+    and the share of the cache a tile may claim."""
+    l1 = hw.cache(1)
+    return l1.conflict_slack * l1.associativity * l1.usable_fraction
 
 
 def _rows_fit_l1(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> bool:

@@ -16,6 +16,7 @@ one nvdisasm run.
 from __future__ import annotations
 
 import bisect
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ class GpuFeatures:
     load_uses: tuple[tuple[int, int], ...] = ()
     loop_length: int = 0  # instructions in one iteration of the k loop
     loop_trips: float = 0.0  # its iterations per k tile (0: not read from SASS)
+    ffma_at: tuple[int, ...] = ()  # where in one iteration of the k loop its FFMAs are
 
 
 @dataclass(frozen=True)
@@ -110,16 +112,39 @@ def load_uses(ops: Sequence[Op], lo: int, hi: int) -> tuple[tuple[int, int], ...
     return tuple(out)
 
 
-def exposed_cycles(uses: Sequence[tuple[int, int]], length: int, latency: float) -> float:
-    """Cycles one warp, issuing an instruction a cycle, waits per loop iteration for its global
-    loads (``load_uses``; ``latency`` cycles each): the second of two iterations, so that loads
+def issue_times(length: int, ffma_at: Sequence[int], ffma_cycles: float) -> list[float]:
+    """When each instruction of two iterations of a loop of ``length`` issues for one warp that
+    never waits: one a cycle, and an FFMA no sooner than ``ffma_cycles`` after the warp's last
+    one (its partition's FMA pipe takes a warp in that many cycles; other instructions issue in
+    between)."""
+    fma = set(ffma_at)
+    out, t, last = [], -1.0, -math.inf
+    for x in range(2 * length):
+        t += 1
+        if x % length in fma:
+            t = max(t, last + ffma_cycles)
+            last = t
+        out.append(t)
+    return out + [t + 1]
+
+
+def exposed_cycles(
+    uses: Sequence[tuple[int, int]],
+    length: int,
+    latency: float,
+    ffma_at: Sequence[int] = (),
+    ffma_cycles: float = 1.0,
+) -> float:
+    """Cycles one warp waits per loop iteration for its global loads (``load_uses``; ``latency``
+    cycles each), issuing as ``issue_times`` says: the second of two iterations, so that loads
     the first issues for the second are in flight."""
     events = sorted((u + it * length, i + it * length) for it in (0, 1) for i, u in uses)
     at: list[int] = []  # where each wait happens, in order
     waited = [0.0]  # the waits up to and including each of them
+    issued = issue_times(length, ffma_at, ffma_cycles)
 
     def time(x: int) -> float:  # when instruction x issues, after the waits up to it
-        return x + waited[bisect.bisect_right(at, x)]
+        return issued[min(x, 2 * length)] + waited[bisect.bisect_right(at, x)]
 
     for use, issue in events:
         stall = max(0.0, time(issue) + latency - time(use))
@@ -275,8 +300,9 @@ def gpu_features(kernel: GpuKernel, sass: Disassembly | None = None) -> GpuFeatu
     if found is None:
         return GpuFeatures(mix, r.registers, r.spill_bytes, kernel.shared_bytes)
     (lo, hi), _, trips = found
+    ffma_at = tuple(i - lo for i in range(lo, hi + 1) if ops[i].kind == "FFMA")
     return GpuFeatures(mix, r.registers, r.spill_bytes, kernel.shared_bytes,
-                       load_uses(ops, lo, hi), hi - lo + 1, trips)  # fmt: skip
+                       load_uses(ops, lo, hi), hi - lo + 1, trips, ffma_at)  # fmt: skip
 
 
 def gpu_features_many(kernels: Sequence[GpuKernel]) -> list[GpuFeatures]:

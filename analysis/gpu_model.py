@@ -496,10 +496,11 @@ def tile_work(
     new = min(1.0, wa.fresh_iterations / n_it)
     l1 = hw.memory.l1_latency_cycles
     wait = new * memory_latency + (1 - new) * l1 if wa.direct_loads else hw.shared.latency_cycles
+    pipe = c.warp_size / (c.fp32_lanes_per_sm / c.partitions_per_sm)  # cycles per warp FFMA
     if wa.direct_loads and f.loop_trips:  # tier 2: the SASS says how soon each load is used
         exposed = f.loop_trips * (
-            new * exposed_cycles(f.load_uses, f.loop_length, memory_latency)
-            + (1 - new) * exposed_cycles(f.load_uses, f.loop_length, l1)
+            new * exposed_cycles(f.load_uses, f.loop_length, memory_latency, f.ffma_at, pipe)
+            + (1 - new) * exposed_cycles(f.load_uses, f.loop_length, l1, f.ffma_at, pipe)
         )
         wait = max(hw.shared.latency_cycles, exposed / n_it)
     staged = bool(s.sa or s.sb)

@@ -345,6 +345,21 @@ def test_a_load_used_soon_after_it_is_issued_waits_for_most_of_its_latency():
     assert exposed_cycles([], 10, 100.0) == 0
 
 
+def test_a_warp_issues_its_ffmas_no_faster_than_its_partition_s_fma_pipe_takes_them():
+    """On 16 FP32 lanes per partition (Volta, Turing, A100) a warp's FFMA holds the FMA pipe two
+    cycles: one warp's eight FFMAs between a load and its use take 16 cycles, not 8, and hide
+    that much more of the latency. Other instructions issue in the cycles between."""
+    from aotune.analysis.gpu_features import exposed_cycles, issue_times
+
+    ffmas = range(1, 9)  # a load at 0, eight FFMAs, its use at 9
+    assert issue_times(10, ffmas, 2.0)[:10] == [0, 1, 3, 5, 7, 9, 11, 13, 15, 16]
+    assert issue_times(10, ffmas, 1.0)[:10] == list(range(10))
+    assert exposed_cycles([(0, 9)], 10, 20.0, ffmas, 1.0) == pytest.approx(11)
+    assert exposed_cycles([(0, 9)], 10, 20.0, ffmas, 2.0) == pytest.approx(4)
+    # an instruction that is not an FFMA issues in the pipe's second cycle: no time added
+    assert issue_times(4, (0, 2), 2.0)[:4] == [0, 1, 2, 3]
+
+
 def test_a_kernel_that_reads_each_direct_load_at_once_waits_a_latency_per_k_step():
     """The H100's pick for Xgemm's layout that read A and B straight from global memory in 16 x
     16 threads: ptxas reads every k step's loads 3-25 instructions after issuing them, so the

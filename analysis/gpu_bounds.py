@@ -299,9 +299,15 @@ class _Interpreter:
         """A counted loop: its phi becomes a variable (init + step * n), the body runs under the
         header's condition; returns the exit block."""
         phis = [i for i in header.instructions if isinstance(i, ir.PhiInstr)]
-        if len(phis) != 1:
-            raise UnprovableKernelError(f"a loop header with {len(phis)} phis in {fn.name}")
-        phi = phis[0]
+        # values carried from one iteration to the next (loads issued a step ahead) are data:
+        # no address depends on them
+        counters = [i for i in phis if isinstance(i.type, ir.IntType)]
+        if len(counters) != 1:
+            raise UnprovableKernelError(f"a loop header with {len(counters)} counters in {fn.name}")
+        for data in phis:
+            if data not in counters:
+                self.bind(data, OPAQUE)
+        phi = counters[0]
         init = next((v for v, b in phi.incomings if b is entry), None)
         latch = [(v, b) for v, b in phi.incomings if b is not entry]
         if init is None or len(latch) != 1:
@@ -389,6 +395,8 @@ class _Interpreter:
                 self.accesses.add(Access(ptr.buffer, op, index, ptr.width, where, fn.name))
             if op == "load":
                 self.bind(ins, OPAQUE)
+        elif op == "phi" and not isinstance(ins.type, ir.IntType):
+            self.bind(ins, OPAQUE)  # data joining after an if (a read skipped on the last step)
         elif op == "alloca":
             count = ins.type.pointee.count if isinstance(ins.type.pointee, ir.ArrayType) else 1
             self.sizes[ins.name or "alloca"] = count

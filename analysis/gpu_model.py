@@ -392,6 +392,8 @@ def estimated_registers(s: GpuSchedule, hw: GpuSpec) -> tuple[int, int]:
     staged = (s.sa * s.bm * s.bk + s.sb * s.bn * s.bk) // s.threads
     cap = min(hw.limits.max_registers_per_thread, hw.limits.registers_per_sm // max(1, s.threads))
     need = s.mwi * s.nwi + s.mwi + s.nwi + REGISTER_MARGIN
+    if s.reads_ahead:  # the next k step's values of the operands read in place, in flight
+        need += (0 if s.sa else s.mwi) + (0 if s.sb or s.shared_n else s.nwi)
     held = min(staged, max(0, cap - need))
     return min(need + held, cap), 2 * 4 * max(0, need - cap)
 
@@ -497,6 +499,14 @@ def tile_work(
     l1 = hw.memory.l1_latency_cycles
     wait = new * memory_latency + (1 - new) * l1 if wa.direct_loads else hw.shared.latency_cycles
     pipe = c.warp_size / (c.fp32_lanes_per_sm / c.partitions_per_sm)  # cycles per warp FFMA
+    if wa.direct_loads and s.reads_ahead:
+        # tier 1: each k step's reads were issued a k step earlier, as long ago as one warp
+        # takes to issue a k step's instructions and FFMAs
+        step = max(issue / s.bk, s.mwi * s.nwi * pipe)
+        wait = max(
+            hw.shared.latency_cycles,
+            s.unroll * (new * max(0.0, memory_latency - step) + (1 - new) * max(0.0, l1 - step)),
+        )
     if wa.direct_loads and f.loop_trips:  # tier 2: the SASS says how soon each load is used
         exposed = f.loop_trips * (
             new * exposed_cycles(f.load_uses, f.loop_length, memory_latency, f.ffma_at, pipe)

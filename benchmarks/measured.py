@@ -42,8 +42,8 @@ from aotune.targets import target_for
 # how that was checked is in the README's accuracy section
 DEFAULT_SAMPLE = 1000
 # tier-1 best kernels that tier 2 re-ranks for the model's top-k picks: tier 2's own top 10 over
-# all 9,180 kernels of the measured Xgemm spaces lies within tier 1's best 281 (RTX 2080 Ti) and
-# 256 (TITAN RTX), so the picks are tier 2's, not tier 1's (the search compiles 16)
+# the tier-1 best 800 of the measured Xgemm spaces lies within tier 1's best 291 (RTX 2080 Ti) and
+# 245 (TITAN RTX), so the picks are tier 2's, not tier 1's (the search compiles 16)
 DEFAULT_CANDIDATES = 320
 TOP_K = (1, 5, 10)
 Log = Callable[[str], None] | None

@@ -129,6 +129,8 @@ class GpuSchedule:
     pad_a: int
     pad_b: int
     shared_n: bool = False  # A is indexed by the columns too (NHWC depthwise)
+    # the k loop issues its direct global reads one k step ahead of their FMAs (``ahead``)
+    reads_ahead: bool = False
     bias: bool = False
     activation: str = "none"
     # for the numpy reference (the same fields as a CpuSchedule's)
@@ -236,4 +238,5 @@ def schedule_from_config(space: GpuSpace, cfg: Config) -> GpuSchedule:
         shapes=tuple(w.tensor(t).shape for t in (r.a, r.b, r.c)),
         **{k: c[k] for k in ("bm", "bn", "bk", "tx", "ty", "vm", "vn", "strm", "strn")},
         **{k: c[k] for k in ("sa", "sb", "la", "lb", "va", "vb", "unroll", "pad_a", "pad_b")},
+        reads_ahead=bool(c["ahead"]),
     )

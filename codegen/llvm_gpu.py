@@ -316,6 +316,20 @@ class KernelEmitter:
                 vals += self.read_operand(b, which, base, row, k, bz, width, "row")
         return vals
 
+    def direct_operands(self) -> tuple[str, ...]:
+        """The operands the k loop reads from global memory itself (not staged, not the NHWC
+        depthwise A, which is read per output)."""
+        s = self.s
+        return tuple(
+            w
+            for w, staged in (("a", s.sa), ("b", s.sb))
+            if not staged and not (w == "a" and s.shared_n)
+        )
+
+    def read_ahead(self) -> tuple[str, ...]:
+        """The direct operands the k loop reads a k step ahead of their FMAs."""
+        return self.direct_operands() if self.s.reads_ahead else ()
+
     def region_compute(self, m: ir.Module) -> ir.Function:
         fn, b = self.new_region(m, "region_compute")
         args = list(fn.args)
@@ -323,31 +337,69 @@ class KernelEmitter:
         acc = args[10]
         s = self.s
         ix, iy = self.thread_xy(b, tid)
+        idx = {"a": ix, "b": iy}
         fma = m.globals.get("llvm.fma.f32") or ir.Function(
             m, ir.FunctionType(F32, [F32, F32, F32]), name="llvm.fma.f32"
         )
+        # direct global reads are issued one k step ahead of the FMAs that use them and carried
+        # across iterations: a warp then waits for memory only where a k step's work is shorter
+        # than the latency. The next iteration's reads sit in a block of their own, skipped on
+        # the last one; loads carried straight into the loop's phi would be folded by LLVM into
+        # one load at the top of the loop, waited for at once
+        direct = self.read_ahead()
+        ahead = {w: self.operand_runs(b, w, idx[w], self.c(0), args) for w in direct}
         head, body, done = (fn.append_basic_block(x) for x in ("k.head", "k.body", "k.done"))
         pre = b.block
         b.branch(head)
         b.position_at_end(head)
         kk = b.phi(self.ity, name="kk")
         kk.add_incoming(self.c(0), pre)
+        carried = {w: [b.phi(F32) for _ in vals] for w, vals in ahead.items()}
+        for w, vals in ahead.items():
+            for phi, v in zip(carried[w], vals):
+                phi.add_incoming(v, pre)
         b.cbranch(b.icmp_signed("<", kk, self.c(s.bk)), body, done)
         b.position_at_end(body)
+        now: dict[str, list[ir.Value]] = dict(carried)
         for u in range(s.unroll):
             k_loc = b.add(kk, self.c(u)) if u else kk
-            bvals = self.operand_runs(b, "b", iy, k_loc, args)
+            k_next = b.add(kk, self.c(u + 1)) if direct else None
+            if not direct:
+                nxt = {}
+            elif u < s.unroll - 1:
+                nxt = {w: self.operand_runs(b, w, idx[w], k_next, args) for w in direct}
+            else:
+                fetch, join = fn.append_basic_block("k.fetch"), fn.append_basic_block("k.step")
+                before = b.block
+                b.cbranch(b.icmp_signed("<", k_next, self.c(s.bk)), fetch, join)
+                b.position_at_end(fetch)
+                fetched = {w: self.operand_runs(b, w, idx[w], k_next, args) for w in direct}
+                b.branch(join)
+                b.position_at_end(join)
+                nxt = {}
+                for w, vals in fetched.items():
+                    nxt[w] = []
+                    for v in vals:
+                        phi = b.phi(F32)
+                        phi.add_incoming(v, fetch)
+                        phi.add_incoming(ir.Constant(F32, ir.Undefined), before)
+                        nxt[w].append(phi)
+            bvals = now["b"] if "b" in now else self.operand_runs(b, "b", iy, k_loc, args)
             if s.shared_n:
                 avals = self.shared_a(b, ix, iy, k_loc, bx, by, bz, kt, pa)
             else:
-                col = self.operand_runs(b, "a", ix, k_loc, args)
+                col = now["a"] if "a" in now else self.operand_runs(b, "a", ix, k_loc, args)
                 avals = [[a] * s.nwi for a in col]
             for i in range(s.mwi):
                 for j in range(s.nwi):
                     ptr = b.gep(acc, [self.c(i * s.nwi + j)], inbounds=True)
                     cur = b.load(ptr, align=4)
                     b.store(b.call(fma, [avals[i][j], bvals[j], cur]), ptr, align=4)
+            now = nxt
         kk.add_incoming(b.add(kk, self.c(s.unroll)), b.block)
+        for w in direct:
+            for phi, v in zip(carried[w], now[w]):
+                phi.add_incoming(v, b.block)
         b.branch(head)
         b.position_at_end(done)
         b.ret_void()

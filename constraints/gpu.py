@@ -19,6 +19,7 @@ One thread block computes a ``bm x bn`` tile of C, stepping through K ``bk`` at 
 | va, vb | staging: elements per global load along the operand's contiguous axis | VWM, VWN |
 | unroll | unroll of the loop over the bk step | KWI |
 | pad_a, pad_b | elements added to each shared-memory row (bank conflicts) | 0 |
+| ahead | the k loop reads its non-staged operands one k step ahead of their FMAs (registers for the next step's values, latency hidden behind a step's work) | - (nvcc schedules CLBlast's loads) |
 
 Decisions that mean nothing for a config take one canonical value (la = va = 1 and pad_a = 0
 when A is not staged), so two configs of the space are always two different kernels.
@@ -163,6 +164,12 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
         DecisionVar("unroll", UNROLLS, "unroll of the loop over the bk step"),
         DecisionVar("pad_a", PADS, "elements added to each shared-memory row of A"),
         DecisionVar("pad_b", PADS, "elements added to each shared-memory row of B"),
+        DecisionVar(
+            "ahead",
+            (0, 1),
+            "read the operands not staged a k step ahead of their FMAs",
+            default=0,  # the kernels of configs written before this decision existed
+        ),
     )
     bm, bn, bk, tx, ty = (Var(x) for x in ("bm", "bn", "bk", "tx", "ty"))
     vm, vn, la, lb, va, vb = (Var(x) for x in ("vm", "vn", "la", "lb", "va", "vb"))
@@ -327,6 +334,20 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
                     when=(flag, 0),
                 )
             )
+    # reading ahead needs an operand the k loop reads from global memory itself
+    ahead_unused = (Var("ahead"), sa, sb) if not r.shared_n else (Var("ahead"), sb)
+    constraints.append(
+        Constraint(
+            "ahead unused",
+            Prod(ahead_unused),
+            "==",
+            Const(0),
+            "ahead = 0 when the k loop reads no operand from global memory itself ("
+            + (f"sb=1, {r.a} being read per output" if r.shared_n else "sa=1 and sb=1")
+            + "): one kernel, one config",
+            "set ahead=0",
+        )
+    )
     if r.shared_n:
         constraints.append(
             Constraint(

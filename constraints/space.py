@@ -27,6 +27,9 @@ class DecisionVar:
     domain: tuple[int, ...]
     description: str
     labels: tuple[str, ...] = ()  # labels[i] names value i
+    # a decision added after configs were written down (records, databases, libraries): those
+    # configs take this value, the kernel they were made as
+    default: int | None = None
 
     def label(self, value: int) -> str:
         """The readable form of ``value``."""
@@ -271,6 +274,10 @@ class Space:
             raise ConfigError(
                 f"unknown decision(s) {', '.join(unknown)}; this space has {', '.join(self.names)}"
             )
+        values = {
+            **{v.name: v.default for v in self.variables if v.default is not None},
+            **values,
+        }
         missing = [n for n in self.names if n not in values]
         if missing:
             raise ConfigError(

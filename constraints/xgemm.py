@@ -20,6 +20,7 @@ and B (aotune's A is the operand with rows, Xgemm's B):
 | VWM (SA=1), VWN (SB=1) | vb, va (else 1) | elements per global load of the staged tile, along its contiguous axis |
 | KWI | unroll | unroll of the loop over the KWG step |
 | - | pad_a = pad_b = 0 | Xgemm does not pad shared memory |
+| - | ahead = 1 unless SA = SB = 1 | Xgemm has no such parameter: nvcc schedules the loads of an operand read in place; aotune's kernel reads it a k step ahead of its FMAs (README, accuracy section) |
 | GEMMK, KREG, PRECISION | 0, 1, 32 only | Xgemm's other formulation, K register tiling and precisions are outside this family |
 
 Without staging Xgemm ignores MDIMA (NDIMB), so configs that differ only there are one kernel and
@@ -106,5 +107,8 @@ def xgemm_to_config(params: Mapping[str, int], space: Space) -> Config:
             "unroll": p["KWI"],
             "pad_a": 0,
             "pad_b": 0,
+            # Xgemm has no such parameter (nvcc schedules its loads): aotune reads an operand
+            # read in place a k step ahead (the README's accuracy section scores both ways)
+            "ahead": 0 if sa and sb else 1,
         }
     )

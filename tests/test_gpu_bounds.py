@@ -144,3 +144,17 @@ def test_forms_the_proof_cannot_read_are_errors_not_passes():
         interp.divide(Int.of("tid"), Int.of("bx"), "udiv", "0 <= 0")
     assert str(Lin.of("t").scaled(3) + Lin.of(4) + Lin.of("t")) == "4*t + 4"
     assert str(Lin.of(7).floor_div(2)) == "3" and str(Lin.of(-1).modulo(4)) == "3"
+
+
+def test_reads_a_k_step_ahead_are_proven_in_bounds():
+    """The k loop that reads ahead carries loaded values across iterations (data phis beside the
+    counter) and skips the last step's reads in a block of its own: every read is still proven,
+    tails included, and none reaches past K."""
+    hw = load_target("rtx-2080-ti")
+    for w in (matmul(33, 31, 61), matmul(13, 17, 5), conv2d(1, 4, 7, 8, 6, 3, 2, pad=1)):
+        space = build_gpu_space(w, hw)
+        cfg = space.solve({"sa": [0], "sb": [0], "ahead": [1]})
+        kernel = compile_gpu_kernel(schedule_from_config(space, cfg), hw)
+        report = prove_in_bounds(kernel)
+        assert report.ok, (w.describe(), space.describe_config(cfg), report.violations)
+        assert report.count("A", "load") and report.count("B", "load")

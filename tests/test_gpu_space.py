@@ -10,7 +10,7 @@ import pytest
 from aotune.analysis.workload import conv2d, depthwise_conv2d, matmul
 from aotune.constraints.gpu import build_gpu_space
 from aotune.constraints.xgemm import xgemm_to_config, xgemm_workload
-from aotune.errors import ConfigError
+from aotune.errors import ConfigError, UnsatisfiableError
 from aotune.hwspecs.spec import builtin_names, load_target
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,7 +68,8 @@ def test_xgemm_mapping_by_hand():
                 VWM=8, VWN=4, STRM=0, STRN=0, SA=0, SB=1, PRECISION=32)  # fmt: skip
     cfg = xgemm_to_config(best, space).as_dict()
     assert cfg == dict(bm=128, bn=128, bk=32, tx=8, ty=16, vm=4, vn=8, strm=0, strn=0, sa=1,
-                       sb=0, la=32, lb=1, va=4, vb=1, unroll=2, pad_a=0, pad_b=0)  # fmt: skip
+                       sb=0, la=32, lb=1, va=4, vb=1, unroll=2, pad_a=0, pad_b=0,
+                       ahead=1)  # fmt: skip
     # Xgemm's M is aotune's column axis: C (and Xgemm's A) are contiguous along it
     assert space.view.c_major == "n" and space.view.b_major == "n" and space.view.a_major == "m"
     with pytest.raises(ConfigError, match="GEMMK=1"):
@@ -110,3 +111,30 @@ def test_conv_and_depthwise_spaces_build_for_every_layout():
         assert s.violations(s.solve()) == []
         d = build_gpu_space(depthwise_conv2d(1, 8, 7, 7, 3, 3, pad=1, layout=layout), hw)
         assert d.violations(d.solve()) == []
+
+
+def test_reading_ahead_is_a_decision_only_where_the_k_loop_reads_global_memory():
+    hw = load_target("t4")
+    space = build_gpu_space(matmul(64, 64, 64), hw)
+    assert {space.solve({"sa": [0], "ahead": [a]})["ahead"] for a in (0, 1)} == {0, 1}
+    staged = space.solve({"sa": [1], "sb": [1]})
+    assert staged["ahead"] == 0
+    (bad,) = [v for v in space.violations(staged.replaced({"ahead": 1})) if "ahead" in v.constraint]
+    assert bad.hint == "set ahead=0" and "sa=1 and sb=1" in bad.text
+    # NHWC depthwise reads A per output, never ahead: with B staged there is nothing to read ahead
+    d = build_gpu_space(depthwise_conv2d(1, 8, 7, 7, 3, 3, pad=1, layout="NHWC"), hw)
+    assert d.solve({"sb": [0], "ahead": [1]})["ahead"] == 1
+    with pytest.raises(UnsatisfiableError):
+        d.solve({"sb": [1], "ahead": [1]})
+
+
+def test_a_config_written_before_a_decision_existed_takes_its_default():
+    """Records, databases and libraries hold configs from before ``ahead``: they parse, as the
+    kernels they were made as (ahead = 0); a config missing any other decision is refused."""
+    space = build_gpu_space(matmul(64, 64, 64), load_target("h100"))
+    text = space.describe_config(space.solve({"sa": [0], "ahead": [1]}))
+    assert text.endswith(",ahead=1")
+    old = text.removesuffix(",ahead=1")
+    assert space.parse_config(old)["ahead"] == 0
+    with pytest.raises(ConfigError, match="missing unroll"):
+        space.parse_config(",".join(p for p in old.split(",") if not p.startswith("unroll")))

@@ -106,7 +106,7 @@ class GpuSpace(Space):
     # every GA search starts from SEED_DRAW x population samples: most of their steps are one
     # decision changed that breaks nothing, which a Python check settles without a CP-SAT solve
     sample_by_replacement = True
-    # A GA search solves this small model (18 decisions with domains of 2-9 values) a few thousand
+    # A GA search solves this small model (19 decisions with domains of 2-9 values) a few thousand
     # times, each a feasibility question or a "fewest changes" repair. Presolve, the LP relaxation,
     # probing and symmetry detection cost more than the search they would shorten (5-7x per solve
     # here; the repairs reach the same optimum), so the search's solves go without them.

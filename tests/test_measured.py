@@ -212,7 +212,7 @@ def space():
 
 
 BASE_CONFIG = dict(bm=64, bn=64, bk=32, tx=16, ty=16, vm=2, vn=2, strm=0, strn=0, sa=1, sb=1,
-                   la=16, lb=16, va=2, vb=2, unroll=2, pad_a=0, pad_b=0)  # fmt: skip
+                   la=16, lb=16, va=2, vb=2, unroll=2, pad_a=0, pad_b=0, ahead=0)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -231,9 +231,10 @@ BASE_CONFIG = dict(bm=64, bn=64, bk=32, tx=16, ty=16, vm=2, vn=2, strm=0, strn=0
         ({"VWN": 1}, {"vm": 1, "va": 1}),
         ({"STRM": 1}, {"strn": 1}),  # newer tuning scripts vary STRM and STRN
         ({"STRN": 1}, {"strm": 1}),
-        ({"SA": 0}, {"sb": 0, "lb": 1, "vb": 1}),  # not staged: its layout is unused, canonical
-        ({"SB": 0}, {"sa": 0, "la": 1, "va": 1}),
-        ({"SA": 0, "MDIMA": 32}, {"sb": 0, "lb": 1, "vb": 1}),  # MDIMA ignored without SA
+        # not staged: its layout is unused (canonical), and aotune reads it a k step ahead
+        ({"SA": 0}, {"sb": 0, "lb": 1, "vb": 1, "ahead": 1}),
+        ({"SB": 0}, {"sa": 0, "la": 1, "va": 1, "ahead": 1}),
+        ({"SA": 0, "MDIMA": 32}, {"sb": 0, "lb": 1, "vb": 1, "ahead": 1}),  # MDIMA ignored
         ({"GEMMK": 0, "KREG": 1}, {}),  # the only values of this family
     ],
 )

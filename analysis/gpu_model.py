@@ -473,7 +473,8 @@ def tile_work(
     mix = f.mix
     wa = warp_access(s, hw)
     ffma = s.mwi * s.nwi * s.bk
-    fma = ffma * c.warp_size / (c.fp32_lanes_per_sm / c.partitions_per_sm)
+    pipe = c.warp_size / (c.fp32_lanes_per_sm / c.partitions_per_sm)  # cycles per warp FFMA
+    fma = ffma * pipe
     per_ffma = 1 + mix.lds_per_ffma + mix.sts_per_ffma + mix.ldg_per_ffma + mix.bar_per_ffma
     issue = ffma * (per_ffma + mix.other_per_ffma + mix.local_per_ffma)
     # memory instructions: as many as the code has (SASS in tier 2: a kernel that splits an
@@ -498,7 +499,6 @@ def tile_work(
     new = min(1.0, wa.fresh_iterations / n_it)
     l1 = hw.memory.l1_latency_cycles
     wait = new * memory_latency + (1 - new) * l1 if wa.direct_loads else hw.shared.latency_cycles
-    pipe = c.warp_size / (c.fp32_lanes_per_sm / c.partitions_per_sm)  # cycles per warp FFMA
     if wa.direct_loads and s.reads_ahead:
         # tier 1: each k step's reads were issued a k step earlier, as long ago as one warp
         # takes to issue a k step's instructions and FFMAs

@@ -317,19 +317,40 @@ class KernelEmitter:
                 vals += self.read_operand(b, which, base, row, k, bz, width, "row")
         return vals
 
-    def direct_operands(self) -> tuple[str, ...]:
-        """The operands the k loop reads from global memory itself (not staged, not the NHWC
-        depthwise A, which is read per output)."""
+    def read_ahead(self) -> tuple[str, ...]:
+        """The operands the k loop reads a k step ahead of their FMAs: with ``reads_ahead``, those
+        it reads from global memory itself (not staged, not the NHWC depthwise A, read per
+        output)."""
         s = self.s
+        if not s.reads_ahead:
+            return ()
         return tuple(
             w
             for w, staged in (("a", s.sa), ("b", s.sb))
             if not staged and not (w == "a" and s.shared_n)
         )
 
-    def read_ahead(self) -> tuple[str, ...]:
-        """The direct operands the k loop reads a k step ahead of their FMAs."""
-        return self.direct_operands() if self.s.reads_ahead else ()
+    def fetch_unless_last(
+        self, b: ir.IRBuilder, fn: ir.Function, ops: tuple[str, ...], idx, k_next, args
+    ) -> dict[str, list[ir.Value]]:
+        """The runs of ``ops`` at ``k_next``, read in a block of their own that the last step
+        (``k_next`` = bk) skips: undefined there, as the loop then ends."""
+        fetch, join = fn.append_basic_block("k.fetch"), fn.append_basic_block("k.step")
+        before = b.block
+        b.cbranch(b.icmp_signed("<", k_next, self.c(self.s.bk)), fetch, join)
+        b.position_at_end(fetch)
+        fetched = {w: self.operand_runs(b, w, idx[w], k_next, args) for w in ops}
+        b.branch(join)
+        b.position_at_end(join)
+        out: dict[str, list[ir.Value]] = {}
+        for w, vals in fetched.items():
+            out[w] = []
+            for v in vals:
+                phi = b.phi(F32)
+                phi.add_incoming(v, fetch)
+                phi.add_incoming(ir.Constant(F32, ir.Undefined), before)
+                out[w].append(phi)
+        return out
 
     def region_compute(self, m: ir.Module) -> ir.Function:
         fn, b = self.new_region(m, "region_compute")
@@ -364,27 +385,14 @@ class KernelEmitter:
         now: dict[str, list[ir.Value]] = dict(carried)
         for u in range(s.unroll):
             k_loc = b.add(kk, self.c(u)) if u else kk
-            k_next = b.add(kk, self.c(u + 1)) if direct else None
-            if not direct:
-                nxt = {}
-            elif u < s.unroll - 1:
-                nxt = {w: self.operand_runs(b, w, idx[w], k_next, args) for w in direct}
-            else:
-                fetch, join = fn.append_basic_block("k.fetch"), fn.append_basic_block("k.step")
-                before = b.block
-                b.cbranch(b.icmp_signed("<", k_next, self.c(s.bk)), fetch, join)
-                b.position_at_end(fetch)
-                fetched = {w: self.operand_runs(b, w, idx[w], k_next, args) for w in direct}
-                b.branch(join)
-                b.position_at_end(join)
-                nxt = {}
-                for w, vals in fetched.items():
-                    nxt[w] = []
-                    for v in vals:
-                        phi = b.phi(F32)
-                        phi.add_incoming(v, fetch)
-                        phi.add_incoming(ir.Constant(F32, ir.Undefined), before)
-                        nxt[w].append(phi)
+            nxt: dict[str, list[ir.Value]] = {}
+            if direct:
+                k_next = b.add(kk, self.c(u + 1))
+                nxt = (
+                    {w: self.operand_runs(b, w, idx[w], k_next, args) for w in direct}
+                    if u < s.unroll - 1
+                    else self.fetch_unless_last(b, fn, direct, idx, k_next, args)
+                )
             bvals = now["b"] if "b" in now else self.operand_runs(b, "b", iy, k_loc, args)
             if s.shared_n:
                 avals = self.shared_a(b, ix, iy, k_loc, bx, by, bz, kt, pa)

@@ -499,9 +499,10 @@ def tile_work(
     new = min(1.0, wa.fresh_iterations / n_it)
     l1 = hw.memory.l1_latency_cycles
     wait = new * memory_latency + (1 - new) * l1 if wa.direct_loads else hw.shared.latency_cycles
-    if wa.direct_loads and s.reads_ahead:
+    if wa.direct_loads and s.reads_ahead and not s.shared_n:
         # tier 1: each k step's reads were issued a k step earlier, as long ago as one warp
-        # takes to issue a k step's instructions and FFMAs
+        # takes to issue a k step's instructions and FFMAs (NHWC depthwise reads A per output
+        # at its use, never ahead: its k steps wait as before)
         step = max(issue / s.bk, s.mwi * s.nwi * pipe)
         wait = max(
             hw.shared.latency_cycles,

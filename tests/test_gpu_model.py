@@ -437,3 +437,29 @@ def test_staging_loads_take_the_registers_left_and_do_not_spill():
         assert spill == 0 and s.mwi * s.nwi < regs <= hw.limits.max_registers_per_thread
         assert s.mwi * s.nwi + staged > hw.limits.max_registers_per_thread  # all would not fit
         assert gpu_features(target.compile(s)).spill_bytes == 0
+
+
+def test_reading_ahead_hides_a_k_step_s_wait_only_where_every_direct_read_is_ahead():
+    """Tier 1: a kernel that reads its direct operands a k step ahead waits less per k step than
+    the same kernel reading them at their use; NHWC depthwise reads A per output at its use
+    (never ahead), so reading B ahead leaves its k steps waiting as long as before."""
+    from aotune.analysis.gpu_features import GpuFeatures
+    from aotune.analysis.gpu_model import mix_from_schedule, tile_work
+    from aotune.analysis.workload import depthwise_conv2d, matmul
+
+    hw = load_target("rtx-2080-ti")
+    target = target_for(hw)
+    waits = {}
+    for name, w, fixed in (
+        ("matmul", matmul(512, 512, 512), {"sa": [0], "sb": [1]}),
+        ("nhwc", depthwise_conv2d(1, 64, 28, 28, 3, 3, pad=1, layout="NHWC"), {"sb": [0]}),
+    ):
+        space = build_gpu_space(w, hw)
+        cfg = space.solve({**fixed, "ahead": [1]})
+        for ahead in (0, 1):
+            s = target.schedule(space, cfg.replaced({"ahead": ahead}))
+            assert s.reads_ahead == bool(ahead)
+            f = GpuFeatures(mix_from_schedule(s, hw), 64, 0, s.smem_bytes)
+            waits[name, ahead] = tile_work(s, hw, f, 400.0).wait
+    assert waits["matmul", 1] < waits["matmul", 0]
+    assert waits["nhwc", 1] == pytest.approx(waits["nhwc", 0])

@@ -107,7 +107,9 @@ class Check:
 class Backend(Protocol):
     """The three steps of a target kind (see the module docstring)."""
 
-    def preflight(self, hw: HwSpec, cc: str | None, objects_only: bool) -> Any: ...
+    def preflight(self, hw: HwSpec, cc: str | None, objects_only: bool) -> Any:
+        """Check the tools the build needs before any tuning; the state ``emit`` uses."""
+        ...
 
     def emit(
         self,
@@ -116,9 +118,13 @@ class Backend(Protocol):
         out_dir: Path,
         state: Any,
         cache: TuningDatabase | None = None,
-    ) -> Emitted: ...
+    ) -> Emitted:
+        """Write the library's files for the chosen kernels into ``out_dir``."""
+        ...
 
-    def check(self, out_dir: Path, chosen: list[Chosen]) -> tuple[dict[str, Check], str | None]: ...
+    def check(self, out_dir: Path, chosen: list[Chosen]) -> tuple[dict[str, Check], str | None]:
+        """Run the written kernels against numpy: per kernel a Check, or why none ran."""
+        ...
 
 
 def numpy_reference(w: Any, inputs: list[np.ndarray]) -> np.ndarray:

@@ -217,6 +217,8 @@ class KernelEmitter:
         return ir.FunctionType(ir.VoidType(), [i, i, i, i, i] + [PF32] * 6)
 
     def new_region(self, m: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
+        """An empty internal, always-inlined region function ``name`` and a builder at its
+        entry."""
         fn = ir.Function(m, self.signature(), name=name)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
@@ -234,6 +236,7 @@ class KernelEmitter:
         }
 
     def region_init(self, m: ir.Module) -> ir.Function:
+        """Zero the thread's accumulators."""
         fn, b = self.new_region(m, "region_init")
         acc = fn.args[10]
         for i in range(self.s.mwi * self.s.nwi):
@@ -242,6 +245,7 @@ class KernelEmitter:
         return fn
 
     def region_stage(self, m: ir.Module) -> ir.Function:
+        """Copy k tile ``kt`` of the staged operands from global to shared memory."""
         fn, b = self.new_region(m, "region_stage")
         tid, bx, by, bz, kt, pa, pb, _pc, _bias, smem, _acc = fn.args
         s = self.s
@@ -353,6 +357,8 @@ class KernelEmitter:
         return out
 
     def region_compute(self, m: ir.Module) -> ir.Function:
+        """The k loop over one tile: read the operands (shared or global memory), FMA them
+        into the accumulators."""
         fn, b = self.new_region(m, "region_compute")
         args = list(fn.args)
         tid, bx, by, bz, kt, pa = args[:6]
@@ -432,6 +438,7 @@ class KernelEmitter:
         return out
 
     def region_store(self, m: ir.Module) -> ir.Function:
+        """Write the thread's accumulators to C, with the epilogue, inside the bounds."""
         fn, b = self.new_region(m, "region_store")
         tid, bx, by, bz, _kt, _pa, _pb, pc, pbias, _smem, acc = fn.args
         s = self.s

@@ -42,15 +42,20 @@ class Expr:
     """Base class; subclasses are frozen dataclasses."""
 
     def evaluate(self, cfg: Mapping[str, int]) -> int:
+        """The value under a full assignment ``cfg`` of the decisions."""
         raise NotImplementedError
 
     def bounds(self, b: Mapping[str, tuple[int, int]]) -> tuple[int, int]:
+        """(lowest, highest) value over the decisions' domains ``b`` (sound, maybe loose)."""
         raise NotImplementedError
 
     def to_cpsat(self, ctx: LoweringContext) -> Any:
+        """A CP-SAT linear expression equal to this one (products and divisions become
+        auxiliary variables of ``ctx``'s model)."""
         raise NotImplementedError
 
     def variables(self) -> frozenset[str]:
+        """Names of the decisions this expression reads."""
         raise NotImplementedError
 
     # small conveniences for building constraint tables
@@ -68,6 +73,8 @@ def as_expr(x: Expr | int) -> Expr:
 
 @dataclass(frozen=True)
 class Const(Expr):
+    """An integer constant."""
+
     value: int
 
     def evaluate(self, cfg: Mapping[str, int]) -> int:
@@ -88,6 +95,8 @@ class Const(Expr):
 
 @dataclass(frozen=True)
 class Var(Expr):
+    """A decision of the space, by name."""
+
     name: str
 
     def evaluate(self, cfg: Mapping[str, int]) -> int:
@@ -108,6 +117,8 @@ class Var(Expr):
 
 @dataclass(frozen=True)
 class Sum(Expr):
+    """The sum of its terms."""
+
     terms: tuple[Expr, ...]
 
     def evaluate(self, cfg: Mapping[str, int]) -> int:
@@ -136,6 +147,8 @@ class Sum(Expr):
 
 @dataclass(frozen=True)
 class Prod(Expr):
+    """The product of its factors."""
+
     factors: tuple[Expr, ...]
 
     def evaluate(self, cfg: Mapping[str, int]) -> int:
@@ -174,6 +187,8 @@ class Prod(Expr):
 
 @dataclass(frozen=True)
 class CeilDiv(Expr):
+    """ceil(num / den), integer division rounding up."""
+
     num: Expr
     den: Expr  # must be >= 1 over the domains
 

@@ -181,4 +181,4 @@ def compile_gpu_kernels(
     if not kernels:
         return []
     listings = disassemble_many([k.cubin for k in kernels], kernels[0].entry, hw.arch.sm)
-    return [dataclasses.replace(k, disassembly=d) for k, d in zip(kernels, listings)]
+    return [dataclasses.replace(k, disassembly=d) for k, d in zip(kernels, listings, strict=True)]

@@ -280,7 +280,7 @@ def verify(
     )
     if progress:
         progress("verify", len(result.candidates), len(result.candidates))
-    out = [Verified(cand, m) for cand, m in zip(result.candidates, checks)]
+    out = [Verified(cand, m) for cand, m in zip(result.candidates, checks, strict=True)]
     baseline = None if baseline_seconds is None else result.workload.flops / baseline_seconds / 1e9
     return out, baseline
 

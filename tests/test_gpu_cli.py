@@ -28,6 +28,7 @@ def test_tune_json_contract_on_a_gpu_without_a_gpu(tmp_path: Path):
     assert doc["search"]["measurements"] == 0 and doc["verify"] == []
     assert doc["verify_skipped"].startswith("no ")
     assert {"workload", "search", "best", "top"} <= set(doc)
+    assert len(doc["top"]) == 3  # the default top_k
     for rank, t in enumerate(doc["top"], 1):
         assert t["rank"] == rank and t["ptxas_ok"] and t["emulated"]["correct"]
         assert set(t["resources"]) == {"registers", "spill_bytes", "shared_bytes",

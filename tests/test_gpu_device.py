@@ -67,6 +67,7 @@ def test_the_device_check_of_a_fused_epilogue_has_no_cublas_baseline(emulated_de
     assert cli.main([*argv, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["baseline"]["gflops"] is None and doc["chosen"]["ratio_vs_baseline"] is None
+    assert len(doc["verify"]) == len(doc["top"]) >= 1
     assert all(v["correct"] for v in doc["verify"])
     assert cli.main(argv) == 0
     assert "no cuBLAS SGEMM (FP32, through cupy) baseline" in capsys.readouterr().out
@@ -84,6 +85,7 @@ def test_a_wrong_kernel_on_the_device_is_reported_not_chosen(monkeypatch, emulat
     result = driver.tune(matmul(33, 17, 9), load_target("a100"), SearchOptions(budget=32))
     verified, baseline = driver.verify(result)
     assert baseline == pytest.approx(2 * 33 * 17 * 9 / 2e-3 / 1e9)
+    assert len(verified) == len(result.candidates) >= 1
     assert not any(v.measurement.correct for v in verified) and driver.chosen(verified) is None
 
 

@@ -116,6 +116,7 @@ def _kernels(target: str, n: int = 4):
 def test_one_nvdisasm_run_lists_each_kernel_as_its_cubin_alone(target):
     hw, kernels = _kernels(target)
     many = disassemble_many([k.cubin for k in kernels], "aotune_kernel", hw.arch.sm)
+    assert len(many) == len(kernels) >= 2
     for k, got in zip(kernels, many):
         alone = disassemble(k.cubin, "aotune_kernel")
         assert got == alone  # opcodes and operands, branch targets included
@@ -147,7 +148,7 @@ def test_batch_compiled_kernels_are_the_kernels_compiled_one_by_one():
     schedules = [schedule_from_config(space, c) for c in space.sample(3, seed=1)]
     done = []
     batch = compile_gpu_kernels(schedules, hw, lambda i, n: done.append((i, n)))
-    assert done == [(1, 3), (2, 3), (3, 3)]
+    assert done == [(1, 3), (2, 3), (3, 3)] and len(batch) == len(schedules) == 3
     for s, k in zip(schedules, batch):
         alone = compile_gpu_kernel(s, hw)
         assert k.schedule == s and k.ptx == alone.ptx and k.report == alone.report

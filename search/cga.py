@@ -82,9 +82,11 @@ def tune(
     polish_budget = options.budget // POLISH_SHARE
     ga_budget = options.budget - polish_budget
     for island in range(ISLANDS):
+        if len(scores) >= options.budget:
+            break  # a budget smaller than the islands: the first ones spent it
         # start from the best quarter of a wider random draw: a population drawn at random
         # converges on whichever basin its best member sits in
-        draw = min(SEED_DRAW * options.population, options.budget // ISLANDS)
+        draw = max(1, min(SEED_DRAW * options.population, options.budget // ISLANDS))
         drawn = space.sample(draw, seed=options.seed * ISLANDS + island)
         population = one_per_score(sorted(drawn, key=evaluate), evaluate)[: options.population]
         island_budget = ga_budget * (island + 1) // ISLANDS
@@ -107,7 +109,7 @@ def evolve(
     reaches ``budget``, or until 4 x population children in a row were scored before (the island
     has converged)."""
     stale = 0
-    while scored() < budget and stale < 4 * options.population:
+    while population and scored() < budget and stale < 4 * options.population:
         ranked = sorted(population, key=evaluate)
         elite = ranked[: max(2, len(ranked) // 4)]
         children: list[Config] = []

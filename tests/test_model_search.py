@@ -1056,6 +1056,10 @@ def test_the_islands_draws_together_stay_within_the_budget(space):
     opts = SearchOptions(budget=40, population=32, seed=1)
     scored = cga.tune(space, score, opts)
     assert 0 < len(scored) <= opts.budget
+    # a budget smaller than the islands: the first island spends it, and the GA stops there
+    for budget in (1, 2, 3):
+        scored = cga.tune(space, score, dataclasses.replace(opts, budget=budget))
+        assert 1 <= len(scored) <= budget
 
 
 def test_a_rows_thrashing_one_set_miss_side_by_side():

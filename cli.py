@@ -339,7 +339,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for name in ("asm", "ir", "ptx", "cubin")
         if (path := getattr(args, f"emit_{name}", None)) is not None
     }
-    if len(set(emits.values())) < len(emits):
+    # the same file however it is spelt (./F, an absolute path, a symlink to it)
+    if len({os.path.realpath(p) for p in emits.values()}) < len(emits):
         raise ConfigError("two --emit-* options name the same file; give each its own")
     for name, path in emits.items():
         if name not in target.emit():

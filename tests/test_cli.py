@@ -413,3 +413,18 @@ def test_progress_lines_print_their_brackets_as_text(capsys) -> None:
 
     _progress_log()("[bench] warning: pip install 'aotune[gpu]'")
     assert "[bench] warning: pip install 'aotune[gpu]'" in capsys.readouterr().err
+
+
+def test_two_emit_options_naming_one_file_are_refused_before_the_search(tmp_path, capsys,
+                                                                         monkeypatch):
+    """``--emit-asm F --emit-ir ./F`` (or a symlink to F) is one file: refused at once, before
+    a search whose second write would fail on, or with --force replace, the first one's file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "link").symlink_to(tmp_path / "F")
+    for other in ("./F", str(tmp_path / "F"), "link"):
+        for force in ([], ["--force"]):
+            argv = ["tune", "matmul", "--shape", "8x8x8", "--no-db", "--emit-asm", "F",
+                    "--emit-ir", other, *force]  # fmt: skip
+            assert main(argv) == 2
+            assert "same file" in capsys.readouterr().err
+            assert not (tmp_path / "F").exists()

@@ -39,7 +39,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line, like every other aotune error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        sys.stderr.write(f"error: {message} (see '{self.prog} --help')\n")
+        sys.stderr.write(f"error: {_one_line(message)} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_ERROR)
 
     def parse_known_args(  # type: ignore[override]
@@ -1032,9 +1032,18 @@ def _report_error() -> int:
         return EXIT_INTERNAL
 
 
+# a word of an error message longer than this (an operator name, a shape or a name the user
+# typed at length) is shown cut, so that the message stays one readable line
+LONGEST_WORD_SHOWN = 200
+
+
 def _one_line(text: str) -> str:
-    """A message on one line (LLVM and OS messages may carry newlines)."""
-    return " ".join(text.split())
+    """A message on one line (LLVM and OS messages may carry newlines), each overlong word cut
+    to its start and its length."""
+    return " ".join(
+        w if len(w) <= LONGEST_WORD_SHOWN else f"{w[:60]}...({len(w)} characters)"
+        for w in text.split()
+    )
 
 
 if __name__ == "__main__":

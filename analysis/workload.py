@@ -228,13 +228,23 @@ def check_extent(name: str, value: object) -> int:
     return value
 
 
-def parse_int(text: str, what: str) -> int:
-    """An integer written in ASCII digits (with an optional minus sign); ``what`` names it in the
-    error. Other digit characters (Arabic-Indic, full-width) and separators are refused."""
-    stripped = text.strip()
-    if not re.fullmatch(r"-?[0-9]{1,30}", stripped):
-        raise WorkloadError(f"{what} {text!r} is not an integer in digits 0-9")
-    return int(stripped)
+def size_from_digits(name: str, text: str, not_digits: str) -> int:
+    """Dimension ``name`` written in ASCII digits (with an optional minus sign), checked by
+    ``check_extent``; WorkloadError ``not_digits`` where it is not such digits (Arabic-Indic and
+    full-width digits, separators). A number too long for any size is too large, not misspelt."""
+    text = text.strip()
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise WorkloadError(not_digits)
+    digits = text.lstrip("-")
+    if len(digits) > 30:  # int() of thousands of digits is slow, and refused past 4300
+        sign = "-" if text.startswith("-") else ""
+        shown = f"{sign}{digits[:8]}... ({len(digits)} digits)"
+        if sign:
+            raise WorkloadError(f"dimension {name} = {shown} must be a positive integer")
+        raise WorkloadError(
+            f"dimension {name} = {shown} is too large; sizes go up to 2^31 - 1 = {MAX_EXTENT}"
+        )
+    return check_extent(name, int(text))
 
 
 _EINSUM = re.compile(r"^\s*([a-zA-Z]+)\s*,\s*([a-zA-Z]+)\s*->\s*([a-zA-Z]*)\s*$")
@@ -510,12 +520,12 @@ def parse_shape(text: str, names: tuple[str, ...]) -> dict[str, int]:
         )
     sizes = {}
     for name, part in zip(names, parts):
-        if not re.fullmatch(r"-?[0-9]{1,30}", part):
-            raise WorkloadError(
-                f"shape {text!r}: {name}={part!r} is not an integer in digits 0-9; "
-                f"write it as {sep.join(names)}, e.g. {example}"
-            )
-        sizes[name] = check_extent(name, int(part))
+        sizes[name] = size_from_digits(
+            name,
+            part,
+            f"shape {text!r}: {name}={part!r} is not an integer in digits 0-9; "
+            f"write it as {sep.join(names)}, e.g. {example}",
+        )
     return sizes
 
 
@@ -530,14 +540,14 @@ def parse_dims(text: str) -> dict[str, int]:
                 f"--dims entry {item!r} is not of the form letter=size with an ASCII letter "
                 "a-z or A-Z, e.g. b=8,i=256"
             )
-        if not re.fullmatch(r"-?[0-9]{1,30}", value.strip()):
-            raise WorkloadError(
-                f"--dims entry {item!r}: size {value.strip()!r} is not an integer in digits 0-9"
-            )
-        size = int(value)
+        size = size_from_digits(
+            name,
+            value,
+            f"--dims entry {item!r}: size {value.strip()!r} is not an integer in digits 0-9",
+        )
         if name in dims:
             raise WorkloadError(f"--dims gives index {name!r} twice")
-        dims[name] = check_extent(name, size)
+        dims[name] = size
     return dims
 
 

@@ -41,6 +41,11 @@ class DecisionVar:
             return self.labels.index(text)
         if re.fullmatch(r"-?[0-9]{1,18}", text):
             return int(text)
+        if re.fullmatch(r"-?[0-9]+", text):  # digits, but more than any domain holds
+            raise ConfigError(
+                f"config value {self.name}={text[:12]}... ({len(text)} characters) is outside "
+                f"{self.name}'s values; use one of {self.domain_text()}"
+            )
         choices = ", ".join(self.labels) if self.labels else "an integer in digits 0-9"
         raise ConfigError(f"config value {self.name}={text!r} is not valid; use {choices}")
 

@@ -23,6 +23,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *needles: str) -> N
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert len(lines[0]) <= 600, lines[0][:200]  # what the user typed at length is shown cut
     for needle in needles:
         assert needle in lines[0]
 
@@ -62,6 +63,18 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
         (["tune", "--top-k", "0"], ["--top-k must be in 1..1000", "got 0"]),
         (["tune", "--top-k", "1000000000"], ["--top-k must be in 1..1000"]),
         (["tune", "--seed", "1" * 25], ["too large (at most 19 digits)"]),
+        # all digits but longer than any size: too large, not misspelt, and not echoed whole
+        (["tune", "matmul", "--shape", "9" * 40 + "x4x4"], ["M = 99999999... (40 digits) is too"]),
+        (["tune", "matmul", "--shape", "-" + "9" * 40 + "x4x4"], ["must be a positive"]),
+        (
+            ["tune", "einsum", "ij,jk->ik", "--dims", "i=4,j=" + "7" * 99999 + ",k=4"],
+            ["dimension j = 77777777... (99999 digits) is too large", "2^31 - 1"],
+        ),
+        (
+            ["validate", "matmul", "--shape", "8x8x8", "--config", "mr=" + "9" * 23],
+            ["config value mr=999999999999... (23 characters) is outside mr's values"],
+        ),
+        (["tune", "m" * 100000, "--shape", "4x4x4"], ["(100003 characters) known: matmul"]),
         (["tune", "--shape", "8x8x8", "--no-db", "--retune"], ["--retune", "with --no-db"]),
         (["build", "k.toml", "--no-db"], ["unrecognized arguments: --no-db"]),
         (

@@ -428,8 +428,9 @@ def test_progress_lines_print_their_brackets_as_text(capsys) -> None:
     assert "[bench] warning: pip install 'aotune[gpu]'" in capsys.readouterr().err
 
 
-def test_two_emit_options_naming_one_file_are_refused_before_the_search(tmp_path, capsys,
-                                                                         monkeypatch):
+def test_two_emit_options_naming_one_file_are_refused_before_the_search(
+    tmp_path, capsys, monkeypatch
+):
     """``--emit-asm F --emit-ir ./F`` (or a symlink to F) is one file: refused at once, before
     a search whose second write would fail on, or with --force replace, the first one's file."""
     monkeypatch.chdir(tmp_path)

@@ -812,10 +812,34 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """``aotune bench``."""
-    from aotune.benchmarks.suite import print_table, run_suite
+    from aotune.benchmarks.suite import MAX_SAMPLES, print_table, run_suite
 
     if args.library and args.gpu_only:
         raise ConfigError("--library and --gpu-only each choose a part of the suite; give one")
+    if args.samples is not None and args.samples < 5:
+        raise ConfigError(
+            f"--samples {args.samples}: model accuracy needs at least 5 measured configs "
+            "(the top-5 score); pass --samples 5 or more"
+        )
+    if args.samples is not None and args.samples > MAX_SAMPLES:
+        raise ConfigError(
+            f"--samples {args.samples}: each config is compiled and timed per row (64 take "
+            f"minutes); give at most {MAX_SAMPLES}"
+        )
+    if args.gpu_only and args.only not in (None, "gpu"):
+        raise ConfigError(
+            f"--gpu-only runs the gpu group and --only {args.only} another; give one of them"
+        )
+    if args.library and (args.only is not None or args.samples is not None):
+        raise ConfigError(
+            "--library runs the library rows only, which sample no configs; leave out --only "
+            "and --samples"
+        )
+    if (args.gpu_only or args.only == "gpu" or args.library) and args.target != "host":
+        raise ConfigError(
+            f"--target {args.target} sets the spec of the host rows, and "
+            f"{'--library' if args.library else 'the gpu group'} has none; leave it out"
+        )
     if args.library:
         from aotune.benchmarks.library import print_library_table, run_library_bench
 
@@ -826,11 +850,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print_library_table(doc, _console())
         return 0
 
-    if args.samples is not None and args.samples < 5:
-        raise ConfigError(
-            f"--samples {args.samples}: model accuracy needs at least 5 measured configs "
-            "(the top-5 score); pass --samples 5 or more"
-        )
     result = run_suite(
         quick=args.quick,
         samples=args.samples,

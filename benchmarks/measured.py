@@ -472,7 +472,12 @@ def host_accuracy(
     and predict each one as the bench's accuracy rows do (``suite.model_accuracy``, timed for
     ``timing_seconds`` = (sweep, finalists), the bench's by default), in the JSON fields of
     ``accuracy --measured``."""
-    from aotune.benchmarks.suite import ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS, model_accuracy
+    from aotune.benchmarks.suite import (
+        ACCURACY_SWEEP_SECONDS,
+        FINALIST_SECONDS,
+        MAX_SAMPLES,
+        model_accuracy,
+    )
     from aotune.hwspecs.host import host_can_run
 
     if target_for(hw).kind != "cpu":
@@ -485,6 +490,11 @@ def host_accuracy(
         raise ConfigError(f"accuracy WORKLOAD times kernels here, and {why}; use --target host")
     if samples < max(TOP_K):
         raise ConfigError(f"--sample {samples}: the top-10 score needs at least 10 configs")
+    if samples > MAX_SAMPLES:
+        raise ConfigError(
+            f"--sample {samples}: each config is compiled and timed here (64 take about a "
+            f"minute); give at most {MAX_SAMPLES}"
+        )
     start = time.perf_counter()
     sweep, finalists = timing_seconds or (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS)
     acc = model_accuracy(

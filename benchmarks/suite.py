@@ -39,7 +39,7 @@ from aotune.codegen.schedule import schedule_from_config
 from aotune.codegen.workers import workers
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import ConfigError, FinalCheckError
-from aotune.hwspecs.host import host_can_run
+from aotune.hwspecs.host import detect_host, host_can_run
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.search import driver
 from aotune.search.driver import Verified
@@ -50,6 +50,8 @@ FULL = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)
 BERT_LARGE = ((384, 1024, 1024), (384, 4096, 1024), (384, 1024, 4096))
 QUICK = ((256, 256, 256), (512, 512, 512))
 FULL_SAMPLES, QUICK_SAMPLES = 64, 32
+# each sampled config is compiled, checked and timed for seconds: 64 take minutes per row
+MAX_SAMPLES = 1024
 Log = Callable[[str], None] | None
 
 
@@ -377,13 +379,29 @@ def run_suite(
     if only is not None and only not in GROUPS:
         raise ConfigError(f"bench group {only!r} unknown; use one of {', '.join(GROUPS)}")
     hw = load_target(target)
-    ok, why = host_can_run(hw) if hw.kind == "cpu" else (False, "a GPU target")
+    if hw.kind != "cpu" and only != "gpu":
+        raise ConfigError(
+            f"bench times CPU kernels on this machine and {hw.name} is a GPU; --gpu-only runs "
+            "the GPU rows (predicted, not timed), --target host or a spec calibrated here the "
+            "others"
+        )
+    ok, why = host_can_run(hw) if hw.kind == "cpu" else (True, "")
     if not ok and only != "gpu":
-        raise ConfigError(f"bench times kernels on this machine, and {why}; pass a spec of it")
+        raise ConfigError(
+            f"bench times kernels on this machine, and {why}; use --target host or a spec "
+            "file 'aotune hw calibrate' wrote here"
+        )
     blas = numpy_blas()
     warning = blas.warning(hw.isa.vector_bits)
     if warning and log:
         log(f"[bench] warning: {warning}")
+    here = detect_host().isa.llvm_cpu
+    if hw.kind == "cpu" and only != "gpu" and hw.isa.llvm_cpu != here and log:
+        log(
+            f"[bench] warning: target {hw.name} models a {hw.isa.llvm_cpu} core and this one is "
+            f"{here}: the rows time this machine against another CPU's predictions; --target "
+            "host, or a spec 'aotune hw calibrate' wrote here, predicts this one"
+        )
     doc: dict[str, Any] = {"machine": machine_description(hw), "numpy_blas": blas.as_dict()}
     doc["target"] = {"name": hw.name, "core_model_from": hw.core_model_from}
     samples = samples if samples is not None else (QUICK_SAMPLES if quick else FULL_SAMPLES)

@@ -91,6 +91,12 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
         ),
         (["frobnicate"], ["invalid choice"]),
         (["bench", "--quick", "--samples", "2"], ["--samples 2", "at least 5"]),
+        (["bench", "--samples", "5000"], ["--samples 5000", "at most 1024"]),
+        (["bench", "--target", "h100"], ["h100 is a GPU", "--gpu-only"]),
+        (["bench", "--gpu-only", "--only", "matmul"], ["--only matmul", "give one of them"]),
+        (["bench", "--library", "--only", "gpu"], ["leave out --only and --samples"]),
+        (["bench", "--gpu-only", "--target", "znver4"], ["--target znver4", "leave it out"]),
+        (["accuracy", "matmul", "--shape", "9x9x9", "--sample", "9999"], ["at most 1024"]),
         (
             ["tune", "einsum", "bij,bjk->bik", "--dims", "b=2,i=4,j=4"],
             ["index 'k' has no size", "add k=N"],

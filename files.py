@@ -58,9 +58,10 @@ def read_user_file(
 
 
 def decode_utf8(data: bytes, path: str | Path, what: str, error: type[AotuneError]) -> str:
-    """``data`` as UTF-8 text, or ``error`` naming the byte offset that is not."""
+    """``data`` as UTF-8 text, or ``error`` naming the byte offset that is not. A byte-order
+    mark (some editors save one) is dropped: TOML and JSON parsers refuse it, invisibly."""
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise error(
             f"{what} {_shown(Path(path))} is not UTF-8 text (byte {e.start}); save it as UTF-8"

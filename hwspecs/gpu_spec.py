@@ -162,38 +162,55 @@ class GpuSpec:
         ]
 
 
+# the threads of a warp on every NVIDIA GPU since the first CUDA one (PTX's WARP_SZ)
+NVIDIA_WARP_SIZE = 32
+
+
 def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
     """The relations between fields (each field's type, finiteness and range were checked while
     loading, from its metadata); returns the spec unchanged."""
     c, lim, sh, m = spec.compute, spec.limits, spec.shared, spec.memory
     relations = [
         (
+            c.warp_size == NVIDIA_WARP_SIZE,
+            f"compute.warp_size = {c.warp_size}: every NVIDIA GPU (the NVPTX targets aotune "
+            f"generates for) runs warps of {NVIDIA_WARP_SIZE} threads; set {NVIDIA_WARP_SIZE}",
+        ),
+        (
             lim.max_threads_per_block <= lim.max_threads_per_sm,
-            "limits.max_threads_per_block must be <= limits.max_threads_per_sm",
+            f"limits.max_threads_per_block ({lim.max_threads_per_block}) must be <= "
+            f"limits.max_threads_per_sm ({lim.max_threads_per_sm})",
         ),
         (
             lim.max_warps_per_sm * c.warp_size >= lim.max_threads_per_sm,
-            "limits.max_warps_per_sm x compute.warp_size must hold limits.max_threads_per_sm",
+            f"limits.max_warps_per_sm x compute.warp_size ({lim.max_warps_per_sm} x "
+            f"{c.warp_size}) must hold limits.max_threads_per_sm ({lim.max_threads_per_sm})",
         ),
         (
             lim.max_threads_per_block % c.warp_size == 0,
-            "limits.max_threads_per_block must be a whole number of warps",
+            f"limits.max_threads_per_block ({lim.max_threads_per_block}) must be a whole number "
+            f"of warps of {c.warp_size}",
         ),
         (
             sh.bytes_per_block <= sh.bytes_per_block_optin <= sh.bytes_per_sm,
-            "shared.bytes_per_block <= shared.bytes_per_block_optin <= shared.bytes_per_sm",
+            f"shared memory must satisfy bytes_per_block ({sh.bytes_per_block}) <= "
+            f"bytes_per_block_optin ({sh.bytes_per_block_optin}) <= bytes_per_sm "
+            f"({sh.bytes_per_sm}) in [shared]",
         ),
         (
             c.fp32_lanes_per_sm % c.partitions_per_sm == 0,
-            "compute.fp32_lanes_per_sm must split evenly over compute.partitions_per_sm",
+            f"compute.fp32_lanes_per_sm ({c.fp32_lanes_per_sm}) must split evenly over "
+            f"compute.partitions_per_sm ({c.partitions_per_sm})",
         ),
         (
             m.line_bytes % m.sector_bytes == 0,
-            "memory.line_bytes must be a whole number of memory.sector_bytes",
+            f"memory.line_bytes ({m.line_bytes}) must be a whole number of "
+            f"memory.sector_bytes ({m.sector_bytes})",
         ),
         (
             lim.max_registers_per_block <= lim.registers_per_sm,
-            "limits.max_registers_per_block must be <= limits.registers_per_sm",
+            f"limits.max_registers_per_block ({lim.max_registers_per_block}) must be <= "
+            f"limits.registers_per_sm ({lim.registers_per_sm})",
         ),
     ]
     for ok, text in relations:

@@ -418,7 +418,11 @@ def check_llvm_names(spec: HwSpec, where: str) -> HwSpec:
     cpus, features = llvm_target_names(spec.isa.triple)
     if spec.isa.llvm_cpu not in cpus:
         close = difflib.get_close_matches(spec.isa.llvm_cpu, sorted(cpus), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        hint = (
+            f"; did you mean {', '.join(close)}?"
+            if close
+            else f"; 'aotune hw show host' names this machine's ({len(cpus)} are known)"
+        )
         raise HwSpecError(
             f"{where}: isa.llvm_cpu {_short(spec.isa.llvm_cpu)} is not a CPU LLVM knows for "
             f"{spec.isa.arch}{hint}"
@@ -529,6 +533,8 @@ def load_target(name: str) -> Any:
         return load_spec_file(name)
     if name in builtin_names():
         return load_spec_file(SPEC_DIR / f"{name}.toml", check_llvm=False)
+    if Path(name).is_file():  # a spec file saved under another suffix (my-cpu.txt)
+        return load_spec_file(name)
     raise HwSpecError(
         f"unknown target {_short(name)}; known: host, {', '.join(builtin_names())} "
         "(or pass a path to a .toml spec)"

@@ -71,7 +71,15 @@ def _a100() -> str:
         (lambda t: re.sub(r"\[shared\][^\[]*", "", t), "missing key 'shared' (table)"),
         (
             lambda t: t.replace("bytes_per_block_optin = 166912", "bytes_per_block_optin = 4096"),
-            "shared.bytes_per_block <= shared.bytes_per_block_optin",
+            "bytes_per_block (49152) <= bytes_per_block_optin (4096) <= bytes_per_sm",
+        ),
+        (
+            lambda t: t.replace("warp_size = 32", "warp_size = 33"),
+            "compute.warp_size = 33: every NVIDIA GPU",
+        ),
+        (
+            lambda t: t.replace("max_threads_per_block = 1024", "max_threads_per_block = 1000"),
+            "max_threads_per_block (1000) must be a whole number of warps of 32",
         ),
         (lambda t: t.replace('kind = "gpu"', 'kind = "tpu"'), "kind: expected one of"),
         (lambda t: t.replace('triple = "nvptx64-nvidia-cuda"', 'triple = "x86_64"'), "NVPTX"),

@@ -84,3 +84,23 @@ def test_host_detection_reads_cores_and_caches(host):
     assert host.isa.vector_bits in (128, 256, 512)
     assert host.cache(1).size_kib >= 16
     assert host.name == "host"
+
+
+def test_a_spec_saved_with_a_byte_order_mark_or_another_suffix_loads(tmp_path: Path, monkeypatch):
+    """Editors that save a UTF-8 byte-order mark, and spec files named *.txt, are still specs."""
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + _spec_text().encode())
+    assert load_spec_file(bom) == load_spec_file(SPEC_DIR / "haswell.toml")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text(_spec_text())
+    assert load_target("mine.txt") == load_spec_file(SPEC_DIR / "haswell.toml")
+
+
+def test_an_unknown_llvm_cpu_says_where_to_find_a_known_one(tmp_path: Path):
+    path = tmp_path / "cpu.toml"
+    path.write_text(_spec_text().replace('llvm_cpu = "haswell"', 'llvm_cpu = "qqqqqqq"'))
+    with pytest.raises(HwSpecError, match="not a CPU LLVM knows.*'aotune hw show host' names"):
+        load_spec_file(path)
+    path.write_text(_spec_text().replace('llvm_cpu = "haswell"', 'llvm_cpu = "haswel"'))
+    with pytest.raises(HwSpecError, match="did you mean haswell"):
+        load_spec_file(path)

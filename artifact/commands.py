@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from aotune.errors import BuildError, ConfigError, DatabaseError
+from aotune.errors import AotuneError, BuildError, ConfigError, DatabaseError
 from aotune.search.options import SearchOptions
 
 EXIT_ERROR = 2
@@ -93,6 +94,20 @@ def add_build_parser(sub: Any) -> None:
     add_db_flags(b, optional=False)  # build keeps every search in the database
 
 
+def _record_id(text: str) -> int:
+    """A record id as ``db show`` takes it."""
+    if not re.fullmatch(r"\s*-?[0-9]+\s*", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a record id (a positive integer); 'aotune db list' shows them"
+        )
+    if len(text.strip()) > 30:  # beyond any id, and int() of thousands of digits is slow
+        raise argparse.ArgumentTypeError(
+            f"no record {text.strip()[:12]}... ({len(text.strip())} digits); 'aotune db list' "
+            "shows the ids"
+        )
+    return int(text)
+
+
 def add_db_parser(sub: Any) -> None:
     """The ``db`` subcommand and its actions."""
     d = sub.add_parser("db", help="the tuning database: list, show, export, import")
@@ -101,7 +116,7 @@ def add_db_parser(sub: Any) -> None:
     add_db_flags(ls, search=False)
     ls.add_argument("--json", action="store_true")
     show = dsub.add_parser("show", help="one record with its candidates")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=_record_id)
     add_db_flags(show, search=False)
     show.add_argument("--json", action="store_true")
     ex = dsub.add_parser("export", help="write every record as JSON lines")
@@ -320,15 +335,25 @@ def cmd_db(args: argparse.Namespace) -> int:
             "'aotune db' needs an action: list, show ID, export FILE or import FILE "
             "(see 'aotune db --help')"
         )
-    # only import may make a new database; the others read one that exists
-    with open_db(args, create=command == "import") as db:
+    if command == "import":  # the one action that may make a new database
+        from aotune.search.database import default_path
+
+        path = Path(args.db) if getattr(args, "db", None) else default_path()
+        fresh = not path.exists()
+        try:
+            with open_db(args, create=True) as db:
+                added, present = db.import_jsonl(Path(args.file))
+        except AotuneError:
+            if fresh:  # a refused file leaves no empty database behind
+                for leftover in (path, *(Path(f"{path}{s}") for s in ("-journal", "-wal"))):
+                    leftover.unlink(missing_ok=True)
+            raise
+        print(f"imported {added} records into {db.path} ({present} already there, kept)")
+        return 0
+    with open_db(args, create=False) as db:
         if command == "export":
             n = db.export_jsonl(Path(args.file), force=args.force)
             print(f"exported {n} records from {db.path} to {args.file}")
-            return 0
-        if command == "import":
-            added, present = db.import_jsonl(Path(args.file))
-            print(f"imported {added} records into {db.path} ({present} already there, kept)")
             return 0
         if command == "show":
             rec = db.get(args.id)

@@ -534,3 +534,27 @@ def test_a_database_given_to_import_or_missing_a_table_says_what_to_do(tmp_path,
     assert main(["db", "list", "--db", str(db)]) == 2
     err = _error_line(capsys)
     assert "table candidates is missing" in err and "pass --db with a new file" in err
+
+
+def test_a_refused_import_leaves_no_new_database_and_keeps_an_old_one(tmp_path, capsys):
+    bad = tmp_path / "x.jsonl"
+    bad.write_text("not json\n")
+    new = tmp_path / "sub" / "new.db"
+    assert main(["db", "import", str(bad), "--db", str(new)]) == 2
+    assert "x.jsonl line 1 is not" in _error_line(capsys)
+    assert not new.exists()
+    old = tmp_path / "old.db"
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps(_record(1).as_dict()) + "\n")
+    assert main(["db", "import", str(good), "--db", str(old)]) == 0
+    capsys.readouterr()
+    assert main(["db", "import", str(bad), "--db", str(old)]) == 2
+    with open_database(old) as d:
+        assert d.count() == 1  # the refused file changed nothing, and the database stays
+
+
+def test_show_of_an_id_that_is_no_number_says_where_the_ids_are(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:  # refused by the argument parser
+        main(["db", "show", "nosuchid", "--db", str(tmp_path / "t.db")])
+    assert info.value.code == 2
+    assert "'nosuchid' is not a record id" in _error_line(capsys)

@@ -174,6 +174,11 @@ class CpuBackend:
         """The linker for ``hw``; a native build without a C compiler is an error (unless
         ``objects_only``), a cross build without cross tools makes objects and the header."""
         if objects_only:
+            if cc is not None:
+                raise BuildError(
+                    f"--cc {cc} names the compiler that links the shared object, and "
+                    "--objects-only links nothing; leave out one of them"
+                )
             return None
         linker = find_linker(hw.isa.arch, detect_host().isa.arch, cc)
         if linker.native and not linker.cc:

@@ -33,8 +33,16 @@ class GpuBackend:
         self._kernels: dict[str, Any] = {}
 
     def preflight(self, hw: Any, cc: str | None, objects_only: bool) -> None:
-        """A cubin needs ptxas (from NVIDIA's wheel): refuse before any search without it."""
+        """A cubin needs ptxas (from NVIDIA's wheel): refuse before any search without it, or
+        with the options of a CPU library (a GPU library links nothing)."""
         from aotune.codegen.cuda_tools import tool_path
+
+        given = [f for f, on in (("--cc", cc is not None), ("--objects-only", objects_only)) if on]
+        if given:
+            raise BuildError(
+                f"{' and '.join(given)} apply to CPU libraries; a GPU library is PTX and cubins "
+                f"made by ptxas and links nothing: leave out {' and '.join(given)}"
+            )
 
         try:
             tool_path("ptxas")

@@ -735,3 +735,21 @@ def test_onnx_zero_dims_and_undefined_tensors_are_named(tmp_path, capsys):
     rc, _, err = run_cli(capsys, "build", save("hole.onnx", [4, 8], "nowhere"), "-o", str(tmp_path))
     line = one_error_line(err)
     assert rc == 2 and "node mm reads 'nowhere', which no input" in line
+
+
+@pytest.mark.parametrize(
+    "flags, needles",
+    [
+        (["--objects-only", "--cc", "gcc"], ["--cc gcc", "--objects-only links nothing"]),
+        (["--target", "h100", "--cc", "gcc"], ["--cc apply to CPU libraries", "leave out --cc"]),
+        (["--target", "h100", "--objects-only"], ["--objects-only apply to CPU libraries"]),
+    ],
+)
+def test_library_options_that_would_be_ignored_are_refused_before_any_search(
+    tmp_path, capsys, flags, needles
+):
+    out = tmp_path / "o"
+    db = ["--db", str(tmp_path / "t.db")]
+    rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(out), *flags, *db)
+    assert rc == 2 and all(n in one_error_line(err) for n in needles)
+    assert not out.exists()

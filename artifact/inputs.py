@@ -135,6 +135,13 @@ def check_c_name(name: object, where: str) -> str:
             f"{where}: name {name!r} is a function of the C library (libc or libm); a library "
             "exporting it would replace it in every program it is linked into: choose another name"
         )
+    from aotune.artifact.load import LIBRARY_ATTRIBUTES
+
+    if name in LIBRARY_ATTRIBUTES:
+        raise BuildError(
+            f"{where}: name {name!r} is an attribute of the library aotune.load returns "
+            f"(lib.{name}), so the kernel could not be called by it; choose another name"
+        )
     if name.lower().startswith("aotune_") or name.startswith("__"):
         raise BuildError(
             f"{where}: name {name!r} is reserved (aotune_* and __* are the library's own "

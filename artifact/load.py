@@ -16,8 +16,10 @@ back); elsewhere loading it raises a LibraryError that says why it cannot run he
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,87 @@ def _dlopen_fresh(path: Path) -> ctypes.CDLL:
         raise LibraryError(f"cannot load {path}: {e}") from None
     finally:
         os.unlink(tmp)  # the mapping stays until the process ends
+
+
+# the manifest format this aotune reads (``artifact/build.py`` writes it)
+READ_FORMAT = 1
+ROLES = ("in0", "in1", "bias", "out")
+# names of the Library object's own attributes: a kernel by one of these names would be hidden
+LIBRARY_ATTRIBUTES = (
+    "directory",
+    "kernels",
+    "manifest",
+    "num_threads",
+    "set_num_threads",
+    "shutdown",
+    "strerror",
+    "target",
+)
+
+
+def _manifest_problem(m: Any) -> str | None:
+    """What makes ``m`` (parsed manifest.json) not a manifest this aotune can load, or None."""
+    if not isinstance(m, dict):
+        return "it is not a JSON object"
+    fmt = m.get("aotune", {}).get("format") if isinstance(m.get("aotune"), dict) else None
+    if not isinstance(fmt, int) or isinstance(fmt, bool):
+        return "aotune.format is missing"
+    if fmt > READ_FORMAT:
+        return f"format {fmt} is newer than this aotune reads ({READ_FORMAT}); upgrade aotune"
+    target = m.get("target")
+    if not isinstance(target, dict) or not all(
+        isinstance(target.get(k), str) for k in ("name", "kind")
+    ):
+        return "target must be an object with a name and a kind"
+    if target["kind"] == "cpu" and not (
+        isinstance(target.get("arch"), str)
+        and isinstance(target.get("cpu_features", []), list)
+        and all(isinstance(f, str) for f in target.get("cpu_features", []))
+    ):
+        return "a CPU target needs arch (text) and cpu_features (a list of names)"
+    files = m.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return "files (each file's SHA-256) is missing"
+    kernels = m.get("kernels")
+    if not isinstance(kernels, list):
+        return "kernels must be a list"
+    for i, e in enumerate(kernels, 1):
+        if not isinstance(e, dict) or not isinstance(e.get("name"), str):
+            return f"kernel {i} has no name"
+        params = e.get("params")
+        if not isinstance(params, list) or not all(
+            isinstance(p, dict)
+            and isinstance(p.get("name"), str)
+            and p.get("role") in ROLES
+            and p.get("dtype") == "float32"
+            and isinstance(p.get("shape"), list)
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in p["shape"])
+            for p in params
+        ):
+            return f"kernel {e['name']!r}: params must name, role, float32 dtype and shape each"
+        if [p["role"] for p in params].count("out") != 1:
+            return f"kernel {e['name']!r} needs exactly one output parameter"
+    return None
+
+
+def _file_of(directory: Path, manifest: dict[str, Any], name: Any, what: str) -> Path:
+    """``name`` (a file the manifest lists) under ``directory``, as the build wrote it: inside
+    the directory, and with the SHA-256 the manifest recorded (a truncated or replaced file is
+    refused here rather than loaded: its kernels would read and write the wrong bytes)."""
+    if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
+        raise LibraryError(f"{directory}: the manifest's {what} {name!r} is not a file of it")
+    path = directory / name
+    want = manifest["files"].get(name)
+    try:
+        got = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as e:
+        raise LibraryError(f"cannot read {path}: {e.strerror}; rebuild the library") from None
+    if got != want:
+        raise LibraryError(
+            f"{path} is not the file the build wrote (its SHA-256 differs from the manifest's): "
+            "it was changed or replaced since; rebuild the library with 'aotune build'"
+        )
+    return path
 
 
 class LibraryKernel:
@@ -109,6 +192,11 @@ class Library:
     """A library ``aotune build`` wrote: its manifest and its kernels (attributes by name)."""
 
     def __init__(self, path: str | Path) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise LibraryError(
+                f"aotune.load takes the directory 'aotune build -o DIR' wrote, got "
+                f"{type(path).__name__}"
+            )
         p = Path(path)
         manifest = p if p.is_file() else p / "manifest.json"
         if not manifest.exists():
@@ -117,10 +205,15 @@ class Library:
             )
         try:
             self.manifest = json.loads(manifest.read_text())
-            target = self.manifest["target"]
-            entries = self.manifest["kernels"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError) as e:
             raise LibraryError(f"{manifest} is not an aotune manifest ({e})") from None
+        problem = _manifest_problem(self.manifest)
+        if problem:
+            raise LibraryError(
+                f"{manifest} is not a manifest this aotune can load: {problem}; rebuild the "
+                "library with 'aotune build'"
+            )
+        target, entries = self.manifest["target"], self.manifest["kernels"]
         self.directory = manifest.parent
         self.target = target
         self.kernels: dict[str, LibraryKernel] = {}
@@ -155,12 +248,24 @@ class Library:
                 f"{self.directory} has no shared object (the build found no C compiler); "
                 "build again where gcc or clang is installed"
             )
-        self._dll = _dlopen_fresh(self.directory / so)
-        self._dll.aotune_strerror.restype = ctypes.c_char_p
-        self._dll.aotune_strerror.argtypes = [ctypes.c_int]
-        self._dll.aotune_set_num_threads.argtypes = [ctypes.c_int]
+        so_path = _file_of(self.directory, self.manifest, so, "shared_object")
+        self._dll = _dlopen_fresh(so_path)
+        try:
+            self._dll.aotune_strerror.restype = ctypes.c_char_p
+            self._dll.aotune_strerror.argtypes = [ctypes.c_int]
+            self._dll.aotune_set_num_threads.argtypes = [ctypes.c_int]
+        except AttributeError:
+            raise LibraryError(
+                f"{so_path} is not an aotune library (it has no aotune_* runtime)"
+            ) from None
         for e in entries:
-            fn = getattr(self._dll, e["name"])
+            try:
+                fn = getattr(self._dll, e["name"])
+            except AttributeError:
+                raise LibraryError(
+                    f"{so_path} has no kernel {e['name']!r}, which the manifest lists; rebuild "
+                    "the library"
+                ) from None
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p] * len(e["params"])
             self.kernels[e["name"]] = LibraryKernel(self, e, fn)
@@ -181,6 +286,8 @@ class Library:
 
     def strerror(self, rc: int) -> str:
         """The library's text for a return code."""
+        if not _is_c_int(rc):
+            raise LibraryError(f"strerror({rc!r}): a return code is a C int")
         if self._gpu is not None:
             return self._gpu.strerror(rc)
         return self._dll.aotune_strerror(rc).decode()
@@ -189,7 +296,9 @@ class Library:
         """Threads each call may use, the caller included (CPU libraries)."""
         if self._gpu is not None:
             raise LibraryError("set_num_threads applies to CPU libraries; this one runs on a GPU")
-        rc = self._dll.aotune_set_num_threads(int(n))
+        if not _is_c_int(n):
+            raise LibraryError(f"set_num_threads({n!r}): give a whole number of threads, 1 or more")
+        rc = self._dll.aotune_set_num_threads(n)
         if rc != 0:
             raise LibraryError(f"set_num_threads({n}): {self.strerror(rc)}")
 
@@ -205,6 +314,11 @@ class Library:
             self._gpu.close()
         else:
             self._dll.aotune_shutdown()
+
+
+def _is_c_int(n: Any) -> bool:
+    """Whether ``n`` is an integer (not a bool) a C int holds, as the runtime's calls take."""
+    return isinstance(n, (int, np.integer)) and not isinstance(n, bool) and -(2**31) <= n < 2**31
 
 
 class GpuLauncher:
@@ -236,7 +350,7 @@ class GpuLauncher:
         self.hw = hw
         self.drv, self.ctx = self._current()
         self.modules: dict[str, tuple[Any, Any]] = {}  # entry name -> (module, function)
-        self.directory = directory
+        self.directory, self.manifest = directory, manifest
 
     def _current(self) -> tuple[Any, Any]:
         """(driver, context), the context made current on the calling thread."""
@@ -251,7 +365,10 @@ class GpuLauncher:
         self._current()  # the caller's thread may not be the one that loaded the library
         if entry["entry"] not in self.modules:
             module = check(
-                drv.cuModuleLoadData((self.directory / entry["cubin"]).read_bytes()), "load cubin"
+                drv.cuModuleLoadData(
+                    _file_of(self.directory, self.manifest, entry["cubin"], "cubin").read_bytes()
+                ),
+                "load cubin",
             )
             fn = check(drv.cuModuleGetFunction(module, entry["entry"].encode()), "get function")
             dynamic = entry["launch"]["dynamic_shared_bytes"]

@@ -53,12 +53,17 @@ def _library_of(name: str, w: Workload, kernel: Any, hw: HwSpec, where: Path) ->
     subprocess.run(
         [cc, "-shared", "-o", "libk.so", f"{name}.o", "rt.o", "-lpthread"], cwd=where, check=True
     )
+    import hashlib
     import json
 
+    from aotune.artifact.build import MANIFEST_FORMAT
+
     manifest = {
+        "aotune": {"format": MANIFEST_FORMAT},
         "target": {"name": hw.name, "kind": hw.kind, "arch": hw.isa.arch, "cpu_features": []},
         "shared_object": "libk.so",
         "kernels": [{"name": name, "params": [p.as_dict() for p in obj.params]}],
+        "files": {"libk.so": hashlib.sha256((where / "libk.so").read_bytes()).hexdigest()},
     }
     (where / "manifest.json").write_text(json.dumps(manifest))
     return load(where)

@@ -201,6 +201,63 @@ def test_aotune_load_checks_arguments(built):
     lib.shutdown()
 
 
+def test_aotune_load_refuses_a_changed_library_and_a_malformed_manifest(built, tmp_path):
+    """A library whose files are not the ones its build wrote (a truncated or swapped shared
+    object would be mapped and called with the manifest's shapes), or whose manifest is not one
+    this aotune writes, is refused with a LibraryError before anything is loaded."""
+
+    import aotune
+
+    work, _, _ = built
+
+    def copy(name: str, change=None) -> Path:
+        d = tmp_path / name
+        shutil.copytree(work / "out", d)
+        if change is not None:
+            m = json.loads((d / "manifest.json").read_text())
+            change(m)
+            (d / "manifest.json").write_text(json.dumps(m))
+        return d
+
+    truncated = copy("truncated")
+    so = truncated / "libaotune_kernels.so"
+    so.write_bytes(so.read_bytes()[:2000])
+    with pytest.raises(LibraryError, match="SHA-256 differs"):
+        aotune.load(truncated)
+    swapped = copy("swapped")
+    shutil.copy(swapped / "libaotune_kernels.a", swapped / "libaotune_kernels.so")
+    with pytest.raises(LibraryError, match="not the file the build wrote"):
+        aotune.load(swapped)
+
+    def first_param(m: dict, **kw) -> None:
+        m["kernels"][0]["params"][0].update(kw)
+
+    malformed = [
+        (lambda m: m.update(target="host"), "target must be an object"),
+        (lambda m: m["target"].pop("arch"), "needs arch"),
+        (lambda m: m.update(kernels=None), "kernels must be a list"),
+        (lambda m: m["kernels"][0].pop("name"), "kernel 1 has no name"),
+        (lambda m: first_param(m, shape=[0, 3]), "params must"),
+        (lambda m: first_param(m, dtype="float16"), "params must"),
+        (lambda m: first_param(m, role="out"), "exactly one output"),
+        (lambda m: m["aotune"].update(format=99), "format 99 is newer"),
+        (lambda m: m.update(shared_object="/lib/x86_64-linux-gnu/libc.so.6"), "not a file of it"),
+        (lambda m: m.update(shared_object=5), "not a file of it"),
+    ]
+    for i, (change, text) in enumerate(malformed):
+        with pytest.raises(LibraryError, match=text):
+            aotune.load(copy(f"m{i}", change))
+    with pytest.raises(LibraryError, match="takes the directory"):
+        aotune.load(None)
+    lib = aotune.load(work / "out")
+    for n in ("2", None, 2.5, True, 2**32 + 1):
+        with pytest.raises(LibraryError, match="whole number of threads"):
+            lib.set_num_threads(n)
+    with pytest.raises(LibraryError, match="a C int"):
+        lib.strerror(2**40)
+    lib.shutdown()
+
+
 def test_library_params_follow_tune_json_tensor_order(built):
     """The function takes the workload's tensors in the order ``tune --json`` lists them."""
     work, _, _ = built

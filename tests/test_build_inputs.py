@@ -117,6 +117,8 @@ layout = "nhwc"
         ('[[kernel]]\nname = "int"\nop = "matmul"', "'int' is a C keyword"),
         (f'[[kernel]]\nname = "{"k" * 300}"\nop = "matmul"', "300 characters long"),
         ('[[kernel]]\nname = "aotune_x"\nop = "matmul"', "reserved"),
+        ('[[kernel]]\nname = "kernels"\nop = "matmul"', "an attribute of the library"),
+        ('[[kernel]]\nname = "set_num_threads"\nop = "matmul"', "(lib.set_num_threads)"),
         ('[[kernel]]\nname = "expf"\nop = "matmul"', "is a function of the C library"),
         ('[[kernel]]\nname = "malloc"\nop = "matmul"', "is a function of the C library"),
         (

@@ -816,6 +816,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.library and args.gpu_only:
         raise ConfigError("--library and --gpu-only each choose a part of the suite; give one")
+    if args.library and (args.only is not None or args.samples is not None):
+        raise ConfigError(
+            "--library runs the library rows only, which sample no configs; leave out --only "
+            "and --samples"
+        )
+    if (args.gpu_only or args.only == "gpu") and args.samples is not None:
+        raise ConfigError(
+            "--samples sets the configs measured per host row, and the gpu group measures "
+            "nothing; leave it out"
+        )
     if args.samples is not None and args.samples < 5:
         raise ConfigError(
             f"--samples {args.samples}: model accuracy needs at least 5 measured configs "
@@ -829,11 +839,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.gpu_only and args.only not in (None, "gpu"):
         raise ConfigError(
             f"--gpu-only runs the gpu group and --only {args.only} another; give one of them"
-        )
-    if args.library and (args.only is not None or args.samples is not None):
-        raise ConfigError(
-            "--library runs the library rows only, which sample no configs; leave out --only "
-            "and --samples"
         )
     if (args.gpu_only or args.only == "gpu" or args.library) and args.target != "host":
         raise ConfigError(
@@ -1052,15 +1057,16 @@ def _report_error() -> int:
 
 
 # a word of an error message longer than this (an operator name, a shape or a name the user
-# typed at length) is shown cut, so that the message stays one readable line
-LONGEST_WORD_SHOWN = 200
+# typed at length) is shown cut, so that the message stays one readable line; a path keeps its
+# two ends (where it starts, and the file it names)
+LONGEST_WORD_SHOWN = 300
 
 
 def _one_line(text: str) -> str:
     """A message on one line (LLVM and OS messages may carry newlines), each overlong word cut
-    to its start and its length."""
+    to its two ends and its length."""
     return " ".join(
-        w if len(w) <= LONGEST_WORD_SHOWN else f"{w[:60]}...({len(w)} characters)"
+        w if len(w) <= LONGEST_WORD_SHOWN else f"{w[:60]}...{w[-60:]} ({len(w)} characters)"
         for w in text.split()
     )
 

@@ -9,6 +9,7 @@ file without ``force``, and atomically, so an interrupted write leaves no partia
 
 from __future__ import annotations
 
+import codecs
 import os
 import stat
 import tempfile
@@ -63,8 +64,9 @@ def decode_utf8(data: bytes, path: str | Path, what: str, error: type[AotuneErro
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
+        at = e.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
         raise error(
-            f"{what} {_shown(Path(path))} is not UTF-8 text (byte {e.start}); save it as UTF-8"
+            f"{what} {_shown(Path(path))} is not UTF-8 text (byte {at}); save it as UTF-8"
         ) from None
 
 

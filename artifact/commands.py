@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aotune.errors import AotuneError, BuildError, ConfigError, DatabaseError
+from aotune.errors import BuildError, ConfigError, DatabaseError
 from aotune.search.options import SearchOptions
 
 EXIT_ERROR = 2
@@ -336,18 +336,11 @@ def cmd_db(args: argparse.Namespace) -> int:
             "(see 'aotune db --help')"
         )
     if command == "import":  # the one action that may make a new database
-        from aotune.search.database import default_path
+        from aotune.search.database import read_export
 
-        path = Path(args.db) if getattr(args, "db", None) else default_path()
-        fresh = not path.exists()
-        try:
-            with open_db(args, create=True) as db:
-                added, present = db.import_jsonl(Path(args.file))
-        except AotuneError:
-            if fresh:  # a refused file leaves no empty database behind
-                for leftover in (path, *(Path(f"{path}{s}") for s in ("-journal", "-wal"))):
-                    leftover.unlink(missing_ok=True)
-            raise
+        records = read_export(Path(args.file))  # checked first: a refused file makes no database
+        with open_db(args, create=True) as db:
+            added, present = db.import_records(records)
         print(f"imported {added} records into {db.path} ({present} already there, kept)")
         return 0
     with open_db(args, create=False) as db:

@@ -39,7 +39,7 @@ class DecisionVar:
         """A value from its label or integer text."""
         if text in self.labels:
             return self.labels.index(text)
-        if re.fullmatch(r"-?[0-9]{1,18}", text):
+        if re.fullmatch(r"-?0*[0-9]{1,18}", text):
             return int(text)
         if re.fullmatch(r"-?[0-9]+", text):  # digits, but more than any domain holds
             raise ConfigError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 import tomllib
 import typing
@@ -533,7 +534,7 @@ def load_target(name: str) -> Any:
         return load_spec_file(name)
     if name in builtin_names():
         return load_spec_file(SPEC_DIR / f"{name}.toml", check_llvm=False)
-    if Path(name).is_file():  # a spec file saved under another suffix (my-cpu.txt)
+    if os.path.isfile(name):  # a spec file saved under another suffix (my-cpu.txt)
         return load_spec_file(name)
     raise HwSpecError(
         f"unknown target {_short(name)}; known: host, {', '.join(builtin_names())} "

@@ -590,45 +590,54 @@ class TuningDatabase:
     def import_jsonl(self, path: Path) -> tuple[int, int]:
         """Add the records of a ``db export`` file: (added, already present). Each line is checked
         before anything is written, so a malformed file adds nothing."""
-        # a regular file of at most 1 GiB (never a device read to its end), decoded as UTF-8
-        data = read_user_file(path, "JSON-lines file", DatabaseError, limit_bytes=_IMPORT_LIMIT)
-        if data.startswith(b"SQLite format 3\x00"):
-            raise DatabaseError(
-                f"{path} is a database, not a 'db export' file; export its records first "
-                f"(aotune db export records.jsonl --db {path}) and import that"
-            )
-        text = decode_utf8(data, path, "JSON-lines file", DatabaseError)
-        records = []
-        for i, line in enumerate(text.split("\n"), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except RecursionError:
-                raise DatabaseError(
-                    f"{path} line {i} is not JSON (nested too deeply); import a file "
-                    "'aotune db export' wrote"
-                ) from None
-            except ValueError as e:  # JSONDecodeError, or an integer of thousands of digits
-                why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
-                raise DatabaseError(
-                    f"{path} line {i} is not JSON ({why}); import a file 'aotune db export' wrote"
-                ) from None
-            if not isinstance(record, dict):
-                raise DatabaseError(
-                    f"{path} line {i} is not a record object; import a file 'aotune db export' "
-                    "wrote"
-                )
-            try:
-                records.append(TuneRecord.from_dict(record))
-            except DatabaseError as e:
-                raise DatabaseError(f"{path} line {i}: {e}") from None
+        return self.import_records(read_export(path))
+
+    def import_records(self, records: list[TuneRecord]) -> tuple[int, int]:
+        """Add ``records`` not stored yet: (added, already present)."""
         added = 0
         for rec in records:
             if self.find(rec.key) is None:
                 self.put(rec)
                 added += 1
         return added, len(records) - added
+
+
+def read_export(path: Path) -> list[TuneRecord]:
+    """The records of a ``db export`` file, every line checked (a DatabaseError names the first
+    that is wrong); nothing is written, so a refused file leaves no database behind."""
+    # a regular file of at most 1 GiB (never a device read to its end), decoded as UTF-8
+    data = read_user_file(path, "JSON-lines file", DatabaseError, limit_bytes=_IMPORT_LIMIT)
+    if data.startswith(b"SQLite format 3\x00"):
+        raise DatabaseError(
+            f"{path} is a database, not a 'db export' file; export its records first "
+            f"(aotune db export records.jsonl --db {path}) and import that"
+        )
+    text = decode_utf8(data, path, "JSON-lines file", DatabaseError)
+    records = []
+    for i, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except RecursionError:
+            raise DatabaseError(
+                f"{path} line {i} is not JSON (nested too deeply); import a file "
+                "'aotune db export' wrote"
+            ) from None
+        except ValueError as e:  # JSONDecodeError, or an integer of thousands of digits
+            why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+            raise DatabaseError(
+                f"{path} line {i} is not JSON ({why}); import a file 'aotune db export' wrote"
+            ) from None
+        if not isinstance(record, dict):
+            raise DatabaseError(
+                f"{path} line {i} is not a record object; import a file 'aotune db export' wrote"
+            )
+        try:
+            records.append(TuneRecord.from_dict(record))
+        except DatabaseError as e:
+            raise DatabaseError(f"{path} line {i}: {e}") from None
+    return records
 
 
 def open_database(path: Path | str | None = None, create: bool = True) -> TuningDatabase:

@@ -95,6 +95,10 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
         (["bench", "--target", "h100"], ["h100 is a GPU", "--gpu-only"]),
         (["bench", "--gpu-only", "--only", "matmul"], ["--only matmul", "give one of them"]),
         (["bench", "--library", "--only", "gpu"], ["leave out --only and --samples"]),
+        (["bench", "--library", "--samples", "3"], ["leave out --only and --samples"]),
+        (["bench", "--gpu-only", "--samples", "8"], ["gpu group measures nothing"]),
+        (["tune", "matmul", "--shape", "8x8x8", "--target", "z" * 300], ["unknown target"]),
+        (["tune", "matmul", "--shape", "0" * 40 + "8x0x4"], ["dimension N", "got 0"]),
         (["bench", "--gpu-only", "--target", "znver4"], ["--target znver4", "leave it out"]),
         (["accuracy", "matmul", "--shape", "9x9x9", "--sample", "9999"], ["at most 1024"]),
         (
@@ -448,3 +452,15 @@ def test_two_emit_options_naming_one_file_are_refused_before_the_search(
             assert main(argv) == 2
             assert "same file" in capsys.readouterr().err
             assert not (tmp_path / "F").exists()
+
+
+def test_an_overlong_word_of_a_message_keeps_both_ends():
+    """A deep path keeps where it starts and the file it names; an operator name typed at length
+    is cut to its ends and length."""
+    from aotune.cli import _one_line
+
+    path = "/tmp/" + "/".join(["deeply_nested_build_directory"] * 12) + "/kernels.toml"
+    shown = _one_line(f"error: {path} is not valid TOML")
+    assert shown.startswith("error: /tmp/deeply_nested") and "/kernels.toml (" in shown
+    assert len(shown) < 250 and shown.endswith("is not valid TOML")
+    assert _one_line("a  b\n c") == "a b c"

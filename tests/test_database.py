@@ -542,7 +542,7 @@ def test_a_refused_import_leaves_no_new_database_and_keeps_an_old_one(tmp_path, 
     new = tmp_path / "sub" / "new.db"
     assert main(["db", "import", str(bad), "--db", str(new)]) == 2
     assert "x.jsonl line 1 is not" in _error_line(capsys)
-    assert not new.exists()
+    assert not new.exists() and not new.parent.exists()
     old = tmp_path / "old.db"
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps(_record(1).as_dict()) + "\n")

@@ -56,3 +56,13 @@ def test_reading_refuses_devices_and_files_over_the_limit(tmp_path: Path):
     with pytest.raises(ConfigError, match="2000 bytes, more than the 1000"):
         read_user_file(big, "spec file", ConfigError, limit_bytes=1000)
     assert read_user_file(big, "spec file", ConfigError, limit_bytes=2000) == b"#" * 2000
+
+
+def test_text_with_a_byte_order_mark_decodes_and_a_bad_byte_is_placed_in_the_file():
+    from aotune.errors import HwSpecError
+    from aotune.files import decode_utf8
+
+    assert decode_utf8(b"\xef\xbb\xbfab", "f.toml", "hwspec", HwSpecError) == "ab"
+    for data, at in ((b"ab\xffc", 2), (b"\xef\xbb\xbfab\xffc", 5)):
+        with pytest.raises(HwSpecError, match=f"byte {at}\\)"):
+            decode_utf8(data, "f.toml", "hwspec", HwSpecError)

@@ -9,10 +9,10 @@ Arguments are checked before the call: numpy arrays of dtype float32, C-contiguo
 manifest's shapes, a writeable output; anything else raises a LibraryError that says which
 argument and what it must be (no silent conversion: a copy would hide a slow path). The manifest
 is checked before anything is loaded, and the shared object (a GPU library's cubins) against the
-SHA-256 its build recorded: a changed file would be called with shapes it was not built for. The call runs
-in the library's native code with the GIL released. A GPU library's kernels are launched
-through cuda-python where a GPU of its kind is present (inputs copied in, the output copied
-back); elsewhere loading it raises a LibraryError that says why it cannot run here.
+SHA-256 its build recorded: a changed file would be called with shapes it was not built for.
+The call runs in the library's native code with the GIL released. A GPU library's kernels are
+launched through cuda-python where a GPU of its kind is present (inputs copied in, the output
+copied back); elsewhere loading it raises a LibraryError that says why it cannot run here.
 """
 
 from __future__ import annotations

@@ -339,6 +339,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         for name in ("asm", "ir", "ptx", "cubin")
         if (path := getattr(args, f"emit_{name}", None)) is not None
     }
+    if args.force and not emits:
+        raise ConfigError("--force lets an --emit-* option replace its file, and none is given")
     # the same file however it is spelt (./F, an absolute path, a symlink to it)
     if len({os.path.realpath(p) for p in emits.values()}) < len(emits):
         raise ConfigError("two --emit-* options name the same file; give each its own")
@@ -775,6 +777,8 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     name = cal.spec_name_for(args.output, args.name)
+    if args.force and args.output is None:  # before minutes of measuring, not after
+        raise ConfigError("--force lets -o replace its file, and no -o FILE is given")
     if args.output is not None:
         cal.check_output(args.output, args.force)
     cal.check_can_calibrate()
@@ -877,6 +881,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     log = None if args.json else _progress_log()
     if not 0 <= args.seed <= SEED_LIMIT:  # numpy's generators take no other seed
         raise ConfigError(f"--seed {args.seed}: give a seed in 0..{SEED_LIMIT}")
+    if args.force and not args.plot:
+        raise ConfigError("--force lets --plot replace its file, and no --plot FILE is given")
     if args.measured is None:
         if args.plot or args.candidates is not None:
             raise ConfigError("--plot and --candidates apply to --measured FILE only")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from aotune.analysis.workload import (
+    MAX_EXTENT,
     Epilogue,
     Workload,
     batch_matmul,
@@ -95,6 +96,10 @@ def _dtype(elem_type: int) -> str:
         return f"of element type {elem_type}"
 
 
+# the ops aotune generates, and the most inputs ONNX gives each (A, B and Gemm's C or Conv's bias)
+GENERATED_INPUTS = {"MatMul": 2, "Gemm": 3, "Conv": 3}
+
+
 def _label(node: Any) -> str:
     """How errors and the report name a node: its name, else its op and outputs."""
     return node.name or f"{node.op_type}({', '.join(node.output)})"
@@ -118,7 +123,17 @@ def _load(path: Path, data: bytes | None = None) -> Any:
         raise BuildError(f"{path} is not an ONNX model with a graph (it has no nodes)")
     g = model.graph
     defined = {i.name for i in g.input} | {t.name for t in g.initializer}
-    defined |= {o for n in g.node for o in n.output}
+    writers: dict[str, Any] = {}
+    for node in g.node:
+        for o in filter(None, node.output):
+            if o in defined or o in writers:
+                first = f"node {_label(writers[o])}" if o in writers else "an input or initializer"
+                raise BuildError(
+                    f"{path}: tensor {o!r} is written by {first} and by node {_label(node)}; an "
+                    "ONNX graph defines each tensor once: the model is invalid, export it again"
+                )
+            writers[o] = node
+    defined |= set(writers)
     for node in g.node:
         missing = [n for n in node.input if n and n not in defined]
         if missing:
@@ -140,9 +155,26 @@ def _fix_inputs(model: Any, shapes: dict[str, tuple[int, ...]], path: Path) -> N
             f"its inputs are {', '.join(inputs) or 'none'}"
         )
     for name, inp in inputs.items():
-        dims = inp.type.tensor_type.shape.dim
+        tensor = inp.type.tensor_type
+        dims = tensor.shape.dim
         given = shapes.get(name)
+        negative = [d.dim_value for d in dims if d.HasField("dim_value") and d.dim_value < 0]
+        if negative:
+            raise BuildError(
+                f"input {name!r} of {path.name} has a negative dimension ({negative[0]}); the "
+                "model is invalid: fix the input's shape in the model or re-export it"
+            )
         if given is not None:
+            too_large = [v for v in given if v > MAX_EXTENT]
+            if too_large:
+                raise BuildError(
+                    f"--shape {name}=...: size {too_large[0]} is too large; sizes go up to "
+                    f"2^31 - 1 = {MAX_EXTENT}"
+                )
+            if not tensor.HasField("shape"):  # a model that leaves the input's rank open
+                for v in given:
+                    tensor.shape.dim.add().dim_value = v
+                continue
             if len(given) != len(dims):
                 raise BuildError(
                     f"--shape {name}=...: input {name!r} has {len(dims)} dims, "
@@ -445,6 +477,19 @@ class _Importer:
             if id(node) in self.consumed or node.op_type == "Constant":
                 continue
             op = node.op_type
+            if node.domain not in ("", "ai.onnx"):
+                self.skip(node, f"an op of domain {node.domain!r}, not ONNX's: not generated")
+                continue
+            if op in GENERATED_INPUTS and not (
+                len([n for n in node.input[:2] if n]) == 2
+                and len(node.input) <= GENERATED_INPUTS[op]
+            ):
+                raise BuildError(
+                    f"{self.source}: node {self.label(node)} ({op}) has {len(node.input)} "
+                    f"input(s), and {op} takes "
+                    f"{'2' if GENERATED_INPUTS[op] == 2 else f'2 or {GENERATED_INPUTS[op]}'}: the "
+                    "model is invalid, fix or re-export it"
+                )
             if op not in ("MatMul", "Gemm", "Conv"):
                 self.skip(
                     node,

@@ -85,6 +85,10 @@ def _parse(text: str, path: Path) -> tuple[dict, bool]:
     try:
         doc = json.loads(text)
         truncated = False
+    except RecursionError:
+        raise MeasurementFileError(
+            f"{path} is not a Kernel Tuner cache file (JSON nested too deeply)"
+        ) from None
     except json.JSONDecodeError:
         body = text.rstrip()
         # written while tuning: the header ends in '"cache": {' and every entry in ','
@@ -92,6 +96,10 @@ def _parse(text: str, path: Path) -> tuple[dict, bool]:
             body = body[:-1]
         try:
             doc = json.loads(body + "}\n}")
+        except RecursionError:
+            raise MeasurementFileError(
+                f"{path} is not a Kernel Tuner cache file (JSON nested too deeply)"
+            ) from None
         except json.JSONDecodeError as e:
             raise MeasurementFileError(
                 f"{path} is not a Kernel Tuner cache file (invalid JSON at line {e.lineno}, "
@@ -106,10 +114,25 @@ def _parse(text: str, path: Path) -> tuple[dict, bool]:
 REQUIRED = ("kernel_name", "tune_params_keys", "cache")
 
 
+# a kernel parameter (a tile size, a vector width, a switch) beyond this is no real config
+MAX_PARAM = 1 << 20
+
+
 def _int_param(value: object, name: str, key: str, path: Path) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
         raise MeasurementFileError(
-            f"{path}: entry {key!r} has {name}={value!r}; aotune maps only integer parameters"
+            f"{path}: entry {key!r} has {name}={str(value)[:24]}; aotune maps only integer "
+            "parameters"
+        )
+    if not 0 <= value <= MAX_PARAM:
+        raise MeasurementFileError(
+            f"{path}: entry {key!r} has {name}={str(value)[:24]}; a kernel parameter is an "
+            f"integer in 0..{MAX_PARAM}: the file is damaged"
         )
     return int(value)
 

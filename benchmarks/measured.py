@@ -268,7 +268,12 @@ def measured_accuracy(
         )
     entries, rejected = mapped_configs(cache, family, space)
     if not entries:
-        raise MeasurementFileError(f"{path}: aotune's space refuses every configuration")
+        key, why = rejected[0]
+        raise MeasurementFileError(
+            f"{path}: aotune's space refuses every configuration (the first, {key!r}: {why}); "
+            f"check that the file's problem size (M={M} N={N} K={K}) and parameters are those "
+            "of a real tuning run"
+        )
     configs = list(entries)
     schedules = [target.schedule(space, cfg) for cfg in configs]
     if log:

@@ -41,6 +41,7 @@ MAPPED = (
     "MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA", "NDIMB", "KWI", "VWM", "VWN", "STRM", "STRN",
     "SA", "SB",
 )  # fmt: skip
+SWITCHES = ("STRM", "STRN", "SA", "SB")  # 0 or 1; the other mapped parameters are sizes
 
 
 def check_xgemm_parameters(values: Mapping[str, Sequence[int]], where: str) -> None:
@@ -86,6 +87,14 @@ def xgemm_to_config(params: Mapping[str, int], space: Space) -> Config:
     if missing:
         raise ConfigError(f"Xgemm config lacks {', '.join(missing)}; cannot map it")
     p = {k: int(params[k]) for k in MAPPED}
+    for name, value in p.items():
+        switch = name in SWITCHES
+        if (value not in (0, 1)) if switch else value < 1:
+            raise ConfigError(
+                f"Xgemm parameter {name}={value} is no value of it ("
+                + ("a switch: 0 or 1" if switch else "a size, thread count or width: 1 or more")
+                + "); the entry is damaged"
+            )
     sa, sb = p["SB"], p["SA"]
     return space.config(
         {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import sys
@@ -298,6 +299,59 @@ def test_onnx_bad_input(tmp_path, capsys):
             capsys, "build", str(tmp_path / "dyn.onnx"), "--shape", shape, "-o", str(tmp_path)
         )
         assert rc == 2 and text in one_error_line(err), (shape, err)
+
+
+def test_invalid_onnx_graphs_are_refused_and_foreign_ops_skipped(tmp_path):
+    """Graphs ONNX itself calls invalid (an op with the wrong number of inputs, a tensor written
+    twice, a negative dimension) are one-line errors, not internal errors or kernels; an op of
+    another domain than ONNX's is skipped, not generated as ONNX's; an input without a shape
+    takes the --shape its error asks for."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    def value(name: str, shape) -> object:
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    w4x5 = numpy_helper.from_array(np.zeros((4, 5), np.float32), "w")
+
+    def save(name: str, nodes, inputs, inits=(w4x5,), domains=()) -> Path:
+        graph = helper.make_graph(nodes, "g", inputs, [value("y", None)], list(inits))
+        opsets = [helper.make_opsetid("", 17), *(helper.make_opsetid(d, 1) for d in domains)]
+        path = tmp_path / name
+        path.write_bytes(helper.make_model(graph, opset_imports=opsets).SerializeToString())
+        return path
+
+    mm = helper.make_node
+    cases = [
+        (save("one.onnx", [mm("MatMul", ["x"], ["y"])], [value("x", [2, 4])]), "takes 2:"),
+        (save("three.onnx", [mm("MatMul", ["x", "w", "w"], ["y"])], [value("x", [2, 4])]),
+         "has 3 input(s)"),
+        (save("twice.onnx", [mm("MatMul", ["x", "w"], ["y"], name="a"),
+                             mm("MatMul", ["x", "w"], ["y"], name="b")], [value("x", [2, 4])]),
+         "written by node a and by node b"),
+        (save("neg.onnx", [mm("MatMul", ["x", "w"], ["y"])], [value("x", [-3, 4])]),
+         "negative dimension (-3)"),
+    ]  # fmt: skip
+    for path, text in cases:
+        with pytest.raises(BuildError, match=re.escape(text)):
+            read_onnx(path, {})
+    dyn = save("dyn.onnx", [mm("MatMul", ["x", "w"], ["y"])], [value("x", ["B", 4])])
+    with pytest.raises(BuildError, match="too large"):
+        read_onnx(dyn, {"x": (2**40, 4)})
+    foreign = save(
+        "foreign.onnx", [mm("MatMul", ["x", "w"], ["y"], domain="com.example")],
+        [value("x", [2, 4])], domains=["com.example"],
+    )  # fmt: skip
+    with pytest.raises(BuildError, match="domain 'com.example', not ONNX's"):
+        read_onnx(foreign, {})
+    shapeless = save(
+        "shapeless.onnx", [mm("MatMul", ["x", "w"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    with pytest.raises(BuildError, match="--shape x="):
+        read_onnx(shapeless, {})
+    (k,) = read_onnx(shapeless, {"x": (2, 4)}).kernels
+    assert dict(k.workload.shape) == {"M": 2, "N": 5, "K": 4}
 
 
 @needs_cc

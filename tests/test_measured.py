@@ -169,6 +169,18 @@ def test_failed_configs_are_counted_not_scored(tmp_path: Path):
             b'"cache": {"1": {"A": 1, "time": 1}}}',
             "not a list of positive integers",
         ),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"cache": ' + b"[" * 100_000, "nested too deeply"),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "cache": {"1": {"A": NaN, '
+            b'"time": 1}}}',
+            "A=nan; aotune maps only integer",
+        ),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "cache": {"1": {"A": -16, '
+            b'"time": 1}}}',
+            r"A=-16; a kernel parameter is an integer in 0\.\.",
+        ),
     ],
 )
 def test_a_file_that_is_not_a_cache_is_one_error_naming_it(tmp_path: Path, content, says):
@@ -242,6 +254,14 @@ def test_each_xgemm_parameter_maps_to_the_decision_with_its_meaning(space, chang
     cfg = xgemm_to_config({**BASE, **change}, space)
     assert cfg.as_dict() == {**BASE_CONFIG, **expect}
     assert space.violations(cfg) == []
+
+
+def test_values_no_xgemm_can_have_are_named(space):
+    """A size, thread count or width below 1, or a switch other than 0 or 1, is a damaged entry,
+    not a config aotune's constraints reject."""
+    for change, says in (({"MWG": 0}, "MWG=0"), ({"VWN": -2}, "VWN=-2"), ({"SA": 2}, "SA=2")):
+        with pytest.raises(ConfigError, match=f"{says} is no value of it"):
+            xgemm_to_config({**BASE, **change}, space)
 
 
 @pytest.mark.parametrize(
@@ -356,6 +376,11 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--shape", "128x256x256"), "disagrees"),
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--sample", "3"), "at least 10"),
         (lambda: kernel_tuner_text(CONFIGS[:3]), (), "holds 3 timed configurations"),
+        (
+            lambda: kernel_tuner_text([(dict(BASE, MWG=16, KWG=k), 1.0) for k in range(16, 26)]),
+            ("--json",),  # no progress lines on stderr
+            "refuses every configuration (the first, '16,",
+        ),
         (lambda: kernel_tuner_text(CONFIGS), ("--plot", "acc.txt"), "name it *.png"),
     ],
 )

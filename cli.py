@@ -62,6 +62,14 @@ class _Parser(argparse.ArgumentParser):
         return super().parse_known_args(argv, namespace)
 
 
+def _same_existing_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` both exist and are one file (hard links too)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
 def _int_arg(text: str) -> int:
     """An integer option in ASCII digits (argparse's int() also takes other scripts' digits)."""
     if re.fullmatch(r"\s*-?[0-9]{20,}\s*", text):
@@ -341,8 +349,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
     }
     if args.force and not emits:
         raise ConfigError("--force lets an --emit-* option replace its file, and none is given")
-    # the same file however it is spelt (./F, an absolute path, a symlink to it)
-    if len({os.path.realpath(p) for p in emits.values()}) < len(emits):
+    # the same file however it is spelt (./F, an absolute path, a symlink to it, a hard link)
+    paths = list(emits.values())
+    if len({os.path.realpath(p) for p in paths}) < len(paths) or any(
+        _same_existing_file(p, q) for i, p in enumerate(paths) for q in paths[i + 1 :]
+    ):
         raise ConfigError("two --emit-* options name the same file; give each its own")
     for name, path in emits.items():
         if name not in target.emit():

@@ -448,6 +448,12 @@ def test_two_emit_options_naming_one_file_are_refused_before_the_search(
     a search whose second write would fail on, or with --force replace, the first one's file."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "link").symlink_to(tmp_path / "F")
+    (tmp_path / "G").write_text("mine")
+    (tmp_path / "hard").hardlink_to(tmp_path / "G")
+    argv = ["tune", "matmul", "--shape", "8x8x8", "--no-db", "--emit-asm", "G", "--emit-ir",
+            "hard", "--force"]  # fmt: skip
+    assert main(argv) == 2 and "same file" in capsys.readouterr().err
+    assert (tmp_path / "G").read_text() == "mine"  # a hard link to it is the same file
     for other in ("./F", str(tmp_path / "F"), "link"):
         for force in ([], ["--force"]):
             argv = ["tune", "matmul", "--shape", "8x8x8", "--no-db", "--emit-asm", "F",

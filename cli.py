@@ -8,7 +8,7 @@ prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
 import re
 import signal
@@ -26,8 +26,8 @@ from aotune.artifact.commands import (
     cmd_db,
     open_db,
 )
-from aotune.errors import AotuneError, ConfigError
-from aotune.files import check_writable, write_new_file
+from aotune.errors import AotuneError, ConfigError, UnsatisfiableError
+from aotune.files import check_writable, json_text, write_new_file
 from aotune.search.options import LIMITS, SearchOptions
 
 EXIT_ERROR = 2
@@ -472,7 +472,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         doc["top"] = [{**t, "config": _labeled(result.space, c.config)}
                       for t, c in zip(top, result.candidates)]  # fmt: skip
     if args.json:
-        print(json.dumps(doc, indent=1))
+        print(json_text(doc, indent=1))
         return 0 if (pick or skipped) else EXIT_ERROR
     from rich.markup import escape
 
@@ -640,7 +640,7 @@ def cmd_space(args: argparse.Namespace) -> int:
     n, exact = space.count(time_limit=args.count_seconds)
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {
                     "space": space.title,
                     "variables": [
@@ -704,7 +704,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     more = [] if bad else target_for(space.hw).check_config(space, cfg)
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {"valid": not bad and not more, "violations": [vars(v) for v in bad],
                  "toolchain": more},
                 indent=1,
@@ -735,11 +735,17 @@ def cmd_predict(args: argparse.Namespace) -> int:
     kernel = target.compile(sched)
     features = target.features(kernel)
     (pred,) = target.predict([sched], [features])
+    if not math.isfinite(pred.seconds):
+        raise UnsatisfiableError(
+            f"{space.describe_config(cfg)} cannot launch on {space.hw.name} ({pred.bottleneck}): "
+            "one block needs more registers or shared memory than an SM of the spec has; choose "
+            "smaller tiles, or check the spec's [limits] and [shared]"
+        )
     flops = space.workload.flops
     feature_data, feature_line = target.feature_summary(features)
     if args.json:
         print(
-            json.dumps(
+            json_text(
                 {
                     **pred.as_dict(),
                     "gflops": flops / pred.seconds / 1e9,
@@ -770,7 +776,7 @@ def cmd_hw(args: argparse.Namespace) -> int:
     if args.hw_command == "show":
         spec = load_target(args.name)
         if getattr(args, "json", False):
-            print(json.dumps(spec.to_dict(), indent=1))
+            print(json_text(spec.to_dict(), indent=1))
             return 0
         for line in spec.summary_lines():
             print(line)
@@ -813,7 +819,7 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
     if args.output is not None:
         cal.write_spec(result, args.output, args.force)
     if args.json:
-        print(json.dumps({**result.as_dict(), "file": args.output}, indent=1))
+        print(json_text({**result.as_dict(), "file": args.output}, indent=1))
     elif args.output is None:
         print(text, end="")
     else:
@@ -865,7 +871,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         doc = run_library_bench(args.quick, log=None if args.json else _progress_log())
         if args.json:
-            print(json.dumps(doc, indent=1))
+            print(json_text(doc, indent=1))
         else:
             print_library_table(doc, _console())
         return 0
@@ -879,7 +885,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         target=args.target,
     )
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json_text(result, indent=1))
     else:
         print_table(result, _console())
     return 0
@@ -902,7 +908,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         sample = args.sample if args.sample is not None else 64
         result = measured.host_accuracy(w, hw, sample, args.seed, log)
         if args.json:
-            print(json.dumps(result, indent=1))
+            print(json_text(result, indent=1))
         else:
             for key, value in result.items():
                 print(f"{key:<17} {value}")
@@ -943,7 +949,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     if args.plot:
         measured.write_plot(result, args.plot, args.force)
     if args.json:
-        print(json.dumps(result.as_json(), indent=1))
+        print(json_text(result.as_json(), indent=1))
     else:
         for line in measured.report_lines(result):
             print(line)

@@ -10,10 +10,13 @@ file without ``force``, and atomically, so an interrupted write leaves no partia
 from __future__ import annotations
 
 import codecs
+import json
+import math
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from aotune.errors import AotuneError
 
@@ -143,3 +146,20 @@ def _shown(p: Path) -> str:
     """A path for a one-line message: long ones shortened in the middle."""
     text = str(p)
     return text if len(text) <= 120 else f"{text[:50]}...{text[-50:]}"
+
+
+def finite_for_json(x: Any) -> Any:
+    """``x`` with every float that is not finite (a kernel that cannot launch: inf) as None, the
+    JSON null (json.dumps writes Infinity, which strict JSON parsers refuse)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite_for_json(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [finite_for_json(v) for v in x]
+    return x
+
+
+def json_text(doc: Any, **kw: Any) -> str:
+    """``doc`` as strict JSON (``json.dumps`` keywords in ``kw``)."""
+    return json.dumps(finite_for_json(doc), allow_nan=False, **kw)

@@ -7,7 +7,6 @@ progress on stderr only when it is a terminal, every AotuneError one ``error:`` 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aotune.errors import BuildError, ConfigError, DatabaseError
+from aotune.files import json_text
 from aotune.search.options import SearchOptions
 
 EXIT_ERROR = 2
@@ -239,7 +239,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     finally:
         db.close()
     if args.json:
-        print(json.dumps(report.as_dict(), indent=1))
+        print(json_text(report.as_dict(), indent=1))
     else:
         _print_report(report, _console())
     if report.failed:
@@ -351,7 +351,7 @@ def cmd_db(args: argparse.Namespace) -> int:
         if command == "show":
             rec = db.get(args.id)
             if args.json:
-                print(json.dumps({"id": rec.id, **rec.as_dict()}, indent=1))
+                print(json_text({"id": rec.id, **rec.as_dict()}, indent=1))
                 return 0
             line = _record_line(rec)
             print(f"record {rec.id}: {line['workload']}")
@@ -375,7 +375,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             return 0
         lines = [_record_line(r) for r in db.all()]
         if args.json:
-            print(json.dumps({"database": str(db.path), "records": lines}, indent=1))
+            print(json_text({"database": str(db.path), "records": lines}, indent=1))
             return 0
         print(f"{db.path}: {len(lines)} records")
         for ln in lines:

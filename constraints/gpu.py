@@ -189,6 +189,7 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
     binding = {
         "threads/SM": hw.limits.max_threads_per_sm < max_t,
         "warps/SM": hw.limits.max_warps_per_sm < -(-max_t // warp),
+        "grid x": v.M > hw.limits.max_grid_x,
         "grid y": -(-v.N // MAX_BLOCK_EDGE) > hw.limits.max_grid_yz or v.N > hw.limits.max_grid_yz,
     }
     constraints = [
@@ -260,6 +261,14 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
             f"{sh.reserved_per_block} reserved <= {sh.bytes_per_block_optin} B (opt-in maximum; "
             f"{sh.bytes_per_block} without opt-in)",
             "reduce bk, bm or bn, or stage fewer operands",
+        ),
+        Constraint(
+            "grid x",
+            CeilDiv(Const(v.M), bm),
+            "<=",
+            Const(hw.limits.max_grid_x),
+            f"blocks along M ceil({v.M}/bm) <= {hw.limits.max_grid_x}",
+            "increase bm",
         ),
         Constraint(
             "grid y",

@@ -164,13 +164,26 @@ class GpuSpec:
 
 # the threads of a warp on every NVIDIA GPU since the first CUDA one (PTX's WARP_SZ)
 NVIDIA_WARP_SIZE = 32
+# the first PTX ISA version (x 10) that targets each sm (PTX ISA manual, "Release notes"): LLVM's
+# NVPTX backend ends the process on an older one, so a spec naming it is refused on load
+FIRST_PTX_FOR_SM = {
+    50: 40, 52: 41, 53: 42, 60: 50, 61: 50, 62: 50, 70: 60, 72: 61, 75: 63, 80: 70, 86: 71,
+    87: 74, 89: 78, 90: 78,
+}  # fmt: skip
 
 
 def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
     """The relations between fields (each field's type, finiteness and range were checked while
     loading, from its metadata); returns the spec unchanged."""
     c, lim, sh, m = spec.compute, spec.limits, spec.shared, spec.memory
+    first_ptx = FIRST_PTX_FOR_SM.get(spec.arch.sm)
     relations = [
+        (
+            first_ptx is None or spec.arch.ptx_version >= first_ptx,
+            f"arch.ptx_version = {spec.arch.ptx_version} cannot target sm_{spec.arch.sm}, "
+            f"which PTX {(first_ptx or 0) // 10}.{(first_ptx or 0) % 10} introduced; set "
+            f"ptx_version >= {first_ptx}",
+        ),
         (
             c.warp_size == NVIDIA_WARP_SIZE,
             f"compute.warp_size = {c.warp_size}: every NVIDIA GPU (the NVPTX targets aotune "

@@ -14,6 +14,7 @@ verify = final check of the top-k vs numpy on the host, timed side by side
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from aotune.codegen.runner import (
 from aotune.codegen.schedule import CpuSchedule
 from aotune.constraints.cpu import CpuSpace
 from aotune.constraints.space import Config
+from aotune.errors import UnsatisfiableError
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import cga, random
 from aotune.search.options import SearchOptions
@@ -145,6 +147,13 @@ def tune(
         Candidate(i + 1, cfg, sched, est, pred, kernel)
         for i, (pred, est, cfg, sched, kernel, _) in enumerate(picked)
     )
+    if top and not math.isfinite(top[0].prediction.seconds):
+        # ptxas's registers (or the shared memory) leave no SM room for one block of any kernel
+        raise UnsatisfiableError(
+            f"no kernel the search compiled can launch on {hw.name} "
+            f"({top[0].prediction.bottleneck}: one block of the best needs more registers or "
+            "shared memory than an SM of the spec has); check the spec's [limits] and [shared]"
+        )
     return TuneResult(
         workload,
         hw,

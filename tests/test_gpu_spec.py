@@ -3,6 +3,8 @@ with the file, the key and what was expected."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from pathlib import Path
 
@@ -74,6 +76,10 @@ def _a100() -> str:
             "bytes_per_block (49152) <= bytes_per_block_optin (4096) <= bytes_per_sm",
         ),
         (
+            lambda t: t.replace("sm = 80", "sm = 86"),
+            "arch.ptx_version = 70 cannot target sm_86, which PTX 7.1 introduced",
+        ),
+        (
             lambda t: t.replace("warp_size = 32", "warp_size = 33"),
             "compute.warp_size = 33: every NVIDIA GPU",
         ),
@@ -102,3 +108,41 @@ def test_hw_show_prints_gpu_facts(capsys):
     assert main(["hw", "list"]) == 0
     listed = capsys.readouterr().out
     assert all(name in listed for name in GPU_TARGETS)
+
+
+def test_a_spec_whose_limits_leave_no_room_is_an_error_not_a_winner(tmp_path: Path, capsys):
+    """Registers so few that no block fits an SM: tune and predict say so (they printed an
+    infinite time and exit 0), and a grid limit of one block per axis is a constraint of the
+    space (it was accepted and never enforced)."""
+
+    text = _a100()
+    tight = tmp_path / "regs.toml"
+    tight.write_text(
+        text.replace("registers_per_sm = 65536", "registers_per_sm = 1024")
+        .replace("max_registers_per_block = 65536", "max_registers_per_block = 1024")
+        .replace("max_registers_per_thread = 255", "max_registers_per_thread = 16")
+    )
+    argv = ["tune", "matmul", "--shape", "64x64x64", "--target", str(tight), "--budget", "16",
+            "--no-verify", "--no-db"]  # fmt: skip
+    assert main(argv) == 2 and "no kernel the search compiled can launch" in capsys.readouterr().err
+    one_block = tmp_path / "grid.toml"
+    one_block.write_text(
+        text.replace("max_grid_x = 2147483647", "max_grid_x = 1").replace(
+            "max_grid_yz = 65535", "max_grid_yz = 1"
+        )
+    )
+    assert main([*argv[:5], str(one_block), *argv[6:], "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["top"] and all(t["launch"]["grid"][:2] == [1, 1] for t in doc["top"])
+
+
+def test_json_output_is_strict_json():
+    """A kernel that cannot launch is predicted to take forever: JSON has no Infinity (json.dumps
+    writes one that strict parsers refuse), so it is null."""
+    from aotune.files import json_text
+
+    text = json_text({"seconds": math.inf, "parts": [1.0, math.nan, {"x": -math.inf}]})
+    assert json.loads(text, parse_constant=lambda c: 1 / 0) == {
+        "seconds": None,
+        "parts": [1.0, None, {"x": None}],
+    }

@@ -62,12 +62,14 @@ class _Parser(argparse.ArgumentParser):
         return super().parse_known_args(argv, namespace)
 
 
-def _same_existing_file(a: str, b: str) -> bool:
-    """Whether ``a`` and ``b`` both exist and are one file (hard links too)."""
+def _file_identity(path: str) -> object:
+    """What makes two names one file: its device and inode where it exists (symlinks and hard
+    links alike), else the real path it would be created at."""
     try:
-        return os.path.samefile(a, b)
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
     except (OSError, ValueError):
-        return False
+        return os.path.realpath(path)
 
 
 def _int_arg(text: str) -> int:
@@ -350,10 +352,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.force and not emits:
         raise ConfigError("--force lets an --emit-* option replace its file, and none is given")
     # the same file however it is spelt (./F, an absolute path, a symlink to it, a hard link)
-    paths = list(emits.values())
-    if len({os.path.realpath(p) for p in paths}) < len(paths) or any(
-        _same_existing_file(p, q) for i, p in enumerate(paths) for q in paths[i + 1 :]
-    ):
+    if len({_file_identity(p) for p in emits.values()}) < len(emits):
         raise ConfigError("two --emit-* options name the same file; give each its own")
     for name, path in emits.items():
         if name not in target.emit():

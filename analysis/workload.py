@@ -235,16 +235,16 @@ def size_from_digits(name: str, text: str, not_digits: str) -> int:
     text = text.strip()
     if not re.fullmatch(r"-?[0-9]+", text):
         raise WorkloadError(not_digits)
+    sign = "-" if text.startswith("-") else ""
     digits = text.lstrip("-").lstrip("0") or "0"
     if len(digits) > 30:  # int() of thousands of digits is slow, and refused past 4300
-        sign = "-" if text.startswith("-") else ""
         shown = f"{sign}{digits[:8]}... ({len(digits)} digits)"
         if sign:
             raise WorkloadError(f"dimension {name} = {shown} must be a positive integer")
         raise WorkloadError(
             f"dimension {name} = {shown} is too large; sizes go up to 2^31 - 1 = {MAX_EXTENT}"
         )
-    return check_extent(name, int(("-" if text.startswith("-") else "") + digits))
+    return check_extent(name, int(sign + digits))
 
 
 _EINSUM = re.compile(r"^\s*([a-zA-Z]+)\s*,\s*([a-zA-Z]+)\s*->\s*([a-zA-Z]*)\s*$")

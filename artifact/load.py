@@ -36,18 +36,17 @@ def _aligned_empty(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
     return raw[offset : offset + n].reshape(shape)
 
 
-def _dlopen_fresh(path: Path) -> ctypes.CDLL:
-    """``path`` loaded as a library of its own, even where this process loaded a library of that
-    name before (the dynamic loader would hand back the old one, and a rebuilt library would
-    keep the old kernels): a private copy is loaded and its name removed at once."""
-    import os
-    import shutil
+def _dlopen_fresh(path: Path, data: bytes) -> ctypes.CDLL:
+    """The shared object at ``path`` (whose bytes ``data`` are) loaded as a library of its own,
+    even where this process loaded a library of that name before (the dynamic loader would hand
+    back the old one, and a rebuilt library would keep the old kernels): a private copy is
+    loaded and its name removed at once."""
     import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix="aotune-", suffix=".so")
     try:
-        with os.fdopen(fd, "wb") as dst, open(path, "rb") as src:
-            shutil.copyfileobj(src, dst)
+        with os.fdopen(fd, "wb") as dst:
+            dst.write(data)
         return ctypes.CDLL(tmp, mode=ctypes.RTLD_LOCAL)
     except OSError as e:
         raise LibraryError(f"cannot load {path}: {e}") from None
@@ -116,24 +115,24 @@ def _manifest_problem(m: Any) -> str | None:
     return None
 
 
-def _file_of(directory: Path, manifest: dict[str, Any], name: Any, what: str) -> Path:
-    """``name`` (a file the manifest lists) under ``directory``, as the build wrote it: inside
-    the directory, and with the SHA-256 the manifest recorded (a truncated or replaced file is
-    refused here rather than loaded: its kernels would read and write the wrong bytes)."""
+def _file_of(directory: Path, manifest: dict[str, Any], name: Any, what: str) -> tuple[Path, bytes]:
+    """``name`` (a file the manifest lists) under ``directory`` and its bytes, as the build wrote
+    it: inside the directory, and with the SHA-256 the manifest recorded (a truncated or replaced
+    file is refused here rather than loaded: its kernels would read and write the wrong bytes)."""
     if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
         raise LibraryError(f"{directory}: the manifest's {what} {name!r} is not a file of it")
     path = directory / name
     want = manifest["files"].get(name)
     try:
-        got = hashlib.sha256(path.read_bytes()).hexdigest()
+        data = path.read_bytes()
     except OSError as e:
         raise LibraryError(f"cannot read {path}: {e.strerror}; rebuild the library") from None
-    if got != want:
+    if hashlib.sha256(data).hexdigest() != want:
         raise LibraryError(
             f"{path} is not the file the build wrote (its SHA-256 differs from the manifest's): "
             "it was changed or replaced since; rebuild the library with 'aotune build'"
         )
-    return path
+    return path, data
 
 
 class LibraryKernel:
@@ -250,8 +249,8 @@ class Library:
                 f"{self.directory} has no shared object (the build found no C compiler); "
                 "build again where gcc or clang is installed"
             )
-        so_path = _file_of(self.directory, self.manifest, so, "shared_object")
-        self._dll = _dlopen_fresh(so_path)
+        so_path, so_bytes = _file_of(self.directory, self.manifest, so, "shared_object")
+        self._dll = _dlopen_fresh(so_path, so_bytes)
         try:
             self._dll.aotune_strerror.restype = ctypes.c_char_p
             self._dll.aotune_strerror.argtypes = [ctypes.c_int]
@@ -368,7 +367,7 @@ class GpuLauncher:
         if entry["entry"] not in self.modules:
             module = check(
                 drv.cuModuleLoadData(
-                    _file_of(self.directory, self.manifest, entry["cubin"], "cubin").read_bytes()
+                    _file_of(self.directory, self.manifest, entry["cubin"], "cubin")[1]
                 ),
                 "load cubin",
             )

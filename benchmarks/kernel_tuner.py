@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aotune.errors import MeasurementFileError
 from aotune.files import decode_utf8, read_user_file
@@ -80,26 +81,28 @@ def _text(path: Path) -> str:
     return decode_utf8(raw, path, WHAT, MeasurementFileError)
 
 
-def _parse(text: str, path: Path) -> tuple[dict, bool]:
-    """The JSON document, closing it as Kernel Tuner would if it ends unterminated."""
+def _loads(text: str, path: Path) -> Any:
+    """``json.loads``, with JSON nested too deeply for the parser as a MeasurementFileError."""
     try:
-        doc = json.loads(text)
-        truncated = False
+        return json.loads(text)
     except RecursionError:
         raise MeasurementFileError(
             f"{path} is not a Kernel Tuner cache file (JSON nested too deeply)"
         ) from None
+
+
+def _parse(text: str, path: Path) -> tuple[dict, bool]:
+    """The JSON document, closing it as Kernel Tuner would if it ends unterminated."""
+    try:
+        doc = _loads(text, path)
+        truncated = False
     except json.JSONDecodeError:
         body = text.rstrip()
         # written while tuning: the header ends in '"cache": {' and every entry in ','
         if body.endswith(","):
             body = body[:-1]
         try:
-            doc = json.loads(body + "}\n}")
-        except RecursionError:
-            raise MeasurementFileError(
-                f"{path} is not a Kernel Tuner cache file (JSON nested too deeply)"
-            ) from None
+            doc = _loads(body + "}\n}", path)
         except json.JSONDecodeError as e:
             raise MeasurementFileError(
                 f"{path} is not a Kernel Tuner cache file (invalid JSON at line {e.lineno}, "

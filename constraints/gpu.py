@@ -189,9 +189,11 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
     binding = {
         "threads/SM": hw.limits.max_threads_per_sm < max_t,
         "warps/SM": hw.limits.max_warps_per_sm < -(-max_t // warp),
-        "grid x": v.M > hw.limits.max_grid_x,
-        "grid y": -(-v.N // MAX_BLOCK_EDGE) > hw.limits.max_grid_yz or v.N > hw.limits.max_grid_yz,
     }
+    # blocks along M (grid x) and N (grid y), each at most its grid limit where that can bind
+    grids = (("grid x", "M", v.M, bm, "bm", hw.limits.max_grid_x),
+             ("grid y", "N", v.N, bn, "bn", hw.limits.max_grid_yz))  # fmt: skip
+    binding |= {name: extent > limit for name, _, extent, _, _, limit in grids}
     constraints = [
         Constraint(
             "whole warps",
@@ -262,21 +264,16 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
             f"{sh.bytes_per_block} without opt-in)",
             "reduce bk, bm or bn, or stage fewer operands",
         ),
-        Constraint(
-            "grid x",
-            CeilDiv(Const(v.M), bm),
-            "<=",
-            Const(hw.limits.max_grid_x),
-            f"blocks along M ceil({v.M}/bm) <= {hw.limits.max_grid_x}",
-            "increase bm",
-        ),
-        Constraint(
-            "grid y",
-            CeilDiv(Const(v.N), bn),
-            "<=",
-            Const(hw.limits.max_grid_yz),
-            f"blocks along N ceil({v.N}/bn) <= {hw.limits.max_grid_yz}",
-            "increase bn",
+        *(
+            Constraint(
+                name,
+                CeilDiv(Const(extent), tile),
+                "<=",
+                Const(limit),
+                f"blocks along {axis} ceil({extent}/{tile_name}) <= {limit}",
+                f"increase {tile_name}",
+            )
+            for name, axis, extent, tile, tile_name, limit in grids
         ),
     ]
     constraints = [c for c in constraints if binding.get(c.name, True)]

@@ -32,6 +32,7 @@ Roadmap: double buffering (a stages decision: the shared-memory sum already has 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from aotune.analysis.polyhedral import AccessInfo, analyze
@@ -39,7 +40,7 @@ from aotune.analysis.workload import Workload
 from aotune.constraints.cpu import Roles, find_roles, group_extent, group_stride
 from aotune.constraints.expr import CeilDiv, Const, Expr, Prod, Sum, Var
 from aotune.constraints.space import Constraint, DecisionVar, Space
-from aotune.errors import UnsupportedWorkloadError
+from aotune.errors import HardwareLimitError, UnsupportedWorkloadError
 from aotune.hwspecs.gpu_spec import GpuSpec
 
 VECTOR_WIDTHS = (1, 2, 4, 8)
@@ -128,6 +129,25 @@ def _threads() -> Expr:
     return Prod((Var("tx"), Var("ty")))
 
 
+def check_device_memory(w: Workload, hw: GpuSpec) -> None:
+    """Refuse a workload whose tensors alone do not fit in the GPU's memory: every kernel reads its
+    inputs from and writes its output to device memory, with no tiling across launches."""
+    need = sum(math.prod(t.shape) * t.itemsize for t in w.tensors)
+    have = hw.memory.dram_gib * 2**30
+    if need > have:
+        sizes = ", ".join(
+            f"{t.name} {math.prod(t.shape) * t.itemsize / 2**30:.3g}" for t in w.tensors
+        )
+        raise HardwareLimitError(
+            f"{w.op} {'x'.join(str(v) for _, v in w.shape)}: its tensors in the device memory of "
+            f"{hw.name}, in GiB ({sizes})",
+            round(need / 2**30, 2),
+            hw.memory.dram_gib,
+            "use a smaller shape (or split a batch over several calls), or a GPU with more "
+            "memory (memory.dram_gib in its spec)",
+        )
+
+
 def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) -> GpuSpace:
     """Decision variables and constraints for ``w`` on GPU target ``hw``."""
     info = info or analyze(w)
@@ -138,6 +158,7 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
             f"{w.op}: {v.batch} independent GEMMs exceed the grid's z limit "
             f"({hw.limits.max_grid_yz}) on {hw.name}; split the batch into smaller calls"
         )
+    check_device_memory(w, hw)
     warp = hw.compute.warp_size
     max_t = hw.limits.max_threads_per_block
     sector_elems = hw.memory.sector_bytes // 4

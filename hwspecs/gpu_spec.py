@@ -85,6 +85,7 @@ class GpuMemorySpec:
     l2_kib: int = _num(1, 1 << 20)
     l2_bandwidth_gbs: float = _num(1.0, 1e6)
     dram_bandwidth_gbs: float = _num(1.0, 1e6)
+    dram_gib: float = _num(0.25, 1 << 14)  # device memory: a workload's tensors must fit in it
     l1_bytes_per_cycle: int = _num(8, 1024)  # per SM: global loads that hit L1, to registers
     l1_latency_cycles: int = _num(1, 10_000)  # a global load that hits L1, to its use
     sector_bytes: int = _num(4, 1024)  # the unit a global access moves between L1, L2 and DRAM
@@ -157,8 +158,8 @@ class GpuSpec:
             f"({sh.bytes_per_block_optin} opt-in), {sh.reserved_per_block} B reserved per block, "
             f"{sh.banks} banks x {sh.bank_bytes} B",
             f"  memory   L1 {m.l1_kib} KiB/SM, L2 {m.l2_kib} KiB at {m.l2_bandwidth_gbs:g} GB/s, "
-            f"DRAM {m.dram_bandwidth_gbs:g} GB/s, {m.sector_bytes} B sectors, "
-            f"{m.line_bytes} B lines",
+            f"DRAM {m.dram_gib:g} GiB at {m.dram_bandwidth_gbs:g} GB/s, "
+            f"{m.sector_bytes} B sectors, {m.line_bytes} B lines",
         ]
 
 

@@ -9,8 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+from aotune.analysis.workload import matmul
 from aotune.cli import main
-from aotune.errors import HwSpecError
+from aotune.constraints.gpu import build_gpu_space
+from aotune.errors import HardwareLimitError, HwSpecError
 from aotune.hwspecs.gpu_spec import GpuSpec
 from aotune.hwspecs.spec import SPEC_DIR, HwSpec, builtin_names, load_spec_file, load_target
 
@@ -87,6 +89,7 @@ def _a100() -> str:
             lambda t: t.replace("max_threads_per_block = 1024", "max_threads_per_block = 1000"),
             "max_threads_per_block (1000) must be a whole number of warps of 32",
         ),
+        (lambda t: re.sub(r"dram_gib = .*\n", "", t), "missing key 'dram_gib' (number)"),
         (lambda t: t.replace('kind = "gpu"', 'kind = "tpu"'), "kind: expected one of"),
         (lambda t: t.replace('triple = "nvptx64-nvidia-cuda"', 'triple = "x86_64"'), "NVPTX"),
     ],
@@ -134,6 +137,22 @@ def test_a_spec_whose_limits_leave_no_room_is_an_error_not_a_winner(tmp_path: Pa
     assert main([*argv[:5], str(one_block), *argv[6:], "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["top"] and all(t["launch"]["grid"][:2] == [1, 1] for t in doc["top"])
+
+
+def test_a_workload_whose_tensors_exceed_device_memory_is_refused(tmp_path: Path, capsys):
+    """Nothing stopped a 100000^3 matmul (112 GiB of tensors) being tuned for a 40 GiB A100: the
+    space now refuses tensors beyond the spec's memory.dram_gib, and takes them up to it."""
+    argv = ["tune", "matmul", "--shape", "100000x100000x100000", "--target", "a100", "--no-db"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "device memory of a100" in err and "requires 111.76, the target has 40" in err
+    assert "A 37.3, B 37.3, C 37.3" in err and "memory.dram_gib" in err
+    small = tmp_path / "small.toml"
+    small.write_text(re.sub(r"dram_gib = .*", "dram_gib = 0.25", _a100()))
+    hw = load_spec_file(small)
+    assert build_gpu_space(matmul(4096, 4096, 4096), hw).variables  # 0.1875 GiB
+    with pytest.raises(HardwareLimitError, match="requires 0.31, the target has 0.25"):
+        build_gpu_space(matmul(4096, 4096, 8192), hw)  # 0.3125 GiB
 
 
 def test_json_output_is_strict_json():

@@ -318,6 +318,7 @@ def _record_line(r: Any) -> dict[str, Any]:
         "id": r.id,
         "workload": r.workload.get("describe", "?"),
         "target": r.target,
+        "spec_hash": r.spec_hash,
         "model_version": r.model_version,
         "candidates": len(r.candidates),
         "predicted_seconds": best.predicted_seconds,
@@ -377,15 +378,18 @@ def cmd_db(args: argparse.Namespace) -> int:
         if args.json:
             print(json_text({"database": str(db.path), "records": lines}, indent=1))
             return 0
-        print(f"{db.path}: {len(lines)} records")
+        print(f"{db.path}: {len(lines)} records (spec and model: short hashes; 'db show ID')")
         for ln in lines:
             meas = (
                 f"{ln['measured_seconds'] * 1e3:.3f} ms"
                 if ln["measured_seconds"] is not None
                 else "-"
             )
+            # records of one name differ by the spec's content or the model: both, shortened
+            model = ln["model_version"].rpartition("+")[2][:8]
             print(
-                f"{ln['id']:>5}  {ln['created']}  {ln['target']:<14} "
-                f"pred {ln['predicted_seconds'] * 1e3:9.3f} ms  meas {meas:>10}  {ln['workload']}"
+                f"{ln['id']:>5}  {ln['created']}  {ln['target']:<14} spec {ln['spec_hash'][:8]}  "
+                f"model {model:<8}  pred {ln['predicted_seconds'] * 1e3:9.3f} ms  "
+                f"meas {meas:>10}  {ln['workload']}"
             )
     return 0

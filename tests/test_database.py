@@ -18,7 +18,7 @@ import pytest
 from aotune.analysis.workload import matmul
 from aotune.cli import main
 from aotune.errors import DatabaseError
-from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec import SPEC_DIR, load_target
 from aotune.search.cached import record_key
 from aotune.search.database import (
     SCHEMA_VERSION,
@@ -163,6 +163,27 @@ def test_db_commands(tmp_path, capsys):
     assert "imported 1 records" in capsys.readouterr().out
     assert main(["db", "list", "--db", other, "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["records"]) == 1
+
+
+def test_db_list_tells_apart_records_of_specs_that_share_a_name(tmp_path, capsys):
+    """An edited copy of a spec keeps its name: the list shows each record's spec hash (it showed
+    two identical 'znver4' lines)."""
+    db = str(tmp_path / "t.db")
+    edited = tmp_path / "edited.toml"
+    text = (SPEC_DIR / "znver4.toml").read_text()
+    edited.write_text(text.replace("bandwidth_gbs = ", "bandwidth_gbs = 1", 1))
+    for target in ("znver4", str(edited)):
+        argv = ["tune", "matmul", "--shape", "24x40x16", *FAST, "--db", db, "--target", target]
+        assert main(argv) == 0
+    capsys.readouterr()
+    assert main(["db", "list", "--db", db, "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)["records"]
+    assert [r["target"] for r in records] == ["znver4", "znver4"]
+    hashes = [r["spec_hash"] for r in records]
+    assert hashes[0] != hashes[1]
+    assert main(["db", "list", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert all(f"spec {h[:8]}" in out for h in hashes)
 
 
 KILL_LIST = """

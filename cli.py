@@ -944,6 +944,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         seed=args.seed,
         shape=shape,
         log=log,
+        warn=lambda text: sys.stderr.write(f"warning: {_one_line(text)}\n"),
     )
     if args.plot:
         measured.write_plot(result, args.plot, args.force)

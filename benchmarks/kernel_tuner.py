@@ -30,6 +30,7 @@ from aotune.files import decode_utf8, read_user_file
 
 GZIP_MAGIC = b"\x1f\x8b"
 WHAT = "Kernel Tuner cache file"
+UNKNOWN_DEVICE = "unknown device"  # a file that names no device_name
 # a brute-forced space of ~18,000 configs is 4 MB gzipped and 40 MB of JSON
 FILE_LIMIT_BYTES = 1 << 30
 TEXT_LIMIT_BYTES = 4 << 30
@@ -194,7 +195,7 @@ def read_cache(path: str | Path) -> KernelTunerCache:
     device = doc.get("device_name")
     return KernelTunerCache(
         path=str(path),
-        device_name=device if isinstance(device, str) and device else "unknown device",
+        device_name=device if isinstance(device, str) and device else UNKNOWN_DEVICE,
         kernel_name=str(doc["kernel_name"]),
         problem_size=_problem_size(doc.get("problem_size", []), path),
         tune_params_keys=tuple(keys),

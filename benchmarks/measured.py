@@ -20,6 +20,7 @@ the field does (``suite.spearman``, ``suite.kendall``, ``suite.topk_score``).
 from __future__ import annotations
 
 import io
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from aotune.benchmarks.kernel_tuner import KernelTunerCache, read_cache
+from aotune.benchmarks.kernel_tuner import UNKNOWN_DEVICE, KernelTunerCache, read_cache
 from aotune.benchmarks.suite import kendall, median_abs_error, spearman, topk_score
 from aotune.constraints.space import Config, Space
 from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
@@ -200,6 +201,24 @@ def mapped_configs(
 TIER2_BATCH = 48
 
 
+# words of a GPU's name that say who made it or its line, not which GPU it is
+_VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "quadro"})
+
+
+def _name_words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower())) - _VENDOR_WORDS
+
+
+def device_looks_like(device_name: str, hw: Any) -> bool:
+    """Whether a measured file's ``device_name`` may be the GPU ``hw`` describes: a model number
+    it holds (2080, a100, v100; not a memory size like 80gb) is in the spec's name or the
+    description before its parenthesis, or, with none, all its words are ("TITAN RTX")."""
+    words = _name_words(device_name)
+    spec_words = _name_words(hw.name) | _name_words(hw.description.split("(")[0])
+    models = {w for w in words if re.search(r"\d", w) and not re.fullmatch(r"\d+gb", w)}
+    return bool(models & spec_words) if models else words <= spec_words
+
+
 def _tier2(target: Any, schedules: list[Any], log: Log) -> list[tuple[Any, str | None]]:
     """(features, None) or (None, why) per schedule: compiled on the target's compile slots, read
     in batches (one disassembler run each where the target can)."""
@@ -233,8 +252,10 @@ def measured_accuracy(
     seed: int = 0,
     shape: tuple[int, ...] | None = None,
     log: Log = None,
+    warn: Log = None,
 ) -> MeasuredAccuracy:
-    """Score ``target_name``'s model on the Kernel Tuner cache at ``path`` (module docstring)."""
+    """Score ``target_name``'s model on the Kernel Tuner cache at ``path`` (module docstring);
+    ``warn`` hears, before the minutes of compiling, when the file's GPU is not the target's."""
     start = time.perf_counter()
     if sample < 10:
         raise ConfigError(f"--sample {sample}: the correlations need at least 10 kernels")
@@ -273,6 +294,13 @@ def measured_accuracy(
             f"{path}: aotune's space refuses every configuration (the first, {key!r}: {why}); "
             f"check that the file's problem size (M={M} N={N} K={K}) and parameters are those "
             "of a real tuning run"
+        )
+    foreign = cache.device_name != UNKNOWN_DEVICE and not device_looks_like(cache.device_name, hw)
+    if warn and foreign:  # once the file is known to be scored
+        warn(
+            f"{path} was measured on {cache.device_name}, and --target {hw.name} is "
+            f"{hw.description.split('(')[0].strip()}: the model of one GPU is scored against "
+            "another's times; give the --target of the GPU measured, or its spec file"
         )
     configs = list(entries)
     schedules = [target.schedule(space, cfg) for cfg in configs]

@@ -15,7 +15,7 @@ import pytest
 from aotune.analysis.gpu_model import thread_elements
 from aotune.analysis.workload import matmul
 from aotune.benchmarks.kernel_tuner import read_cache
-from aotune.benchmarks.measured import host_accuracy, measured_accuracy
+from aotune.benchmarks.measured import device_looks_like, host_accuracy, measured_accuracy
 from aotune.benchmarks.suite import kendall, median_abs_error, spearman
 from aotune.constraints.gpu import build_gpu_space
 from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
@@ -354,6 +354,8 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
     args = ("accuracy", "--measured", str(cache_file), "--target", "titan-rtx", "--json")
     proc = run_cli(*args, "--sample", "10", "--candidates", "10", "--plot", str(png))
     assert proc.returncode == 0, proc.stderr
+    # the file's "Test GPU" is not a TITAN RTX: said on stderr, the JSON on stdout unchanged
+    assert "warning: " in proc.stderr and "measured on Test GPU" in proc.stderr
     doc = json.loads(proc.stdout)
     assert list(doc) == JSON_FIELDS
     assert doc["target"] == "titan-rtx" and doc["kernel"] == "Xgemm"
@@ -361,6 +363,25 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     again = run_cli(*args, "--plot", str(png))  # refused before any work, the plot kept
     assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
+
+
+@pytest.mark.parametrize(
+    "device, target, same",
+    [
+        ("NVIDIA GeForce RTX 2080 Ti", "rtx-2080-ti", True),  # the two files of the repository
+        ("NVIDIA TITAN RTX", "titan-rtx", True),
+        ("NVIDIA TITAN RTX", "rtx-2080-ti", False),
+        ("NVIDIA GeForce RTX 2080 Ti", "titan-rtx", False),
+        ("Tesla V100-SXM2-16GB", "v100", True),  # nvidia-smi's forms: a memory size is no model
+        ("NVIDIA A100-SXM4-80GB", "a100", True),
+        ("NVIDIA A100-SXM4-80GB", "h100", False),
+        ("NVIDIA A10", "a100", False),
+        ("NVIDIA A10", "a10", True),
+        ("NVIDIA GeForce RTX 3060 Laptop GPU", "rtx-3060-laptop", True),
+    ],
+)
+def test_a_file_s_device_is_matched_to_the_target_by_its_model_number(device, target, same):
+    assert device_looks_like(device, load_target(target)) is same
 
 
 @pytest.mark.parametrize(

@@ -201,6 +201,9 @@ def mapped_configs(
 TIER2_BATCH = 48
 
 
+# a measured time beyond this many times the spec's fp32 peak is not this GPU's: cards boost
+# above their rated clock (an RTX 2080 Ti's fastest Xgemm runs at 0.94 of it), not by half again
+IMPLAUSIBLE_PEAK_SHARE = 1.5
 # words of a GPU's name that say who made it or its line, not which GPU it is
 _VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "quadro"})
 
@@ -301,6 +304,21 @@ def measured_accuracy(
             f"{path} was measured on {cache.device_name}, and --target {hw.name} is "
             f"{hw.description.split('(')[0].strip()}: the model of one GPU is scored against "
             "another's times; give the --target of the GPU measured, or its spec file"
+        )
+    flops = family.workload(M, N, K).flops
+    fastest = min(c.milliseconds for c in cache.configs)
+    if warn and flops / (fastest * 1e-3) > IMPLAUSIBLE_PEAK_SHARE * hw.peak_flops:
+        too_fast = sum(
+            flops / (c.milliseconds * 1e-3) > IMPLAUSIBLE_PEAK_SHARE * hw.peak_flops
+            for c in cache.configs
+        )
+        warn(
+            f"{too_fast} of the file's {len(cache.configs)} times are too fast for "
+            f"{hw.name}: {fastest:.4g} ms for M={M} N={N} K={K} would be "
+            f"{flops / (fastest * 1e-3) / 1e12:.4g} TFLOP/s, beyond "
+            f"{IMPLAUSIBLE_PEAK_SHARE:g}x its fp32 peak ({hw.peak_flops / 1e12:.3g}); the times "
+            "may not be in ms, or the problem size or the GPU may not be those measured (the "
+            "rank scores do not depend on the unit, the median error does)"
         )
     configs = list(entries)
     schedules = [target.schedule(space, cfg) for cfg in configs]

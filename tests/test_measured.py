@@ -361,6 +361,15 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
     assert doc["target"] == "titan-rtx" and doc["kernel"] == "Xgemm"
     assert doc["configs"] == doc["mapped"] == len(CONFIGS) and doc["rejected_by_space"] == 1
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the same times 10^5 times smaller: faster than a TITAN RTX can run them; the ranks stand
+    seconds = tmp_path / "small.json"
+    seconds.write_text(kernel_tuner_text([(c, ms / 1e5) for c, ms in CONFIGS]))
+    proc = run_cli("accuracy", "--measured", str(seconds), "--target", "titan-rtx", "--json",
+                   "--sample", "10", "--candidates", "10")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"{len(CONFIGS)} of the file's {len(CONFIGS)} times are too fast" in proc.stderr
+    in_seconds = json.loads(proc.stdout)
+    assert in_seconds["spearman"] == doc["spearman"] and in_seconds["top1"] == doc["top1"]
     again = run_cli(*args, "--plot", str(png))  # refused before any work, the plot kept
     assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
 

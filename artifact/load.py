@@ -28,6 +28,44 @@ from typing import Any
 import numpy as np
 from aotune.errors import AotuneError, LibraryError
 
+# the symbol, beside each kernel of a CPU library, of the shapes it was built for (a dot keeps it
+# apart from every kernel name, which is a C identifier)
+SHAPES_SYMBOL = "aotune.shapes.{name}"
+MAX_PARAMS, MAX_RANK = 16, 8  # beyond any kernel aotune builds: a longer record is not one
+
+
+def built_shapes_words(shapes: list[tuple[int, ...]]) -> list[int]:
+    """The exported form of a kernel's parameter shapes: their count, then each one's rank and
+    sizes."""
+    words = [len(shapes)]
+    for shape in shapes:
+        words += [len(shape), *shape]
+    return words
+
+
+def _built_shapes(dll: ctypes.CDLL, name: str) -> list[list[int]] | None:
+    """The shapes the shared object says kernel ``name`` was built for; None for a library built
+    before aotune exported them."""
+    try:
+        first = ctypes.c_int64.in_dll(dll, SHAPES_SYMBOL.format(name=name))
+    except ValueError:
+        return None
+    base = ctypes.addressof(first)
+
+    def word(i: int) -> int:
+        return ctypes.c_int64.from_address(base + 8 * i).value
+
+    count, at, shapes = word(0), 1, []
+    if not 0 < count <= MAX_PARAMS:
+        return [[-1]]  # not a record aotune writes: no manifest agrees with it
+    for _ in range(count):
+        rank = word(at)
+        if not 0 < rank <= MAX_RANK:
+            return [[-1]]
+        shapes.append([word(at + 1 + i) for i in range(rank)])
+        at += 1 + rank
+    return shapes
+
 
 def _aligned_empty(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
     n = math.prod(shape)
@@ -267,6 +305,14 @@ class Library:
                     f"{so_path} has no kernel {e['name']!r}, which the manifest lists; rebuild "
                     "the library"
                 ) from None
+            built = _built_shapes(self._dll, e["name"])
+            listed = [list(p["shape"]) for p in e["params"]]
+            if built is not None and built != listed:
+                raise LibraryError(
+                    f"{manifest} gives kernel {e['name']!r} the shapes {_shapes_text(listed)}, "
+                    f"and {so_path.name} was built for {_shapes_text(built)}: the manifest was "
+                    "changed after the build; restore it or rebuild the library"
+                )
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p] * len(e["params"])
             self.kernels[e["name"]] = LibraryKernel(self, e, fn)
@@ -315,6 +361,10 @@ class Library:
             self._gpu.close()
         else:
             self._dll.aotune_shutdown()
+
+
+def _shapes_text(shapes: list[list[int]]) -> str:
+    return ", ".join("x".join(map(str, s)) for s in shapes)
 
 
 def _is_c_int(n: Any) -> bool:

@@ -247,6 +247,17 @@ def test_aotune_load_refuses_a_changed_library_and_a_malformed_manifest(built, t
     for i, (change, text) in enumerate(malformed):
         with pytest.raises(LibraryError, match=text):
             aotune.load(copy(f"m{i}", change))
+
+    # shapes changed consistently (rows of A and C doubled): the manifest passes its own checks,
+    # and the kernel would write past C's 61 rows; the shared object says what it was built for
+    def doubled_rows(m: dict) -> None:
+        mm = next(k for k in m["kernels"] if k["name"] == "mm")
+        for p in mm["params"]:
+            if p["role"] in ("in0", "out"):
+                p["shape"][0] *= 2
+
+    with pytest.raises(LibraryError, match=r"shapes 122x53, 53x97, 122x97, .* built for 61x53"):
+        aotune.load(copy("edited", doubled_rows))
     with pytest.raises(LibraryError, match="takes the directory"):
         aotune.load(None)
     lib = aotune.load(work / "out")

@@ -53,7 +53,8 @@ class GpuBackend:
         self, chosen: list[Chosen], hw: Any, out_dir: Path, state: Any, cache: Any = None
     ) -> Emitted:
         """Compile each kernel under its own name and write its PTX and cubin."""
-        from aotune.codegen.gpu_compile import compile_gpu_kernel
+        from aotune.artifact.load import GPU_RECORD_SYMBOL, gpu_record_words
+        from aotune.codegen.gpu_compile import compile_gpu_kernel, launch_of
 
         target = target_for(hw)
         (out_dir / "ptx").mkdir(parents=True, exist_ok=True)
@@ -66,14 +67,28 @@ class GpuBackend:
                 spaces[ch.record.workload_key] = target.build_space(w)
             space = spaces[ch.record.workload_key]
             sched = target.schedule(space, space.config(ch.candidate.config))
-            kernel = compile_gpu_kernel(sched, hw, entry=ch.request.name)
+            first, second = ("in0", "in1") if sched.a_is_first else ("in1", "in0")
+            kernel_args = [first, second, "out", "bias"]
+            launch = launch_of(sched, hw, ch.request.name)
+            record = gpu_record_words(
+                [p.shape for p in params_of(w)],
+                kernel_args,
+                launch.grid,
+                launch.block,
+                launch.dynamic_shared_bytes,
+            )  # what aotune.load checks the manifest against
+            kernel = compile_gpu_kernel(
+                sched,
+                hw,
+                entry=ch.request.name,
+                exported={GPU_RECORD_SYMBOL.format(name=ch.request.name): record},
+            )
             self._kernels[ch.request.name] = kernel
             ptx = out_dir / "ptx" / f"{ch.request.name}.ptx"
             cubin = out_dir / "cubin" / f"{ch.request.name}.cubin"
             ptx.write_text(kernel.ptx)
             cubin.write_bytes(kernel.cubin)
             files += [ptx, cubin]
-            first, second = ("in0", "in1") if sched.a_is_first else ("in1", "in0")
             entry = ch.entry_base(hw)
             entry.update(
                 config={
@@ -84,7 +99,7 @@ class GpuBackend:
                 ptx=str(ptx.relative_to(out_dir)),
                 cubin=str(cubin.relative_to(out_dir)),
                 params=[p.as_dict() for p in params_of(w)],
-                kernel_args=[first, second, "out", "bias"],
+                kernel_args=kernel_args,
                 launch={
                     **kernel.launch.as_dict(),
                     "registers": kernel.report.registers,

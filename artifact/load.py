@@ -67,6 +67,62 @@ def _built_shapes(dll: ctypes.CDLL, name: str) -> list[list[int]] | None:
     return shapes
 
 
+# a GPU library's cubin defines this beside each kernel: its shapes, the kernel's argument order
+# and its launch (PTX names take no dot; aotune_* kernel names are reserved)
+GPU_RECORD_SYMBOL = "aotune_record_{name}"
+ROLE_CODES = {"in0": 0, "in1": 1, "out": 2, "bias": 3}
+
+
+def gpu_record_words(
+    shapes: list[tuple[int, ...]] | list[list[int]],
+    kernel_args: list[str],
+    grid: list[int] | tuple[int, ...],
+    block: list[int] | tuple[int, ...],
+    dynamic_shared_bytes: int,
+) -> list[int]:
+    """The exported form of what a GPU kernel was built for: ``built_shapes_words``, then its
+    arguments' roles in order, then grid, block and dynamic shared bytes."""
+    roles = [ROLE_CODES.get(r, -1) for r in kernel_args]
+    return [
+        *built_shapes_words([tuple(s) for s in shapes]),
+        len(roles),
+        *roles,
+        *grid,
+        *block,
+        dynamic_shared_bytes,
+    ]
+
+
+def elf_symbol_bytes(data: bytes, name: str) -> bytes | None:
+    """The bytes an ELF64 little-endian object (a cubin) defines for symbol ``name`` in one of its
+    sections; None where it defines no such symbol or the file is not such an object."""
+    import struct
+
+    try:
+        if data[:6] != b"\x7fELF\x02\x01":
+            return None
+        (shoff,) = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        sections = [
+            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
+        ]
+        want = name.encode()
+        for sec in sections:
+            if sec[1] != 2:  # SHT_SYMTAB
+                continue
+            strtab = sections[sec[6]]
+            names = data[strtab[4] : strtab[4] + strtab[5]]
+            for off in range(sec[4], sec[4] + sec[5], 24):
+                st_name, _, _, shndx, value, size = struct.unpack_from("<IBBHQQ", data, off)
+                if names[st_name : names.index(b"\0", st_name)] != want or not 0 < shndx < shnum:
+                    continue
+                where = sections[shndx][4] + value
+                return data[where : where + size] if where + size <= len(data) else None
+    except (struct.error, ValueError, IndexError):
+        return None
+    return None
+
+
 def _aligned_empty(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
     n = math.prod(shape)
     raw = np.empty(n + align // 4, dtype=np.float32)
@@ -150,7 +206,34 @@ def _manifest_problem(m: Any) -> str | None:
             return f"kernel {e['name']!r}: params must name, role, float32 dtype and shape each"
         if [p["role"] for p in params].count("out") != 1:
             return f"kernel {e['name']!r} needs exactly one output parameter"
+        if target["kind"] == "gpu" and not _gpu_entry_ok(e):
+            return (
+                f"kernel {e['name']!r}: a GPU kernel needs entry and cubin (text), kernel_args "
+                "(roles) and launch (grid and block of 3 counts, dynamic_shared_bytes)"
+            )
     return None
+
+
+def _gpu_entry_ok(e: dict[str, Any]) -> bool:
+    """Whether a GPU manifest entry has the fields its launch reads, of their types."""
+
+    def counts(x: Any, n: int) -> bool:
+        return isinstance(x, list) and len(x) == n and all(_is_count(v) for v in x)
+
+    launch = e.get("launch")
+    return (
+        all(isinstance(e.get(k), str) for k in ("entry", "cubin"))
+        and isinstance(e.get("kernel_args"), list)
+        and all(r in ROLE_CODES for r in e["kernel_args"])
+        and isinstance(launch, dict)
+        and counts(launch.get("grid"), 3)
+        and counts(launch.get("block"), 3)
+        and _is_count(launch.get("dynamic_shared_bytes"), zero=True)
+    )
+
+
+def _is_count(x: Any, zero: bool = False) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and (x >= 0 if zero else x > 0)
 
 
 def _file_of(directory: Path, manifest: dict[str, Any], name: Any, what: str) -> tuple[Path, bytes]:
@@ -257,6 +340,8 @@ class Library:
         self.target = target
         self.kernels: dict[str, LibraryKernel] = {}
         if target.get("kind") == "gpu":
+            for e in entries:  # here, where no GPU is, as well: an edited manifest is refused
+                _check_gpu_record(self.directory, self.manifest, e)
             self._gpu = GpuLauncher(self.directory, self.manifest)
             for e in entries:
                 self.kernels[e["name"]] = LibraryKernel(self, e, self._gpu.function(e))
@@ -361,6 +446,30 @@ class Library:
             self._gpu.close()
         else:
             self._dll.aotune_shutdown()
+
+
+def _check_gpu_record(directory: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> None:
+    """Refuse a GPU kernel whose manifest entry is not what its cubin records it was built for
+    (a cubin built before the record: nothing to check)."""
+    path, data = _file_of(directory, manifest, entry["cubin"], "cubin")
+    raw = elf_symbol_bytes(data, GPU_RECORD_SYMBOL.format(name=entry["entry"]))
+    if raw is None:
+        return
+    built = [int(w) for w in np.frombuffer(raw[: len(raw) // 8 * 8], dtype="<i8")]
+    launch = entry["launch"]
+    listed = gpu_record_words(
+        [p["shape"] for p in entry["params"]],
+        entry["kernel_args"],
+        launch["grid"],
+        launch["block"],
+        launch["dynamic_shared_bytes"],
+    )
+    if built != listed:
+        raise LibraryError(
+            f"the manifest's kernel {entry['name']!r} (shapes, argument order or launch) is not "
+            f"what {path.name} was built for (recorded {built}, listed {listed}): the manifest "
+            "was changed after the build; restore it or rebuild the library"
+        )
 
 
 def _shapes_text(shapes: list[list[int]]) -> str:

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import os
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -145,19 +145,36 @@ def emit_ptx(ir_text: str, hw: GpuSpec) -> str:
     return ptx
 
 
-def compile_gpu_kernel(s: GpuSchedule, hw: GpuSpec, entry: str = "aotune_kernel") -> GpuKernel:
-    """Generate, optimise, print as PTX and assemble with ptxas (nothing runs)."""
+def launch_of(s: GpuSchedule, hw: GpuSpec, entry: str) -> Launch:
+    """How ``s``'s kernel is launched: its grid, a 1-D block, and its shared memory as dynamic
+    where it exceeds a block's static limit."""
     dynamic = s.smem_bytes > hw.shared.bytes_per_block
-    ir_text = KernelEmitter(s, entry).device_module(hw.arch.triple, dynamic_shared=dynamic)
-    ptx = emit_ptx(ir_text, hw)
-    assembled = assemble(ptx, hw.arch.sm, entry)
-    launch = Launch(
+    return Launch(
         entry,
         s.grid,
         (s.threads, 1, 1),
         s.smem_bytes if dynamic else 0,
         ("A", "B", "C", "bias"),
     )
+
+
+def compile_gpu_kernel(
+    s: GpuSchedule,
+    hw: GpuSpec,
+    entry: str = "aotune_kernel",
+    exported: Mapping[str, Sequence[int]] | None = None,
+) -> GpuKernel:
+    """Generate, optimise, print as PTX and assemble with ptxas (nothing runs); ``exported``
+    names constant 64-bit arrays the cubin defines beside the kernel (a library's record)."""
+    launch = launch_of(s, hw, entry)
+    ir_text = KernelEmitter(s, entry).device_module(
+        hw.arch.triple, dynamic_shared=launch.dynamic_shared_bytes > 0
+    )
+    for name, words in (exported or {}).items():
+        values = ", ".join(f"i64 {int(w)}" for w in words)
+        ir_text += f"\n@{name} = addrspace(1) constant [{len(words)} x i64] [{values}], align 8\n"
+    ptx = emit_ptx(ir_text, hw)
+    assembled = assemble(ptx, hw.arch.sm, entry)
     return GpuKernel(hw.name, entry, ir_text, ptx, assembled.cubin, assembled.report, s, launch, hw)
 
 

@@ -580,6 +580,47 @@ def test_gpu_build_writes_ptx_cubin_and_a_launch_manifest(tmp_path, capsys):
     if not device_available(load_target("a100"))[0]:
         with pytest.raises(LibraryError, match="cannot run here: no"):
             aotune.load(g)
+    # the cubin records what it was built for; a manifest edited after the build is refused,
+    # here as where a GPU is (a swapped argument order or another grid: silently wrong output)
+    from aotune.artifact.load import GPU_RECORD_SYMBOL, elf_symbol_bytes, gpu_record_words
+
+    record = elf_symbol_bytes(cubin, GPU_RECORD_SYMBOL.format(name="mm"))
+    assert record is not None and list(struct.unpack(f"<{len(record) // 8}q", record)) == (
+        gpu_record_words(
+            [p["shape"] for p in entry["params"]],
+            entry["kernel_args"],
+            launch["grid"],
+            launch["block"],
+            launch["dynamic_shared_bytes"],
+        )
+    )
+
+    # a cubin built before the record has none: nothing to check, it loads as before
+    assert elf_symbol_bytes(cubin, "aotune_record_other") is None
+    assert elf_symbol_bytes(cubin[:100], "aotune_record_mm") is None
+    assert elf_symbol_bytes(b"not an object", "aotune_record_mm") is None
+
+    def swap_args(e: dict) -> None:
+        e["kernel_args"][:2] = e["kernel_args"][1::-1]
+
+    def grow_grid(e: dict) -> None:
+        e["launch"]["grid"][0] += 1
+
+    def drop_block(e: dict) -> None:
+        del e["launch"]["block"]
+
+    for name, change, says in [
+        ("args", swap_args, "is not what mm.cubin was built for"),
+        ("grid", grow_grid, "is not what mm.cubin was built for"),
+        ("block", drop_block, "a GPU kernel needs entry and cubin"),
+    ]:
+        edited = tmp_path / f"edited-{name}"
+        shutil.copytree(g, edited)
+        m = json.loads((edited / "manifest.json").read_text())
+        change(m["kernels"][0])
+        (edited / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(LibraryError, match=says):
+            aotune.load(edited)
 
 
 # ---- bad input a probe found: one line, exit 2, nothing written, nothing lost -------------------

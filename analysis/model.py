@@ -365,8 +365,8 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     a_elems, b_elems = _operand_elements(s)
     # B micro-panel (kc x nr) is reused across the mr-row tiles of an mc block if it stays in L1;
     # unpacked B rows sit b_sk apart, so a power-of-two stride can map them onto few L1 sets, and
-    # the lines of a set that cannot hold them all come back from L2 on every call (LRU).
-    b_thrash = 0.0 if s.pack_b else _l1_thrash_share(s.b_sk * isz, s.kc, s.nr * isz, hw)
+    # the lines those sets cannot keep beside the call's other lines come back from L2.
+    b_thrash = 0.0 if s.pack_b else _l1_thrash_share(s, hw)
     b_reused = b_thrash < 1.0 and _panel_stays_in_l1(s, hw)
     # An A shared along the columns is read as nr-wide vectors, in place: a tile's overlapping
     # windows touch fewer distinct elements than (row, k) pairs.
@@ -893,9 +893,9 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
         sweeps = _sweep_calls(s, m_share)
         if sweeps > 1:
-            # swept again call after call in the same order, a panel loses the lines of the sets
-            # that cannot hold them all (LRU), and all of them where A's rows join its sets
-            thrash = 1.0 if shared > 0 else _l1_thrash_share(b_stride, s.kc, s.nr * isz, hw)
+            # swept again call after call in the same order, a panel loses the lines its sets
+            # cannot keep beside the call's other lines, and all of them where A's rows join them
+            thrash = 1.0 if shared > 0 else _l1_thrash_share(s, hw)
         else:
             # met by one call only, rows are evicted only by the rows fetched ahead of them: those
             # of the k steps the schedulers hold
@@ -1197,31 +1197,17 @@ def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) 
     )
 
 
-def _panel_lines(stride_bytes: int, rows: int, row_bytes: int, line: int) -> np.ndarray:
-    """The distinct line numbers of ``rows`` rows (``row_bytes`` long, ``stride_bytes`` apart, the
-    first on a line boundary)."""
-    starts = np.arange(rows, dtype=np.int64) * stride_bytes
-    first, last = starts // line, (starts + row_bytes - 1) // line
-    span = int((last - first).max()) + 1
-    lines = first[:, None] + np.arange(span)[None, :]
-    return np.unique(lines[np.arange(span)[None, :] <= (last - first)[:, None]])
-
-
 def _panel_sets(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int) -> int:
     """Sets (of ``sets``, ``line`` bytes each) that the lines of such a panel fall into."""
     return len(_lines_per_set(stride_bytes, max(rows, 1), max(row_bytes, 1), line, sets))
 
 
-@functools.lru_cache(maxsize=4096)
 def _lines_per_set(
     stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int
 ) -> tuple[int, ...]:
     """How many distinct lines of ``rows`` rows (``row_bytes`` long, ``stride_bytes`` apart, the
     first on a line boundary) fall into each set they occupy (of ``sets``, ``line`` bytes each)."""
-    if rows <= 0 or row_bytes <= 0:
-        return ()
-    per_set = np.bincount(_panel_lines(stride_bytes, rows, row_bytes, line) % sets)
-    return tuple(int(n) for n in per_set[per_set > 0])
+    return tuple(n for n in _lines_in_each_set(stride_bytes, 0, rows, row_bytes, line, sets) if n)
 
 
 def _set_overflow_share(
@@ -1232,16 +1218,70 @@ def _set_overflow_share(
     return float(np.maximum(per_set - capacity, 0.0).sum() / per_set.sum()) if per_set.size else 0.0
 
 
-def _l1_thrash_share(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:
-    """Share of a panel's lines that sit in L1 sets holding more of them than fit: swept again in
-    the same order, LRU evicts each of those before its reuse, and keeps the other sets' lines (a
-    1 x 240 tile, rows 4000 B apart, kc = 8, up to 8 lines in 5 of 64 sets, ran on Zen 4 at 0.75
-    of the time a refetch of its whole panel per call predicted)."""
+def _l1_thrash_share(s: CpuSchedule, hw: HwSpec) -> float:
+    """Share of the unpacked B micro-panel's lines that miss L1 when the next call sweeps it again
+    in the same order.
+
+    A set with more panel lines than ways loses them all on every sweep (LRU: each is evicted
+    before its reuse). A set whose panel lines fit loses only what the call's other lines push
+    beyond its ways: the sweep's loads are independent and issued k steps ahead, so each is read
+    before another's refill evicts it. (A dependent chase does cascade: 8 lines of one Zen 4 set
+    and one fresh line per sweep took 27.4 cycles per access, the 8 alone 3.8.) The other lines:
+    rows prefetched into L1 past the panel's last k step, and C's tile where C's rows are whole
+    ways apart, fall in the panel's own sets (counted set by set); A's lines, and C's where they
+    move from call to call, spread over the sets (how many land in one is Poisson). On Zen 4,
+    1 x 240 tiles at N = 1024, kc = 8 (8 panel lines and 1 C line in each of 15 sets) were
+    predicted at 1.35-1.43x their measured time with a refetch of those sets per call, at
+    1.10-1.15x with the overflow alone.
+    """
     l1 = hw.cache(1)
-    per_set = np.array(_lines_per_set(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1)))
-    if not per_set.size:
+    line, sets, isz = l1.line_bytes, _sets(l1), 4
+    stride, row_bytes = s.b_sk * isz, s.nr * isz
+    panel = np.array(_lines_in_each_set(stride, 0, s.kc, row_bytes, line, sets))
+    if not panel.any():
         return 0.0
-    return float(per_set[per_set > _l1_set_capacity(hw)].sum() / per_set.sum())
+    ahead = s.b_prefetch_rows if s.b_prefetch_level == 1 else 0
+    prefetched = np.array(_lines_in_each_set(stride, s.kc, ahead, row_bytes, line, sets))
+    a_lines = s.mr * -(-s.kc * isz // line)
+    c_lines = s.mr * -(-row_bytes // line)
+    c_fixed = (s.c_sm * isz) % (sets * line) == 0
+    c_in_sets = np.zeros(sets)
+    if c_fixed:
+        c_in_sets = s.mr * np.array(_lines_in_each_set(stride, 0, 1, row_bytes, line, sets))
+        c_lines = 0
+    per_set_others = (a_lines + c_lines) / sets
+    ways = l1.conflict_slack * l1.associativity
+    room = ways - panel - prefetched - c_in_sets
+    over = np.array([_poisson_overflow(per_set_others, r) for r in room])
+    lost = np.where(panel > ways, panel, np.minimum(panel, over))
+    return float(lost.sum() / panel.sum())
+
+
+@functools.lru_cache(maxsize=4096)
+def _lines_in_each_set(
+    stride_bytes: int, first: int, rows: int, row_bytes: int, line: int, sets: int
+) -> tuple[int, ...]:
+    """Distinct lines of rows ``first`` .. ``first + rows - 1`` (``row_bytes`` long,
+    ``stride_bytes`` apart, row 0 on a line boundary) in each of the ``sets`` sets."""
+    if rows <= 0 or row_bytes <= 0:
+        return (0,) * sets
+    starts = (first + np.arange(rows, dtype=np.int64)) * stride_bytes
+    lo, hi = starts // line, (starts + row_bytes - 1) // line
+    lines = np.unique(np.concatenate([np.arange(a, b + 1) for a, b in zip(lo, hi)]))
+    return tuple(int(n) for n in np.bincount(lines % sets, minlength=sets))
+
+
+def _poisson_overflow(mean: float, room: float) -> float:
+    """E[max(0, X - room)] for X Poisson with ``mean``: the lines a set cannot keep."""
+    if room < 0:
+        return -room + mean
+    term, below, below_weighted = math.exp(-mean), 0.0, 0.0
+    for i in range(int(room) + 1):
+        below += term
+        below_weighted += i * term
+        term *= mean / (i + 1)
+    # E[X - room] over X > room = mean - E[X; X <= room] - room * P(X > room)
+    return max(0.0, mean - below_weighted - room * (1.0 - below))
 
 
 def _l1_set_capacity(hw: HwSpec) -> float:

@@ -311,6 +311,41 @@ def test_panel_sets_match_counting_every_line(stride: int, rows: int, row_bytes:
     assert _panel_sets(stride, rows, row_bytes, 64, 64) == len({x % 64 for x in lines})
 
 
+def test_a_panel_that_fits_its_sets_loses_only_the_lines_its_call_s_other_lines_push_out():
+    """1 x 240 tiles at N = 1024 (B and C rows one L1 way apart): kc = 8 puts 8 panel lines and
+    the C row's line in each of 15 sets of 8 ways. The sweep's loads are issued ahead, so a set
+    loses the one line beyond its ways (and what A's lines add), not all 8 (Zen 4: a refetch of
+    the whole sets predicted 1.35-1.43x the measured time). With kc = 16 the panel alone exceeds
+    the ways: every line is evicted before its reuse. Rows prefetched into L1 past the panel
+    add their lines to its sets."""
+    from aotune.analysis.model import _l1_thrash_share
+
+    hw = load_target("znver4")
+    cfg = "mr=1,nr=240,kc={kc},mc=240,nc=240,order=mkn,pack_a=0,pack_b=0,unroll=2,par=m,threads=1"
+    fits, _ = _predicted_cycles(hw, matmul(384, 1024, 1024), cfg.format(kc=8))
+    assert fits.b_prefetch_level == 2  # rows whole ways apart: prefetched into L2, not L1
+    a_lines_per_set = 1 / 64  # the call's one line of A, anywhere among 64 sets
+    assert _l1_thrash_share(fits, hw) == pytest.approx((1 + a_lines_per_set) / 8)
+    beyond, _ = _predicted_cycles(hw, matmul(384, 1024, 1024), cfg.format(kc=16))
+    assert _l1_thrash_share(beyond, hw) == 1.0
+    # rows 4160 B apart are prefetched into L1, past the panel too: those rows' lines count
+    apart, _ = _predicted_cycles(hw, matmul(384, 1040, 1024), cfg.format(kc=8))
+    assert apart.b_prefetch_level == 1 and apart.b_prefetch_rows > 0
+    unprefetched = dataclasses.replace(apart, b_prefetch_rows=0)
+    assert _l1_thrash_share(apart, hw) > _l1_thrash_share(unprefetched, hw)
+
+
+@settings(max_examples=80, deadline=None)
+@given(mean=st.floats(0.0, 6.0), room=st.floats(-3.0, 12.0))
+def test_poisson_overflow_is_the_expected_excess(mean: float, room: float):
+    """E[max(0, X - room)] for Poisson X, against summing the distribution."""
+    from aotune.analysis.model import _poisson_overflow
+
+    terms = [math.exp(-mean) * mean**x / math.factorial(x) for x in range(80)]
+    expected = sum(p * max(0.0, x - room) for x, p in enumerate(terms))
+    assert _poisson_overflow(mean, room) == pytest.approx(expected, abs=1e-9)
+
+
 def test_thrashing_sets_refetch_side_by_side():
     """A thrashing set refetches its lines one L2 round trip after another, but the panel's sets
     do so side by side. 1 x 16 tiles with kc=64 swept by every call, one thread, on Zen 4: rows

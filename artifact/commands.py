@@ -386,10 +386,11 @@ def cmd_db(args: argparse.Namespace) -> int:
                 else "-"
             )
             # records of one name differ by the spec's content or the model: both, shortened
-            model = ln["model_version"].rpartition("+")[2][:8]
+            version, _, code = ln["model_version"].rpartition("+")
+            model = f"{version}+{code[:8]}" if version else code[:8]
             print(
                 f"{ln['id']:>5}  {ln['created']}  {ln['target']:<14} spec {ln['spec_hash'][:8]}  "
-                f"model {model:<8}  pred {ln['predicted_seconds'] * 1e3:9.3f} ms  "
+                f"model {model:<14}  pred {ln['predicted_seconds'] * 1e3:9.3f} ms  "
                 f"meas {meas:>10}  {ln['workload']}"
             )
     return 0

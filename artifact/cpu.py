@@ -28,7 +28,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 from aotune.analysis.workload import Workload
 from aotune.artifact import runtime
-from aotune.artifact.load import SHAPES_SYMBOL, built_shapes_words
+from aotune.artifact.load import INTERFACE_SYMBOL, interface_words
 from aotune.codegen.compile import _LLVM_LOCK, optimize, target_machine
 from aotune.codegen.launch import launch_plan, page_rounded
 from aotune.codegen.llvm_cpu import generate_ir
@@ -127,10 +127,11 @@ def _wrapper_ir(
     buf.initializer = ir.Constant(buf_ty, None)  # zeros: a padded copy's border stays zero
     buf.align = hw.memory.page_bytes
 
-    # the shapes the kernel was built for, exported beside it: aotune.load checks the manifest's
-    shapes = built_shapes_words([p.shape for p in params])
+    # the parameters (roles, shapes) it was built for, exported beside it: aotune.load checks the
+    # manifest's against them
+    shapes = interface_words([(p.role, p.shape) for p in params])
     shapes_ty = ir.ArrayType(I64, len(shapes))
-    shapes_var = ir.GlobalVariable(mod, shapes_ty, name=SHAPES_SYMBOL.format(name=name))
+    shapes_var = ir.GlobalVariable(mod, shapes_ty, name=INTERFACE_SYMBOL.format(name=name))
     shapes_var.global_constant = True
     shapes_var.initializer = ir.Constant(shapes_ty, shapes)
 

@@ -53,7 +53,7 @@ class GpuBackend:
         self, chosen: list[Chosen], hw: Any, out_dir: Path, state: Any, cache: Any = None
     ) -> Emitted:
         """Compile each kernel under its own name and write its PTX and cubin."""
-        from aotune.artifact.load import GPU_RECORD_SYMBOL, gpu_record_words
+        from aotune.artifact.load import GPU_INTERFACE_SYMBOL, gpu_record_words
         from aotune.codegen.gpu_compile import compile_gpu_kernel, launch_of
 
         target = target_for(hw)
@@ -71,7 +71,7 @@ class GpuBackend:
             kernel_args = [first, second, "out", "bias"]
             launch = launch_of(sched, hw, ch.request.name)
             record = gpu_record_words(
-                [p.shape for p in params_of(w)],
+                [(p.role, p.shape) for p in params_of(w)],
                 kernel_args,
                 launch.grid,
                 launch.block,
@@ -81,7 +81,7 @@ class GpuBackend:
                 sched,
                 hw,
                 entry=ch.request.name,
-                exported={GPU_RECORD_SYMBOL.format(name=ch.request.name): record},
+                exported={GPU_INTERFACE_SYMBOL.format(name=ch.request.name): record},
             )
             self._kernels[ch.request.name] = kernel
             ptx = out_dir / "ptx" / f"{ch.request.name}.ptx"

@@ -28,74 +28,47 @@ from typing import Any
 import numpy as np
 from aotune.errors import AotuneError, LibraryError
 
-# the symbol, beside each kernel of a CPU library, of the shapes it was built for (a dot keeps it
-# apart from every kernel name, which is a C identifier)
-SHAPES_SYMBOL = "aotune.shapes.{name}"
-MAX_PARAMS, MAX_RANK = 16, 8  # beyond any kernel aotune builds: a longer record is not one
+# the symbols, beside each kernel, of what it was built for: its parameters' roles and shapes in
+# a CPU library's shared object (a dot keeps the name apart from every kernel name, a C
+# identifier), and with them the argument order and launch in a GPU library's cubin (PTX names
+# take no dot; aotune_* kernel names are reserved)
+INTERFACE_SYMBOL = "aotune.interface.{name}"
+GPU_INTERFACE_SYMBOL = "aotune_interface_{name}"
+ROLE_CODES = {"in0": 0, "in1": 1, "out": 2, "bias": 3}
+MAX_RECORD_WORDS = 4096  # far beyond any record aotune writes
 
 
-def built_shapes_words(shapes: list[tuple[int, ...]]) -> list[int]:
-    """The exported form of a kernel's parameter shapes: their count, then each one's rank and
-    sizes."""
-    words = [len(shapes)]
-    for shape in shapes:
-        words += [len(shape), *shape]
+def interface_words(params: list[tuple[str, Any]]) -> list[int]:
+    """The recorded form of a kernel's parameters, (role, shape) in the function's order: their
+    count, then each one's role code, rank and sizes."""
+    words = [len(params)]
+    for role, shape in params:
+        words += [ROLE_CODES.get(role, -1), len(shape), *shape]
     return words
 
 
-def _built_shapes(dll: ctypes.CDLL, name: str) -> list[list[int]] | None:
-    """The shapes the shared object says kernel ``name`` was built for; None for a library built
-    before aotune exported them."""
-    try:
-        first = ctypes.c_int64.in_dll(dll, SHAPES_SYMBOL.format(name=name))
-    except ValueError:
-        return None
-    base = ctypes.addressof(first)
-
-    def word(i: int) -> int:
-        return ctypes.c_int64.from_address(base + 8 * i).value
-
-    count, at, shapes = word(0), 1, []
-    if not 0 < count <= MAX_PARAMS:
-        return [[-1]]  # not a record aotune writes: no manifest agrees with it
-    for _ in range(count):
-        rank = word(at)
-        if not 0 < rank <= MAX_RANK:
-            return [[-1]]
-        shapes.append([word(at + 1 + i) for i in range(rank)])
-        at += 1 + rank
-    return shapes
-
-
-# a GPU library's cubin defines this beside each kernel: its shapes, the kernel's argument order
-# and its launch (PTX names take no dot; aotune_* kernel names are reserved)
-GPU_RECORD_SYMBOL = "aotune_record_{name}"
-ROLE_CODES = {"in0": 0, "in1": 1, "out": 2, "bias": 3}
-
-
 def gpu_record_words(
-    shapes: list[tuple[int, ...]] | list[list[int]],
+    params: list[tuple[str, Any]],
     kernel_args: list[str],
     grid: list[int] | tuple[int, ...],
     block: list[int] | tuple[int, ...],
     dynamic_shared_bytes: int,
 ) -> list[int]:
-    """The exported form of what a GPU kernel was built for: ``built_shapes_words``, then its
+    """The recorded form of what a GPU kernel was built for: ``interface_words``, then its
     arguments' roles in order, then grid, block and dynamic shared bytes."""
     roles = [ROLE_CODES.get(r, -1) for r in kernel_args]
-    return [
-        *built_shapes_words([tuple(s) for s in shapes]),
-        len(roles),
-        *roles,
-        *grid,
-        *block,
-        dynamic_shared_bytes,
-    ]
+    return [*interface_words(params), len(roles), *roles, *grid, *block, dynamic_shared_bytes]
+
+
+def _manifest_params(entry: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(p["role"], p["shape"]) for p in entry["params"]]
 
 
 def elf_symbol_bytes(data: bytes, name: str) -> bytes | None:
-    """The bytes an ELF64 little-endian object (a cubin) defines for symbol ``name`` in one of its
-    sections; None where it defines no such symbol or the file is not such an object."""
+    """The bytes an ELF64 little-endian file (a shared object, an object, a cubin) holds for
+    symbol ``name`` (its symbol table or dynamic one); None where it has no such symbol in a
+    section with file contents, or is not such a file. Every offset is checked against the file,
+    and each table is read once."""
     import struct
 
     try:
@@ -103,24 +76,63 @@ def elf_symbol_bytes(data: bytes, name: str) -> bytes | None:
             return None
         (shoff,) = struct.unpack_from("<Q", data, 0x28)
         shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-        sections = [
-            struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)
-        ]
+        if shentsize != 64 or shoff + 64 * shnum > len(data):
+            return None
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + 64 * i) for i in range(shnum)]
         want = name.encode()
-        for sec in sections:
-            if sec[1] != 2:  # SHT_SYMTAB
+
+        def inside(offset: int, size: int) -> bool:
+            return 0 <= offset and 0 <= size and offset + size <= len(data)
+
+        for kind in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM: the first of each
+            table = next((sec for sec in sections if sec[1] == kind), None)
+            if table is None or not inside(table[4], table[5]) or not 0 < table[6] < shnum:
                 continue
-            strtab = sections[sec[6]]
+            strtab = sections[table[6]]
+            if not inside(strtab[4], strtab[5]):
+                continue
             names = data[strtab[4] : strtab[4] + strtab[5]]
-            for off in range(sec[4], sec[4] + sec[5], 24):
+            for off in range(table[4], table[4] + table[5] - 23, 24):
                 st_name, _, _, shndx, value, size = struct.unpack_from("<IBBHQQ", data, off)
-                if names[st_name : names.index(b"\0", st_name)] != want or not 0 < shndx < shnum:
+                end = names.find(b"\0", st_name)
+                if end < 0 or names[st_name:end] != want:
                     continue
-                where = sections[shndx][4] + value
-                return data[where : where + size] if where + size <= len(data) else None
-    except (struct.error, ValueError, IndexError):
+                if not 0 < shndx < shnum or sections[shndx][1] == 8:  # SHT_NOBITS: no bytes
+                    return None
+                _, _, _, addr, sec_offset, sec_size, _, _, _, _ = sections[shndx]
+                where = value - addr  # a shared object's values are addresses
+                if not (
+                    0 <= where and where + size <= sec_size and inside(sec_offset + where, size)
+                ):
+                    return None
+                return data[sec_offset + where : sec_offset + where + size]
+    except (struct.error, ValueError, IndexError, OverflowError):
         return None
     return None
+
+
+def recorded_words(data: bytes, symbol: str) -> list[int] | None:
+    """The 64-bit words ``symbol`` holds in the ELF file ``data`` (``elf_symbol_bytes``), or None
+    for a file built before aotune recorded them."""
+    raw = elf_symbol_bytes(data, symbol)
+    if raw is None:
+        return None
+    return np.frombuffer(raw[: min(len(raw), 8 * MAX_RECORD_WORDS) // 8 * 8], dtype="<i8").tolist()
+
+
+def _words_text(words: list[int]) -> str:
+    """A record's parameters as text (``in0 24x16, ...``); its raw words where it is not one."""
+    names = {code: role for role, code in ROLE_CODES.items()}
+    try:
+        parts, at = [], 1
+        for _ in range(words[0]):
+            role, rank = names[words[at]], words[at + 1]
+            parts.append(f"{role} {'x'.join(map(str, words[at + 2 : at + 2 + rank]))}")
+            at += 2 + rank
+        rest = words[at:]
+        return ", ".join(parts) + (f" (then {rest})" if rest else "")
+    except (IndexError, KeyError, TypeError):
+        return str(words[:24])
 
 
 def _aligned_empty(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
@@ -224,7 +236,7 @@ def _gpu_entry_ok(e: dict[str, Any]) -> bool:
     return (
         all(isinstance(e.get(k), str) for k in ("entry", "cubin"))
         and isinstance(e.get("kernel_args"), list)
-        and all(r in ROLE_CODES for r in e["kernel_args"])
+        and all(isinstance(r, str) and r in ROLE_CODES for r in e["kernel_args"])
         and isinstance(launch, dict)
         and counts(launch.get("grid"), 3)
         and counts(launch.get("block"), 3)
@@ -390,13 +402,14 @@ class Library:
                     f"{so_path} has no kernel {e['name']!r}, which the manifest lists; rebuild "
                     "the library"
                 ) from None
-            built = _built_shapes(self._dll, e["name"])
-            listed = [list(p["shape"]) for p in e["params"]]
+            built = recorded_words(so_bytes, INTERFACE_SYMBOL.format(name=e["name"]))
+            listed = interface_words(_manifest_params(e))
             if built is not None and built != listed:
                 raise LibraryError(
-                    f"{manifest} gives kernel {e['name']!r} the shapes {_shapes_text(listed)}, "
-                    f"and {so_path.name} was built for {_shapes_text(built)}: the manifest was "
-                    "changed after the build; restore it or rebuild the library"
+                    f"{manifest} gives kernel {e['name']!r} the parameters "
+                    f"{_words_text(listed)}, and {so_path.name} was built for "
+                    f"{_words_text(built)}: the manifest was changed after the build; restore it "
+                    "or rebuild the library"
                 )
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p] * len(e["params"])
@@ -452,13 +465,12 @@ def _check_gpu_record(directory: Path, manifest: dict[str, Any], entry: dict[str
     """Refuse a GPU kernel whose manifest entry is not what its cubin records it was built for
     (a cubin built before the record: nothing to check)."""
     path, data = _file_of(directory, manifest, entry["cubin"], "cubin")
-    raw = elf_symbol_bytes(data, GPU_RECORD_SYMBOL.format(name=entry["entry"]))
-    if raw is None:
+    built = recorded_words(data, GPU_INTERFACE_SYMBOL.format(name=entry["entry"]))
+    if built is None:
         return
-    built = [int(w) for w in np.frombuffer(raw[: len(raw) // 8 * 8], dtype="<i8")]
     launch = entry["launch"]
     listed = gpu_record_words(
-        [p["shape"] for p in entry["params"]],
+        _manifest_params(entry),
         entry["kernel_args"],
         launch["grid"],
         launch["block"],
@@ -466,14 +478,11 @@ def _check_gpu_record(directory: Path, manifest: dict[str, Any], entry: dict[str
     )
     if built != listed:
         raise LibraryError(
-            f"the manifest's kernel {entry['name']!r} (shapes, argument order or launch) is not "
-            f"what {path.name} was built for (recorded {built}, listed {listed}): the manifest "
-            "was changed after the build; restore it or rebuild the library"
+            f"the manifest's kernel {entry['name']!r} (parameters, argument order or launch: "
+            f"{_words_text(listed)}) is not what {path.name} was built for "
+            f"({_words_text(built)}): the manifest was changed after the build; restore it or "
+            "rebuild the library"
         )
-
-
-def _shapes_text(shapes: list[list[int]]) -> str:
-    return ", ".join("x".join(map(str, s)) for s in shapes)
 
 
 def _is_c_int(n: Any) -> bool:

@@ -206,20 +206,27 @@ TIER2_BATCH = 48
 IMPLAUSIBLE_PEAK_SHARE = 1.5
 # words of a GPU's name that say who made it or its line, not which GPU it is
 _VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "quadro"})
+# words that make another part of one model number (an RTX 2080 is not a 2080 Ti)
+_VARIANT_WORDS = frozenset({"ti", "super", "laptop", "mobile", "max", "q"})
 
 
 def _name_words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", text.lower())) - _VENDOR_WORDS
+    """Lower-case words of a GPU's name, less the vendor's and memory sizes ("80gb", "40 gb")."""
+    words = re.findall(r"[a-z0-9]+", re.sub(r"\d+\s*gb\b", " ", text.lower()))
+    return set(words) - _VENDOR_WORDS
 
 
 def device_looks_like(device_name: str, hw: Any) -> bool:
     """Whether a measured file's ``device_name`` may be the GPU ``hw`` describes: a model number
-    it holds (2080, a100, v100; not a memory size like 80gb) is in the spec's name or the
-    description before its parenthesis, or, with none, all its words are ("TITAN RTX")."""
+    it holds (2080, a100, v100) is in the spec's name or the description before its parenthesis,
+    with the same variant words (Ti, SUPER, Laptop), or, with no number, all its words are ("TITAN
+    RTX")."""
     words = _name_words(device_name)
     spec_words = _name_words(hw.name) | _name_words(hw.description.split("(")[0])
-    models = {w for w in words if re.search(r"\d", w) and not re.fullmatch(r"\d+gb", w)}
-    return bool(models & spec_words) if models else words <= spec_words
+    models = {w for w in words if re.search(r"\d", w)}
+    if not models:
+        return words <= spec_words
+    return bool(models & spec_words) and words & _VARIANT_WORDS == spec_words & _VARIANT_WORDS
 
 
 def _tier2(target: Any, schedules: list[Any], log: Log) -> list[tuple[Any, str | None]]:
@@ -306,19 +313,19 @@ def measured_accuracy(
             "another's times; give the --target of the GPU measured, or its spec file"
         )
     flops = family.workload(M, N, K).flops
-    fastest = min(c.milliseconds for c in cache.configs)
-    if warn and flops / (fastest * 1e-3) > IMPLAUSIBLE_PEAK_SHARE * hw.peak_flops:
-        too_fast = sum(
-            flops / (c.milliseconds * 1e-3) > IMPLAUSIBLE_PEAK_SHARE * hw.peak_flops
-            for c in cache.configs
-        )
+    # the least time the target's fp32 peak allows (times are compared with it, never divided by:
+    # a time of 1e-322 ms is a time the file may hold)
+    least_ms = flops / (IMPLAUSIBLE_PEAK_SHARE * hw.peak_flops) * 1e3
+    too_fast = sum(c.milliseconds < least_ms for c in cache.configs)
+    if warn and too_fast:
+        quickest = min(c.milliseconds for c in cache.configs)
         warn(
             f"{too_fast} of the file's {len(cache.configs)} times are too fast for "
-            f"{hw.name}: {fastest:.4g} ms for M={M} N={N} K={K} would be "
-            f"{flops / (fastest * 1e-3) / 1e12:.4g} TFLOP/s, beyond "
-            f"{IMPLAUSIBLE_PEAK_SHARE:g}x its fp32 peak ({hw.peak_flops / 1e12:.3g}); the times "
-            "may not be in ms, or the problem size or the GPU may not be those measured (the "
-            "rank scores do not depend on the unit, the median error does)"
+            f"{hw.name}: {quickest:.4g} ms for M={M} N={N} K={K}, where "
+            f"{IMPLAUSIBLE_PEAK_SHARE:g}x its fp32 peak ({hw.peak_flops / 1e12:.3g} TFLOP/s) "
+            f"takes {least_ms:.4g} ms; the times may not be in ms, or the problem size or the GPU "
+            "may not be those measured (the rank scores do not depend on the unit, the median "
+            "error does)"
         )
     configs = list(entries)
     schedules = [target.schedule(space, cfg) for cfg in configs]

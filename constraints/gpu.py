@@ -141,7 +141,7 @@ def check_device_memory(w: Workload, hw: GpuSpec) -> None:
         raise HardwareLimitError(
             f"{w.op} {'x'.join(str(v) for _, v in w.shape)}: its tensors in the device memory of "
             f"{hw.name}, in GiB ({sizes})",
-            round(need / 2**30, 2),
+            math.ceil(need / 2**30 * 100) / 100,  # rounded up: never 'requires' the limit
             hw.memory.dram_gib,
             "use a smaller shape (or split a batch over several calls), or a GPU with more "
             "memory (memory.dram_gib in its spec)",

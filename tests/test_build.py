@@ -256,8 +256,17 @@ def test_aotune_load_refuses_a_changed_library_and_a_malformed_manifest(built, t
             if p["role"] in ("in0", "out"):
                 p["shape"][0] *= 2
 
-    with pytest.raises(LibraryError, match=r"shapes 122x53, 53x97, 122x97, .* built for 61x53"):
+    with pytest.raises(LibraryError, match=r"in0 122x53, in1 53x97, out 122x97, .* for in0 61x53"):
         aotune.load(copy("edited", doubled_rows))
+
+    # roles swapped, shapes kept: the output pointer would go to the bias's 80 floats
+    def swapped_roles(m: dict) -> None:
+        ffn = next(k for k in m["kernels"] if k["name"] == "ffn_gelu")
+        roles = {p["role"]: p for p in ffn["params"]}
+        roles["bias"]["role"], roles["out"]["role"] = "out", "bias"
+
+    with pytest.raises(LibraryError, match="ffn_gelu.*the manifest was changed after the build"):
+        aotune.load(copy("roles", swapped_roles))
     with pytest.raises(LibraryError, match="takes the directory"):
         aotune.load(None)
     lib = aotune.load(work / "out")

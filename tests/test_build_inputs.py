@@ -582,12 +582,12 @@ def test_gpu_build_writes_ptx_cubin_and_a_launch_manifest(tmp_path, capsys):
             aotune.load(g)
     # the cubin records what it was built for; a manifest edited after the build is refused,
     # here as where a GPU is (a swapped argument order or another grid: silently wrong output)
-    from aotune.artifact.load import GPU_RECORD_SYMBOL, elf_symbol_bytes, gpu_record_words
+    from aotune.artifact.load import GPU_INTERFACE_SYMBOL, elf_symbol_bytes, gpu_record_words
 
-    record = elf_symbol_bytes(cubin, GPU_RECORD_SYMBOL.format(name="mm"))
+    record = elf_symbol_bytes(cubin, GPU_INTERFACE_SYMBOL.format(name="mm"))
     assert record is not None and list(struct.unpack(f"<{len(record) // 8}q", record)) == (
         gpu_record_words(
-            [p["shape"] for p in entry["params"]],
+            [(p["role"], p["shape"]) for p in entry["params"]],
             entry["kernel_args"],
             launch["grid"],
             launch["block"],
@@ -596,9 +596,9 @@ def test_gpu_build_writes_ptx_cubin_and_a_launch_manifest(tmp_path, capsys):
     )
 
     # a cubin built before the record has none: nothing to check, it loads as before
-    assert elf_symbol_bytes(cubin, "aotune_record_other") is None
-    assert elf_symbol_bytes(cubin[:100], "aotune_record_mm") is None
-    assert elf_symbol_bytes(b"not an object", "aotune_record_mm") is None
+    assert elf_symbol_bytes(cubin, "aotune_interface_other") is None
+    assert elf_symbol_bytes(cubin[:100], "aotune_interface_mm") is None
+    assert elf_symbol_bytes(b"not an object", "aotune_interface_mm") is None
 
     def swap_args(e: dict) -> None:
         e["kernel_args"][:2] = e["kernel_args"][1::-1]
@@ -609,10 +609,18 @@ def test_gpu_build_writes_ptx_cubin_and_a_launch_manifest(tmp_path, capsys):
     def drop_block(e: dict) -> None:
         del e["launch"]["block"]
 
+    def in1_as_bias(e: dict) -> None:  # B would get a 4-byte device buffer
+        next(p for p in e["params"] if p["role"] == "in1")["role"] = "bias"
+
+    def listed_arg(e: dict) -> None:
+        e["kernel_args"][0] = ["in0"]
+
     for name, change, says in [
         ("args", swap_args, "is not what mm.cubin was built for"),
         ("grid", grow_grid, "is not what mm.cubin was built for"),
         ("block", drop_block, "a GPU kernel needs entry and cubin"),
+        ("role", in1_as_bias, "is not what mm.cubin was built for"),
+        ("arg", listed_arg, "a GPU kernel needs entry and cubin"),
     ]:
         edited = tmp_path / f"edited-{name}"
         shutil.copytree(g, edited)

@@ -151,7 +151,7 @@ def test_a_workload_whose_tensors_exceed_device_memory_is_refused(tmp_path: Path
     small.write_text(re.sub(r"dram_gib = .*", "dram_gib = 0.25", _a100()))
     hw = load_spec_file(small)
     assert build_gpu_space(matmul(4096, 4096, 4096), hw).variables  # 0.1875 GiB
-    with pytest.raises(HardwareLimitError, match="requires 0.31, the target has 0.25"):
+    with pytest.raises(HardwareLimitError, match="requires 0.32, the target has 0.25"):
         build_gpu_space(matmul(4096, 4096, 8192), hw)  # 0.3125 GiB
 
 

@@ -190,7 +190,7 @@ def test_kernel_objects_export_only_their_function():
     w = build_workload("conv2d", "1,4,6,6,8,3,3", pad=1)
     space = build_cpu_space(w, hw)
     obj = compile_library_kernel("conv_a", w, schedule_from_config(space, space.solve()), hw)
-    assert defined_globals(obj.object_code) == {"conv_a", "aotune.shapes.conv_a"}
+    assert defined_globals(obj.object_code) == {"conv_a", "aotune.interface.conv_a"}
     runtime_syms = defined_globals(compile_runtime(hw))
     assert {"aotune_set_num_threads", "aotune_shutdown", "aotune_strerror"} <= runtime_syms
     assert all(s.startswith(("aotune_", "__aotune_")) for s in runtime_syms)

@@ -387,6 +387,10 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
         ("NVIDIA A10", "a100", False),
         ("NVIDIA A10", "a10", True),
         ("NVIDIA GeForce RTX 3060 Laptop GPU", "rtx-3060-laptop", True),
+        ("NVIDIA GeForce RTX 3060", "rtx-3060-laptop", False),  # a variant word differs
+        ("NVIDIA GeForce RTX 2080", "rtx-2080-ti", False),
+        ("NVIDIA GeForce RTX 3090 Ti", "rtx-3090", False),
+        ("NVIDIA A100 80 GB", "h100", False),  # a memory size names no GPU (h100's is 80 GB)
     ],
 )
 def test_a_file_s_device_is_matched_to_the_target_by_its_model_number(device, target, same):

@@ -615,3 +615,15 @@ def test_the_call_probe_times_only_the_tiles_whose_ports_stay_free(monkeypatch):
     found = probes.probe_call_cycles(s)["core.call_cycles"]
     assert found.value == pytest.approx(10.0)
     assert "8 x 8 left out" in found.origin and "6 x 16 tiles 10.0" in found.origin
+
+
+def test_a_last_level_that_reads_like_memory_is_not_taken_as_its_latency():
+    """This slice's calibration once read L3 at 451 cycles in L3's sizes (memory: 330-535): the
+    spec then priced every L2 miss at memory's latency, and the bench's accuracy collapsed
+    (1024^3 Spearman 0.94 -> 0.69 on the same measurements). Such a reading is no step to
+    memory; a real L3 (55 against 400) is."""
+    from aotune.hwspecs.probes import steps_to_memory
+
+    assert steps_to_memory(55.0, 400.0)
+    assert not steps_to_memory(451.0, 460.0)
+    assert not steps_to_memory(300.0, 400.0)

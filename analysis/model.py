@@ -1234,23 +1234,48 @@ def _l1_thrash_share(s: CpuSchedule, hw: HwSpec) -> float:
     predicted at 1.35-1.43x their measured time with a refetch of those sets per call, at
     1.10-1.15x with the overflow alone.
     """
-    l1 = hw.cache(1)
-    line, sets, isz = l1.line_bytes, _sets(l1), 4
-    stride, row_bytes = s.b_sk * isz, s.nr * isz
-    panel = np.array(_lines_in_each_set(stride, 0, s.kc, row_bytes, line, sets))
+    l1, isz = hw.cache(1), 4
+    line, sets = l1.line_bytes, _sets(l1)
+    return _panel_thrash_share(
+        s.b_sk * isz,
+        s.kc,
+        s.nr * isz,
+        s.b_prefetch_rows if s.b_prefetch_level == 1 else 0,
+        s.mr,
+        (s.c_sm * isz) % (sets * line) == 0,
+        line,
+        sets,
+        l1.conflict_slack * l1.associativity,
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _panel_thrash_share(
+    stride: int,
+    kc: int,
+    row_bytes: int,
+    ahead: int,
+    mr: int,
+    c_fixed: bool,
+    line: int,
+    sets: int,
+    ways: float,
+) -> float:
+    """``_l1_thrash_share`` of a panel of ``kc`` rows, ``ahead`` rows prefetched into L1 past it,
+    an ``mr``-row C tile whose rows are whole ways apart where ``c_fixed`` (cached: the search
+    estimates many configs with one panel, and each estimate asks twice)."""
+    isz = 4
+    panel = np.array(_lines_in_each_set(stride, 0, kc, row_bytes, line, sets))
     if not panel.any():
         return 0.0
-    ahead = s.b_prefetch_rows if s.b_prefetch_level == 1 else 0
-    prefetched = np.array(_lines_in_each_set(stride, s.kc, ahead, row_bytes, line, sets))
-    a_lines = s.mr * -(-s.kc * isz // line)
-    c_lines = s.mr * -(-row_bytes // line)
-    c_fixed = (s.c_sm * isz) % (sets * line) == 0
+    prefetched = np.array(_lines_in_each_set(stride, kc, ahead, row_bytes, line, sets))
+    a_lines = mr * -(-kc * isz // line)
+    c_lines = mr * -(-row_bytes // line)
     c_in_sets = np.zeros(sets)
     if c_fixed:
-        c_in_sets = s.mr * np.array(_lines_in_each_set(stride, 0, 1, row_bytes, line, sets))
+        c_in_sets = mr * np.array(_lines_in_each_set(stride, 0, 1, row_bytes, line, sets))
         c_lines = 0
     per_set_others = (a_lines + c_lines) / sets
-    ways = l1.conflict_slack * l1.associativity
     room = ways - panel - prefetched - c_in_sets
     over = np.array([_poisson_overflow(per_set_others, r) for r in room])
     lost = np.where(panel > ways, panel, np.minimum(panel, over))

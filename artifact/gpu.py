@@ -70,8 +70,9 @@ class GpuBackend:
             first, second = ("in0", "in1") if sched.a_is_first else ("in1", "in0")
             kernel_args = [first, second, "out", "bias"]
             launch = launch_of(sched, hw, ch.request.name)
+            params = params_of(w)
             record = gpu_record_words(
-                [(p.role, p.shape) for p in params_of(w)],
+                [(p.role, p.shape) for p in params],
                 kernel_args,
                 launch.grid,
                 launch.block,
@@ -98,7 +99,7 @@ class GpuBackend:
                 entry=kernel.entry,
                 ptx=str(ptx.relative_to(out_dir)),
                 cubin=str(cubin.relative_to(out_dir)),
-                params=[p.as_dict() for p in params_of(w)],
+                params=[p.as_dict() for p in params],
                 kernel_args=kernel_args,
                 launch={
                     **kernel.launch.as_dict(),

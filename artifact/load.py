@@ -162,7 +162,6 @@ def _dlopen_fresh(path: Path, data: bytes) -> ctypes.CDLL:
 
 # the manifest format this aotune reads (``artifact/build.py`` writes it)
 READ_FORMAT = 1
-ROLES = ("in0", "in1", "bias", "out")
 # names of the Library object's own attributes: a kernel by one of these names would be hidden
 LIBRARY_ATTRIBUTES = (
     "directory",
@@ -209,7 +208,7 @@ def _manifest_problem(m: Any) -> str | None:
         if not isinstance(params, list) or not all(
             isinstance(p, dict)
             and isinstance(p.get("name"), str)
-            and p.get("role") in ROLES
+            and p.get("role") in ROLE_CODES
             and p.get("dtype") == "float32"
             and isinstance(p.get("shape"), list)
             and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in p["shape"])

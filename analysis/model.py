@@ -580,17 +580,23 @@ PANEL_L1_SHARE = 0.7
 
 
 def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:
-    """Charge an unpacked B's vector loads that straddle two cache lines twice.
+    """Charge an unpacked B's vector loads for their pieces that straddle two cache lines.
 
     Packed panels and line-aligned rows are read whole, but rows ``b_sk`` elements apart start at
     offsets that cycle through multiples of gcd(row bytes, line) (N = 1000: every other row starts
-    mid-line), and a vector load across a line boundary takes two L1 accesses.
+    mid-line). A load port serves a vector in pieces of its width, and only a piece across a line
+    boundary takes a second access (Zen 4, 256-bit ports: 512-bit loads at line offset 0 or 32 ran
+    at 0.96 per cycle, at 4, 16, 48 or 60 at 0.60; 256-bit loads at 0-32 at 1.9, at 48 or 60 at
+    0.97). Of pieces ``w`` bytes wide at offsets that are multiples of ``g``, (w - g) / line start
+    close enough to a line's end to cross it; each costs one piece's access, ``w / vector`` of a
+    vector load, and a vector is ``vector / w`` pieces: ``share`` extra vector loads per vector.
     """
     line = hw.cache(1).line_bytes
     if s.pack_b or s.a_shared or s.b_sn != 1 or (s.b_sk * 4) % line == 0:
         return mix
-    split_share = 1.0 - math.gcd(s.b_sk * 4, line) / line
-    extra = -(-s.nr // s.lanes) * split_share
+    piece = min(hw.isa.vector_bits, hw.core.load_width_bits) // 8
+    share = max(0, piece - math.gcd(s.b_sk * 4, line)) / line
+    extra = -(-s.nr // s.lanes) * share
     return KStepMix(
         mix.fma,
         mix.vector_loads + extra,

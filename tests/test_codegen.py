@@ -49,8 +49,19 @@ def test_every_generated_kernel_matches_numpy(M, N, K, seed, target):
     hk = HostKernel(kernel, hw)
     correct, err, tol = check_against_numpy(hk, a, b)
     assert correct, f"{space.describe_config(cfg)}: max error {err} > {tol}"
-    # a second call reuses workspaces and must give the same answer
-    np.testing.assert_array_equal(hk(a, b), hk(a, b))
+    # a second call reuses the workspaces: on other operands it must not keep the first's values
+    a2, b2, _ = random_operands(kernel.schedule, seed + 1)
+    correct, err, tol = check_against_numpy(hk, a2, b2)
+    assert correct, f"{space.describe_config(cfg)}, second call: max error {err} > {tol}"
+
+
+class _OneElementOff(HostKernel):
+    """A kernel whose output is finite but wrong in one element."""
+
+    def __call__(self, *args: np.ndarray | None) -> np.ndarray:
+        c = super().__call__(*args)
+        c[3, 5] += 1.0
+        return c
 
 
 def test_non_finite_or_wrong_results_are_caught():
@@ -58,9 +69,11 @@ def test_non_finite_or_wrong_results_are_caught():
     space = build_cpu_space(matmul(8, 16, 8), hw)
     kernel = compile_kernel(schedule_from_config(space, space.solve()), hw)
     a, b, _ = random_operands(kernel.schedule)
-    hk = HostKernel(kernel, hw)
+    assert check_against_numpy(HostKernel(kernel, hw), a, b)[0]
+    correct, err, tol = check_against_numpy(_OneElementOff(kernel, hw), a, b)
+    assert not correct and err > tol and err == pytest.approx(1.0, abs=1e-3)
     a[0, 0] = np.nan
-    correct, _, _ = check_against_numpy(hk, a, b)
+    correct, _, _ = check_against_numpy(HostKernel(kernel, hw), a, b)
     assert not correct
 
 

@@ -136,6 +136,7 @@ def test_every_cross_built_kernel_matches_numpy_under_emulation(workloads, seeds
     padded copy, whose border must still be zero)."""
     cases = [sampled_run(w, s, t) for w, s, t in zip(workloads, seeds, two_threads)]
     checks = check_emulated([run for run, _ in cases], calls=2)
+    assert len(checks) == len(cases)
     for (_, what), chk in zip(cases, checks):
         assert chk.correct, f"{what}: max error {chk.max_abs_error} > {chk.tolerance}"
         assert chk.emulated and chk.emulator.startswith("qemu-aarch64")
@@ -159,7 +160,9 @@ def test_other_layouts_and_batches_under_emulation():
         for seed, cfg in enumerate(space.sample(2, seed=7)):
             sched = schedule_from_config(space, cfg)
             runs.append(EmulatedRun(compile_kernel(sched, N1), random_operands(sched, seed)))
-    for run, chk in zip(runs, check_emulated(runs, calls=2)):
+    checks = check_emulated(runs, calls=2)
+    assert len(checks) == len(runs) == 2 * len(workloads)
+    for run, chk in zip(runs, checks):
         assert chk.correct, (run.kernel.schedule, chk)
 
 
@@ -178,7 +181,9 @@ def test_two_threads_share_one_padded_copy_or_pad_their_own():
         plan = launch_plan(sched)
         assert plan.threads == 2 and plan.pad_buffers == buffers
         runs.append(EmulatedRun(compile_kernel(sched, N1), random_operands(sched, 3)))
-    for chk in check_emulated(runs, calls=2):
+    checks = check_emulated(runs, calls=2)
+    assert len(checks) == 2
+    for chk in checks:
         assert chk.correct, chk
 
 
@@ -192,7 +197,8 @@ def test_inputs_need_not_start_on_a_cache_line():
         sched = schedule_from_config(space, cfg)
         runs.append(EmulatedRun(compile_kernel(sched, N1), random_operands(sched, 1)))
     for offset in (0, 1, 3):
-        assert all(c.correct for c in check_emulated(runs, offset_floats=offset))
+        checks = check_emulated(runs, offset_floats=offset)
+        assert len(checks) == len(runs) and all(c.correct for c in checks)
 
 
 @needs_qemu

@@ -45,7 +45,7 @@ C_KEYWORDS = frozenset(
     inline int long register restrict return short signed sizeof static struct switch typedef
     union unsigned void volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic
     _Generic _Noreturn _Static_assert _Thread_local bool true false alignas alignof nullptr
-    static_assert thread_local typeof main""".split()
+    static_assert thread_local typeof""".split()
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # key -> (type(s) TOML may give, the build_workload keyword it feeds)
@@ -128,8 +128,18 @@ def check_c_name(name: object, where: str) -> str:
             f"{where}: name {name[:24]}... is {len(name)} characters long; the kernel's files "
             f"are named after it: use at most {MAX_NAME_LENGTH}"
         )
+    if name.startswith("_"):
+        raise BuildError(
+            f"{where}: name {name!r} starts with _; C reserves such names for its implementation, "
+            "and the library object's own attributes start with one: choose another name"
+        )
     if name in C_KEYWORDS:
         raise BuildError(f"{where}: name {name!r} is a C keyword; choose another name")
+    if name == "main":
+        raise BuildError(
+            f"{where}: name 'main' is the entry point of every C program the library is linked "
+            "into; choose another name"
+        )
     if _c_library_function(name):
         raise BuildError(
             f"{where}: name {name!r} is a function of the C library (libc or libm); a library "
@@ -142,10 +152,10 @@ def check_c_name(name: object, where: str) -> str:
             f"{where}: name {name!r} is an attribute of the library aotune.load returns "
             f"(lib.{name}), so the kernel could not be called by it; choose another name"
         )
-    if name.lower().startswith("aotune_") or name.startswith("__"):
+    if name.lower().startswith("aotune_"):
         raise BuildError(
-            f"{where}: name {name!r} is reserved (aotune_* and __* are the library's own "
-            "symbols); choose another name"
+            f"{where}: name {name!r} is reserved (aotune_* are the library's own symbols); "
+            "choose another name"
         )
     return name
 

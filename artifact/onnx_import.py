@@ -257,9 +257,13 @@ def _attrs(node: Any) -> dict[str, Any]:
 def c_name(text: str, taken: set[str]) -> str:
     """A C identifier made from an ONNX node name, unique among ``taken``."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_")[: MAX_NAME_LENGTH - 8] or "kernel"
+    from aotune.artifact.load import LIBRARY_ATTRIBUTES
+
     if (
         name[0].isdigit()
         or name in C_KEYWORDS
+        or name == "main"
+        or name in LIBRARY_ATTRIBUTES
         or name.lower().startswith("aotune_")
         or _c_library_function(name)
     ):
@@ -298,11 +302,17 @@ class _Importer:
             return None
         return readers[0]
 
+    def onnx_reader(self, tensor: str) -> Any | None:
+        """The only reader of ``tensor`` when it is an op of ONNX's own domain (another domain's
+        Add or Relu may mean anything)."""
+        nxt = self.only_reader(tensor)
+        return nxt if nxt is not None and nxt.domain in ("", "ai.onnx") else None
+
     def fuse(self, node: Any, out_dim: int, bias_ok: bool, bias: bool) -> tuple[Epilogue, list]:
         """The epilogue that follows ``node`` (Add of a length-N constant, then an activation)."""
         fused = []
         tensor = node.output[0]
-        nxt = self.only_reader(tensor)
+        nxt = self.onnx_reader(tensor)
         if nxt is not None and nxt.op_type == "Add" and bias_ok and not bias:
             other = [n for n in nxt.input if n != tensor]
             if len(other) == 1 and other[0] in self.consts and self.dtypes.get(other[0]) == FLOAT:
@@ -311,7 +321,7 @@ class _Importer:
                     bias = True
                     fused.append(nxt)
                     tensor = nxt.output[0]
-                    nxt = self.only_reader(tensor)
+                    nxt = self.onnx_reader(tensor)
         activation = "none"
         if nxt is not None:
             a = _attrs(nxt)
@@ -360,7 +370,8 @@ class _Importer:
             return batch_matmul(math.prod(a[:-2]), M, N, K)
         return f"broadcast batch dims ({a} x {b}) are not generated"
 
-    def gemm(self, node: Any) -> tuple[Workload, bool] | str:
+    def gemm(self, node: Any) -> tuple[Workload, bool, bool] | str:
+        """(workload, C fused as the bias, C left out) of a Gemm, or why it is not generated."""
         at = _attrs(node)
         a, b = (self.shape(n) for n in node.input[:2])
         if a is None or b is None:
@@ -381,7 +392,7 @@ class _Importer:
             op="gemm",
             shape=(("M", M), ("N", N), ("K", K)),
         )
-        bias = False
+        bias = left_out = False
         if len(node.input) > 2 and node.input[2]:
             c = self.shape(node.input[2])
             # C broadcasts to M x N (ONNX's unidirectional broadcasting), or the model is invalid
@@ -403,12 +414,13 @@ class _Importer:
                         self.label(node),
                         "Gemm",
                         "its C term is not fused (only a constant bias of length N with beta = 1 "
-                        "is); the kernel computes A x B",
+                        "is); the kernel computes A x B, and no op after the Gemm is fused",
                     )
                 )
+                left_out = True
             else:
                 bias = True
-        return w, bias
+        return w, bias, left_out
 
     def conv(self, node: Any) -> Workload | str:
         at = _attrs(node)
@@ -508,7 +520,9 @@ class _Importer:
             elif op == "Gemm":
                 got = self.gemm(node)
                 if not isinstance(got, str):
-                    got, bias = got
+                    # an activation fused after a C left out would apply before C is added
+                    got, bias, c_left_out = got
+                    fusable = not c_left_out
             else:
                 got = self.conv(node)
                 if len(node.input) > 2 and node.input[2]:

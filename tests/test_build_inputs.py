@@ -121,6 +121,9 @@ layout = "nhwc"
         ('[[kernel]]\nname = "kernels"\nop = "matmul"', "an attribute of the library"),
         ('[[kernel]]\nname = "set_num_threads"\nop = "matmul"', "(lib.set_num_threads)"),
         ('[[kernel]]\nname = "expf"\nop = "matmul"', "is a function of the C library"),
+        ('[[kernel]]\nname = "_dll"\nop = "matmul"', "'_dll' starts with _"),
+        ('[[kernel]]\nname = "__init__"\nop = "matmul"', "starts with _"),
+        ('[[kernel]]\nname = "main"\nop = "matmul"', "the entry point of every C program"),
         ('[[kernel]]\nname = "malloc"\nop = "matmul"', "is a function of the C library"),
         (
             '[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2x2"\n'
@@ -219,6 +222,47 @@ def test_no_c_compiler_is_one_line_before_any_search(tmp_path):
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
     assert rc.returncode == 2 and "--cc no-such-cc: no such compiler" in rc.stderr
+
+
+@needs_cc
+def test_a_compiler_that_writes_nothing_is_named(tmp_path, capsys):
+    """A --cc that exits 0 without writing the shared object (true, echo) is an error naming it,
+    and a shared object an earlier build left is not taken for its output."""
+    fake = tmp_path / "fakecc"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    out = tmp_path / "o"
+    args = ["build", str(_list(tmp_path)), "-o", str(out), "--db", str(tmp_path / "t.db")]
+    assert run_cli(capsys, *args, "--budget", "8")[0] == 0
+    rc, _, err = run_cli(capsys, *args, "--budget", "8", "--cc", str(fake))
+    assert rc == 2 and "Traceback" not in err
+    assert "wrote no libaotune_kernels.so: is it a C compiler" in err.splitlines()[-1]
+    assert (out / "libaotune_kernels.so").is_file()  # the failed build left the last one
+
+
+@needs_cc
+def test_a_damaged_stored_object_is_compiled_again_and_replaced(tmp_path, capsys):
+    """A build takes a kernel's object from the database; an entry whose metadata or object was
+    damaged (not JSON, not an ELF object) is compiled again and stored anew, not a crash."""
+    import sqlite3
+
+    db = tmp_path / "t.db"
+    args = ["build", str(_list(tmp_path)), "--db", str(db), "--budget", "8"]
+    assert run_cli(capsys, *args, "-o", str(tmp_path / "o1"))[0] == 0
+    damage = [
+        "UPDATE objects SET meta = 'garbage' WHERE key LIKE 'cpu-kernel|%'",
+        "UPDATE objects SET object = X'00112233' WHERE key LIKE 'cpu-kernel|%'",
+        "UPDATE objects SET meta = '{}' WHERE key LIKE 'cpu-kernel|%'",
+    ]
+    for i, sql in enumerate(damage, 2):
+        with sqlite3.connect(db) as conn:
+            conn.execute(sql)
+        assert run_cli(capsys, *args, "-o", str(tmp_path / f"o{i}"))[0] == 0
+        with sqlite3.connect(db) as conn:
+            ((obj, meta),) = conn.execute(
+                "SELECT object, meta FROM objects WHERE key LIKE 'cpu-kernel|%'"
+            ).fetchall()
+        assert obj.startswith(b"\x7fELF") and "params" in json.loads(meta)
 
 
 def test_database_from_a_newer_aotune_or_not_a_database(tmp_path, capsys):
@@ -352,6 +396,61 @@ def test_invalid_onnx_graphs_are_refused_and_foreign_ops_skipped(tmp_path):
         read_onnx(shapeless, {})
     (k,) = read_onnx(shapeless, {"x": (2, 4)}).kernels
     assert dict(k.workload.shape) == {"M": 2, "N": 5, "K": 4}
+
+
+def test_onnx_ops_after_a_gemm_are_fused_only_where_the_result_stays_onnxs(tmp_path):
+    """A Relu after a Gemm whose C term is left out would run before C is added, and another
+    domain's Add or Relu may mean anything: neither is fused, and each is reported skipped. A node
+    named like an attribute of the loaded library gets a name it can be called by."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    def save(name: str, nodes, inits, domains=()) -> Path:
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            inits,
+        )
+        opsets = [helper.make_opsetid("", 17), *(helper.make_opsetid(d, 1) for d in domains)]
+        path = tmp_path / name
+        path.write_bytes(helper.make_model(graph, opset_imports=opsets).SerializeToString())
+        return path
+
+    w = numpy_helper.from_array(np.ones((8, 16), np.float32), "w")
+    full_c = numpy_helper.from_array(np.ones((4, 16), np.float32), "c")
+    vec_c = numpy_helper.from_array(np.ones(16, np.float32), "c")
+    mk = helper.make_node
+    unfused = [
+        save("c.onnx", [mk("Gemm", ["x", "w", "c"], ["g"], name="fc"),
+                        mk("Relu", ["g"], ["y"], name="act")], [w, full_c]),
+        save("beta.onnx", [mk("Gemm", ["x", "w", "c"], ["g"], name="fc", beta=0.5),
+                           mk("Relu", ["g"], ["y"], name="act")], [w, vec_c]),
+    ]  # fmt: skip
+    for path in unfused:
+        got = read_onnx(path, {})
+        (k,) = got.kernels
+        assert not k.workload.epilogue.active, path.name
+        assert {s.node for s in got.skipped} == {"fc", "act"}
+    fused = save("fused.onnx", [mk("Gemm", ["x", "w", "c"], ["g"], name="fc"),
+                                mk("Relu", ["g"], ["y"], name="act")], [w, vec_c])  # fmt: skip
+    (k,) = read_onnx(fused, {}).kernels
+    assert k.workload.epilogue.bias and k.workload.epilogue.activation == "relu"
+    foreign = save(
+        "foreign.onnx",
+        [mk("MatMul", ["x", "w"], ["m"], name="mm"),
+         mk("Add", ["m", "c"], ["s"], name="add", domain="com.example"),
+         mk("Relu", ["s"], ["y"], name="act", domain="com.example")],
+        [w, vec_c], domains=["com.example"],
+    )  # fmt: skip
+    got = read_onnx(foreign, {})
+    assert not got.kernels[0].workload.epilogue.active
+    assert {s.node for s in got.skipped} == {"add", "act"}
+    for attr in ("kernels", "target", "num_threads", "main"):
+        named = save(f"{attr}.onnx", [mk("MatMul", ["x", "w"], ["y"], name=attr)], [w])
+        (k,) = read_onnx(named, {}).kernels
+        assert k.name == f"k_{attr}"
 
 
 @needs_cc

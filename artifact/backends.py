@@ -206,6 +206,8 @@ class CpuBackend:
             path = objects_dir / f"{ch.request.name}.o"
             key = _object_key(ch, hw)
             cached = cache.get_object(key) if cache is not None else None
+            if cached is not None and not {"config", "params", "launch"} <= cached[1].keys():
+                cached = None  # a damaged entry: compiled again and replaced
             if cached is None:
                 w = ch.request.workload
                 if ch.record.workload_key not in spaces:

@@ -196,7 +196,7 @@ def _earlier_files(out: Path, force: bool) -> list[Path]:
             data = json.loads(manifest.read_text())
             if data.get("aotune", {}).get("format") is not None:
                 listed = dict(data.get("files", {}))
-        except (ValueError, AttributeError, TypeError):
+        except (ValueError, AttributeError, TypeError, RecursionError):
             listed = {}
     ours = []
     for p in present:

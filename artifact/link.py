@@ -66,6 +66,7 @@ def link(linker: Linker, objects: list[Path], out_dir: Path, lib: str) -> list[P
     rel = [str(o.relative_to(out_dir)) for o in objects]
     if linker.cc:
         so = out_dir / f"lib{lib}.so"
+        so.unlink(missing_ok=True)  # a stale one must not pass for what this compiler made
         # the runtime needs pthreads; nothing calls libm (the activations' exp is inline)
         _run_in(out_dir, [linker.cc, "-shared", "-o", so.name, *rel, *LINK_LIBS], so.name)
         written.append(so)
@@ -87,4 +88,9 @@ def _run_in(cwd: Path, cmd: list[str], target: str) -> None:
         raise BuildError(
             f"{cmd[0]} failed to make {target}: "
             f"{first[0] if first else 'exit ' + str(done.returncode)}"
+        )
+    if not (cwd / target).is_file():
+        raise BuildError(
+            f"{cmd[0]} exited without error but wrote no {target}: is it a C compiler (or "
+            "archiver)? name one with --cc (cc, gcc or clang)"
         )

@@ -201,9 +201,15 @@ def _manifest_problem(m: Any) -> str | None:
     kernels = m.get("kernels")
     if not isinstance(kernels, list):
         return "kernels must be a list"
+    names: set[str] = set()
     for i, e in enumerate(kernels, 1):
         if not isinstance(e, dict) or not isinstance(e.get("name"), str):
             return f"kernel {i} has no name"
+        if e["name"] in names:
+            return f"kernel {e['name']!r} is listed twice"
+        if e["name"] in LIBRARY_ATTRIBUTES or e["name"].startswith("__"):
+            return f"kernel name {e['name']!r} is not one aotune build writes"
+        names.add(e["name"])
         params = e.get("params")
         if not isinstance(params, list) or not all(
             isinstance(p, dict)
@@ -340,6 +346,10 @@ class Library:
             self.manifest = json.loads(manifest.read_text())
         except (OSError, ValueError) as e:
             raise LibraryError(f"{manifest} is not an aotune manifest ({e})") from None
+        except RecursionError:
+            raise LibraryError(
+                f"{manifest} is not an aotune manifest (JSON nested too deeply)"
+            ) from None
         problem = _manifest_problem(self.manifest)
         if problem:
             raise LibraryError(

@@ -547,7 +547,18 @@ class TuningDatabase:
         """A compiled object stored under ``key`` (a content hash of everything it was made
         from), with its metadata; None if there is none."""
         rows = self._rows("SELECT object, meta FROM objects WHERE key = ?", (key,))
-        return (bytes(rows[0][0]), json.loads(rows[0][1])) if rows else None
+        if not rows:
+            return None
+        data = bytes(rows[0][0]) if isinstance(rows[0][0], bytes) else b""
+        try:
+            meta = json.loads(rows[0][1])
+        except (TypeError, ValueError, RecursionError):
+            meta = None
+        # a damaged entry (not an ELF object, or metadata that is not an object) is compiled
+        # again, and the caller's put_object replaces it
+        if not data.startswith(b"\x7fELF") or not isinstance(meta, dict):
+            return None
+        return data, meta
 
     def put_object(self, key: str, data: bytes, meta: dict[str, Any]) -> None:
         """Keep a compiled object, so a build from stored records only links."""

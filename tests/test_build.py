@@ -243,10 +243,16 @@ def test_aotune_load_refuses_a_changed_library_and_a_malformed_manifest(built, t
         (lambda m: m["aotune"].update(format=99), "format 99 is newer"),
         (lambda m: m.update(shared_object="/lib/x86_64-linux-gnu/libc.so.6"), "not a file of it"),
         (lambda m: m.update(shared_object=5), "not a file of it"),
+        (lambda m: m["kernels"].append(m["kernels"][0]), "is listed twice"),
+        (lambda m: m["kernels"][0].update(name="shutdown"), "not one aotune build writes"),
     ]
     for i, (change, text) in enumerate(malformed):
         with pytest.raises(LibraryError, match=text):
             aotune.load(copy(f"m{i}", change))
+    deep = copy("deep")
+    (deep / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(aotune.LibraryError, match="nested too deeply"):
+        aotune.load(deep)
 
     # shapes changed consistently (rows of A and C doubled): the manifest passes its own checks,
     # and the kernel would write past C's 61 rows; the shared object says what it was built for

@@ -305,6 +305,20 @@ def measured_accuracy(
             f"check that the file's problem size (M={M} N={N} K={K}) and parameters are those "
             "of a real tuning run"
         )
+    configs = list(entries)
+    if len(configs) < max(TOP_K):
+        raise MeasurementFileError(
+            f"{path}: its {len(cache.configs)} timed configurations are {len(configs)} distinct "
+            f"kernels aotune scores ({len(rejected)} refused by its space; configs that differ "
+            "only in a parameter their kernel ignores are one kernel); the correlations and the "
+            f"top-{max(TOP_K)} score need at least {max(TOP_K)}: give a file of a longer tuning run"
+        )
+    times = {cache.configs[j].milliseconds for indices in entries.values() for j in indices}
+    if len(times) < 2:
+        raise MeasurementFileError(
+            f"{path}: every configuration has the same time ({times.pop():g} ms), so there is "
+            "no ranking to score the model against; give the file of a real tuning run"
+        )
     foreign = cache.device_name != UNKNOWN_DEVICE and not device_looks_like(cache.device_name, hw)
     if warn and foreign:  # once the file is known to be scored
         warn(
@@ -327,7 +341,6 @@ def measured_accuracy(
             "may not be those measured (the rank scores do not depend on the unit, the median "
             "error does)"
         )
-    configs = list(entries)
     schedules = [target.schedule(space, cfg) for cfg in configs]
     if log:
         log(f"tier 1: predicting {len(configs)} distinct kernels")
@@ -422,7 +435,7 @@ def report_lines(r: MeasuredAccuracy) -> list[str]:
         lines.append(f"  tier 2 failed for {cfg}: {why}")
     lines += [
         f"Spearman {r.spearman:.3f}  Kendall {r.kendall:.3f}  median |predicted/measured - 1| "
-        f"{r.median_abs_error:.3f}   (tier 2 on a sample of {len(r.sample)}, seed {r.seed})",
+        f"{r.median_abs_error:.3g}   (tier 2 on a sample of {len(r.sample)}, seed {r.seed})",
         f"top-1 {r.top[0]:.3f}  top-5 {r.top[1]:.3f}  top-10 {r.top[2]:.3f}   (best measured / "
         f"best measured among the model's top k; tier 2 re-ranks the tier-1 best {len(r.picks)})",
         "model's top 10:",
@@ -610,6 +623,6 @@ def print_bench_rows(rows: list[dict[str, Any]], console: Any) -> None:
         table.add_row(
             r["file"], r["target"], str(r["configs"]),
             *(f"{r[k]:.2f}" for k in ("spearman", "kendall", "top1", "top5", "top10")),
-            f"{r['median_abs_error']:.2f}", f"{r['seconds']:.0f}",
+            f"{r['median_abs_error']:.3g}", f"{r['seconds']:.0f}",
         )  # fmt: skip
     console.print(table)

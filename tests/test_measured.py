@@ -410,6 +410,16 @@ def test_a_file_s_device_is_matched_to_the_target_by_its_model_number(device, ta
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--shape", "128x256x256"), "disagrees"),
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--sample", "3"), "at least 10"),
         (lambda: kernel_tuner_text(CONFIGS[:3]), (), "holds 3 timed configurations"),
+        (  # ten timed configs, eight kernels: SA=0 ignores MDIMA
+            lambda: kernel_tuner_text([*CONFIGS[:9], (dict(BASE, SA=0, MDIMA=32), 2.7)]),
+            ("--json",),
+            "are 8 distinct kernels",
+        ),
+        (
+            lambda: kernel_tuner_text([(c, 2.0) for c, _ in CONFIGS]),
+            ("--json",),
+            "the same time (2 ms)",
+        ),
         (
             lambda: kernel_tuner_text([(dict(BASE, MWG=16, KWG=k), 1.0) for k in range(16, 26)]),
             ("--json",),  # no progress lines on stderr

@@ -1,6 +1,9 @@
 """aotune: ahead-of-time tensor kernel tuning without running candidates on the target."""
 
+from aotune.errors import AotuneError, LibraryError
+
 __version__ = "0.1.0"
+__all__ = ["AotuneError", "LibraryError", "load"]
 
 
 def load(path: object) -> object:

@@ -323,6 +323,26 @@ def _labeled(space: Any, cfg: Any) -> dict[str, Any]:
     return {n: (space.var(n).label(v) if space.var(n).labels else v) for n, v in cfg.items}
 
 
+def _refuse_emits_over_inputs(args: argparse.Namespace, emits: dict[str, str]) -> None:
+    """A ConfigError where an --emit-* file is what the command reads (its tuning database or
+    its --target spec file): --force replaces earlier output, never the command's own inputs."""
+    from aotune.search.database import default_path
+
+    inputs = {}
+    if not getattr(args, "no_db", False):
+        inputs["the tuning database"] = str(getattr(args, "db", None) or default_path())
+    if os.path.isfile(args.target):
+        inputs["the --target spec"] = args.target
+    for name, path in emits.items():
+        if path == "-":
+            raise ConfigError(f"--emit-{name} -: give a file name (the code is not printed)")
+        for what, used in inputs.items():
+            if _file_identity(path) == _file_identity(used):
+                raise ConfigError(
+                    f"--emit-{name} {path} is {what} this command reads; give another file"
+                )
+
+
 def _write_new(path: str, text: str | bytes, force: bool) -> None:
     write_new_file(path, text, force, ConfigError)
 
@@ -354,6 +374,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     # the same file however it is spelt (./F, an absolute path, a symlink to it, a hard link)
     if len({_file_identity(p) for p in emits.values()}) < len(emits):
         raise ConfigError("two --emit-* options name the same file; give each its own")
+    _refuse_emits_over_inputs(args, emits)
     for name, path in emits.items():
         if name not in target.emit():
             others = ", ".join(f"--emit-{n}" for n in target.emit())

@@ -536,6 +536,11 @@ def load_target(name: str) -> Any:
         return load_spec_file(SPEC_DIR / f"{name}.toml", check_llvm=False)
     if os.path.isfile(name):  # a spec file saved under another suffix (my-cpu.txt)
         return load_spec_file(name)
+    if os.path.isdir(name):
+        raise HwSpecError(
+            f"target {_short(name)} is a directory, not a built-in name or a spec file; pass a "
+            ".toml spec inside it (or host, or a built-in name)"
+        )
     raise HwSpecError(
         f"unknown target {_short(name)}; known: host, {', '.join(builtin_names())} "
         "(or pass a path to a .toml spec)"

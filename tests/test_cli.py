@@ -463,6 +463,36 @@ def test_two_emit_options_naming_one_file_are_refused_before_the_search(
             assert not (tmp_path / "F").exists()
 
 
+def test_emit_files_never_replace_what_the_command_reads(tmp_path, capsys, monkeypatch):
+    """--force replaces an earlier --emit-* output, never the tuning database or the --target
+    spec the same command reads; "-" is not taken for a file name."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.toml").write_text((SPEC_DIR / "znver4.toml").read_text())
+    (tmp_path / "my.db").write_bytes(b"")
+    base = ["tune", "matmul", "--shape", "8x8x8", "--force"]
+    cases = [
+        (["--db", "my.db", "--emit-ir", "./my.db"], "is the tuning database this command reads"),
+        (["--no-db", "--target", "spec.toml", "--emit-asm", str(tmp_path / "spec.toml")],
+         "is the --target spec this command reads"),
+        (["--no-db", "--emit-asm", "-"], "give a file name"),
+    ]  # fmt: skip
+    for extra, says in cases:
+        assert main([*base, *extra]) == 2
+        assert says in capsys.readouterr().err
+    assert (tmp_path / "spec.toml").read_text() == (SPEC_DIR / "znver4.toml").read_text()
+    assert (tmp_path / "my.db").read_bytes() == b"" and not (tmp_path / "-").exists()
+
+
+def test_a_target_that_is_a_directory_says_so(tmp_path, capsys):
+    (tmp_path / "specs").mkdir()
+    assert main(["hw", "show", str(tmp_path / "specs")]) == 2  # a path: read as a file
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        assert main(["hw", "show", "specs"]) == 2
+    assert "'specs' is a directory" in capsys.readouterr().err
+
+
 def test_an_overlong_word_of_a_message_keeps_both_ends():
     """A deep path keeps where it starts and the file it names; an operator name typed at length
     is cut to its ends and length."""

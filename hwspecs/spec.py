@@ -393,6 +393,12 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
                 f"{where}: cache L{outer.level} ({outer.size_kib} KiB) is smaller than "
                 f"L{inner.level} ({inner.size_kib} KiB); check the size_kib of both"
             )
+        if outer.latency_cycles < inner.latency_cycles:  # nor the faster one
+            raise HwSpecError(
+                f"{where}: cache L{outer.level}'s latency ({outer.latency_cycles} cycles) is below "
+                f"L{inner.level}'s ({inner.latency_cycles}); a level further out is never faster: "
+                "check the latency_cycles of both (aotune hw calibrate measures them)"
+            )
     if spec.memory.prefetch_stride_bytes > spec.memory.page_bytes:
         raise HwSpecError(
             f"{where}: memory.prefetch_stride_bytes = {spec.memory.prefetch_stride_bytes} is "

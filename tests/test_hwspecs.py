@@ -46,6 +46,10 @@ def _spec_text() -> str:
             "cache L3 (128 KiB) is smaller than L2 (256 KiB)",
         ),
         (
+            lambda t: t.replace("latency_cycles = 12", "latency_cycles = 2"),
+            "cache L2's latency (2 cycles) is below L1's (4)",
+        ),
+        (
             lambda t: t.replace("shared_by_cores = 4", "shared_by_cores = 9"),
             "cache L3 is shared by 9 cores, more than the 4 the spec has",
         ),

@@ -116,6 +116,35 @@ def _c_library_function(name: str) -> bool:
 MAX_NAME_LENGTH = 200
 
 
+def reserved_name_reason(name: str) -> str | None:
+    """Why the identifier ``name`` cannot name a kernel of a library (None: it can): the one list
+    both a TOML kernel's name and a name made from an ONNX node are checked against."""
+    from aotune.artifact.load import LIBRARY_ATTRIBUTES
+
+    if name.startswith("_"):
+        return (
+            "starts with _; C reserves such names for its implementation, and the library "
+            "object's own attributes start with one"
+        )
+    if name in C_KEYWORDS:
+        return "is a C keyword"
+    if name == "main":
+        return "is the entry point of every C program the library is linked into"
+    if _c_library_function(name):
+        return (
+            "is a function of the C library (libc or libm); a library exporting it would replace "
+            "it in every program it is linked into"
+        )
+    if name in LIBRARY_ATTRIBUTES:
+        return (
+            f"is an attribute of the library aotune.load returns (lib.{name}), so the kernel "
+            "could not be called by it"
+        )
+    if name.lower().startswith("aotune_"):
+        return "is reserved (aotune_* are the library's own symbols)"
+    return None
+
+
 def check_c_name(name: object, where: str) -> str:
     """``name`` if it can be a C function's name in the library, else a BuildError saying why."""
     if not isinstance(name, str) or not _IDENT.fullmatch(name):
@@ -128,35 +157,9 @@ def check_c_name(name: object, where: str) -> str:
             f"{where}: name {name[:24]}... is {len(name)} characters long; the kernel's files "
             f"are named after it: use at most {MAX_NAME_LENGTH}"
         )
-    if name.startswith("_"):
-        raise BuildError(
-            f"{where}: name {name!r} starts with _; C reserves such names for its implementation, "
-            "and the library object's own attributes start with one: choose another name"
-        )
-    if name in C_KEYWORDS:
-        raise BuildError(f"{where}: name {name!r} is a C keyword; choose another name")
-    if name == "main":
-        raise BuildError(
-            f"{where}: name 'main' is the entry point of every C program the library is linked "
-            "into; choose another name"
-        )
-    if _c_library_function(name):
-        raise BuildError(
-            f"{where}: name {name!r} is a function of the C library (libc or libm); a library "
-            "exporting it would replace it in every program it is linked into: choose another name"
-        )
-    from aotune.artifact.load import LIBRARY_ATTRIBUTES
-
-    if name in LIBRARY_ATTRIBUTES:
-        raise BuildError(
-            f"{where}: name {name!r} is an attribute of the library aotune.load returns "
-            f"(lib.{name}), so the kernel could not be called by it; choose another name"
-        )
-    if name.lower().startswith("aotune_"):
-        raise BuildError(
-            f"{where}: name {name!r} is reserved (aotune_* are the library's own symbols); "
-            "choose another name"
-        )
+    why = reserved_name_reason(name)
+    if why is not None:
+        raise BuildError(f"{where}: name {name!r} {why}; choose another name")
     return name
 
 

@@ -43,13 +43,12 @@ from aotune.analysis.workload import (
     matmul,
 )
 from aotune.artifact.inputs import (
-    C_KEYWORDS,
     MAX_NAME_LENGTH,
     ONNX_LIMIT,
     KernelList,
     KernelRequest,
     SkippedOp,
-    _c_library_function,
+    reserved_name_reason,
 )
 from aotune.errors import BuildError, WorkloadError
 from aotune.files import read_user_file
@@ -257,16 +256,7 @@ def _attrs(node: Any) -> dict[str, Any]:
 def c_name(text: str, taken: set[str]) -> str:
     """A C identifier made from an ONNX node name, unique among ``taken``."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_")[: MAX_NAME_LENGTH - 8] or "kernel"
-    from aotune.artifact.load import LIBRARY_ATTRIBUTES
-
-    if (
-        name[0].isdigit()
-        or name in C_KEYWORDS
-        or name == "main"
-        or name in LIBRARY_ATTRIBUTES
-        or name.lower().startswith("aotune_")
-        or _c_library_function(name)
-    ):
+    if name[0].isdigit() or reserved_name_reason(name) is not None:
         name = f"k_{name}"
     base, i = name, 2
     while name in taken:

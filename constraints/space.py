@@ -39,6 +39,11 @@ class DecisionVar:
         """A value from its label or integer text."""
         if text in self.labels:
             return self.labels.index(text)
+        if self.labels:  # a label's index is an internal number, not something a user means
+            raise ConfigError(
+                f"config value {self.name}={text!r} is not one of {self.name}'s values; "
+                f"use {self.domain_text()}"
+            )
         if re.fullmatch(r"-?0*[0-9]{1,18}", text):
             return int(text)
         if re.fullmatch(r"-?[0-9]+", text):  # digits, but more than any domain holds
@@ -46,8 +51,9 @@ class DecisionVar:
                 f"config value {self.name}={text[:12]}... ({len(text)} characters) is outside "
                 f"{self.name}'s values; use one of {self.domain_text()}"
             )
-        choices = ", ".join(self.labels) if self.labels else "an integer in digits 0-9"
-        raise ConfigError(f"config value {self.name}={text!r} is not valid; use {choices}")
+        raise ConfigError(
+            f"config value {self.name}={text!r} is not valid; use an integer in digits 0-9"
+        )
 
     def domain_text(self) -> str:
         """Compact description of the domain."""

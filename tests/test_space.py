@@ -80,8 +80,12 @@ def test_config_parsing_errors():
         space.parse_config("mr=4,bogus=1")
     with pytest.raises(ConfigError, match="missing"):
         space.parse_config("mr=4")
-    with pytest.raises(ConfigError, match="order='zzz' is not valid"):
+    with pytest.raises(ConfigError, match="order='zzz' is not one of order's values"):
         space.parse_config("order=zzz")
+    # a label's index is not a value a user means: order=1 would silently pick mkn
+    for bad in ("order=1", "par=0", "order=01"):
+        with pytest.raises(ConfigError, match="use nkm \\| mkn \\| nmk|use m \\| n"):
+            space.parse_config(bad)
 
 
 def test_one_vector_register_is_unsatisfiable():

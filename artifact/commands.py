@@ -340,6 +340,9 @@ def cmd_db(args: argparse.Namespace) -> int:
         from aotune.search.database import read_export
 
         records = read_export(Path(args.file))  # checked first: a refused file makes no database
+        if not records:  # what 'db export' writes for an empty database; no database is made
+            print(f"{args.file} holds no records (an empty export); nothing imported")
+            return 0
         with open_db(args, create=True) as db:
             added, present = db.import_records(records)
         print(f"imported {added} records into {db.path} ({present} already there, kept)")

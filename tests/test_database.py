@@ -411,6 +411,12 @@ def test_read_only_commands_need_an_existing_database(tmp_path, capsys):
     assert main(["db", "list", "--db", str(empty)]) == 2
     assert "nothing is stored there yet" in _error_line(capsys)
     assert empty.read_bytes() == b""
+    # an empty export imports nothing and, having nothing to keep, makes no database
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n")
+    assert main(["db", "import", str(blank), "--db", str(missing)]) == 0
+    assert "holds no records" in capsys.readouterr().out and not missing.exists()
+    blank.unlink()
     # import (like tune and build) makes a new database where there is none
     jsonl = tmp_path / "x.jsonl"
     jsonl.write_text(json.dumps(_record(1).as_dict()) + "\n")

@@ -171,6 +171,13 @@ FIRST_PTX_FOR_SM = {
     50: 40, 52: 41, 53: 42, 60: 50, 61: 50, 62: 50, 70: 60, 72: 61, 75: 63, 80: 70, 86: 71,
     87: 74, 89: 78, 90: 78,
 }  # fmt: skip
+# NVIDIA's architecture name for each compute capability it has shipped (CUDA C++ Programming
+# Guide, "Compute Capabilities"); a spec's generation must be its sm's
+GENERATION_OF_SM = {
+    50: "maxwell", 52: "maxwell", 53: "maxwell", 60: "pascal", 61: "pascal", 62: "pascal",
+    70: "volta", 72: "volta", 75: "turing", 80: "ampere", 86: "ampere", 87: "ampere", 89: "ada",
+    90: "hopper",
+}  # fmt: skip
 
 
 def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
@@ -178,7 +185,13 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
     loading, from its metadata); returns the spec unchanged."""
     c, lim, sh, m = spec.compute, spec.limits, spec.shared, spec.memory
     first_ptx = FIRST_PTX_FOR_SM.get(spec.arch.sm)
+    generation = GENERATION_OF_SM.get(spec.arch.sm)
     relations = [
+        (
+            generation is None or spec.arch.generation.lower() == generation,
+            f"arch.generation = {spec.arch.generation!r} is not sm_{spec.arch.sm}'s, which is "
+            f"{generation!r}; set generation = {generation!r}, or the sm of the GPU you mean",
+        ),
         (
             first_ptx is None or spec.arch.ptx_version >= first_ptx,
             f"arch.ptx_version = {spec.arch.ptx_version} cannot target sm_{spec.arch.sm}, "

@@ -254,6 +254,9 @@ class HwSpec:
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 SPEC_FILE_LIMIT_BYTES = 256 * 1024  # a spec is a few KiB; anything far larger is the wrong file
 ARCHES = ("x86_64", "aarch64")  # the ISAs analysis/features.py reads
+# the registers each ISA names (x86-64: zmm0-31 with AVX-512, rax..r15; AArch64: v0-31, x0-x30):
+# a spec promising more makes the model plan tiles whose accumulators the compiler must spill
+ARCH_REGISTERS = {"x86_64": {"vector": 32, "general": 16}, "aarch64": {"vector": 32, "general": 31}}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -356,6 +359,13 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
         raise HwSpecError(
             f"{where}: isa.arch {_short(isa.arch)} unknown; use one of {', '.join(ARCHES)}"
         )
+    for kind, have in (("vector", isa.vector_registers), ("general", isa.general_registers)):
+        named = ARCH_REGISTERS[isa.arch][kind]
+        if have > named:
+            raise HwSpecError(
+                f"{where}: isa.{kind}_registers = {have}, but {isa.arch} names only {named}; "
+                f"set at most {named}"
+            )
     triple_arch = isa.triple.split("-")[0]
     if {"arm64": "aarch64"}.get(triple_arch, triple_arch) != isa.arch:
         raise HwSpecError(

@@ -82,6 +82,10 @@ def _a100() -> str:
             "arch.ptx_version = 70 cannot target sm_86, which PTX 7.1 introduced",
         ),
         (
+            lambda t: t.replace("sm = 80", "sm = 75"),
+            "arch.generation = 'ampere' is not sm_75's, which is 'turing'",
+        ),
+        (
             lambda t: t.replace("warp_size = 32", "warp_size = 33"),
             "compute.warp_size = 33: every NVIDIA GPU",
         ),

@@ -58,6 +58,14 @@ def _spec_text() -> str:
             "core.fma_width_bits = 512 is wider than isa.vector_bits = 256",
         ),
         (
+            lambda t: t.replace("vector_registers = 16", "vector_registers = 64"),
+            "isa.vector_registers = 64, but x86_64 names only 32",
+        ),
+        (
+            lambda t: t.replace("general_registers = 16", "general_registers = 31"),
+            "isa.general_registers = 31, but x86_64 names only 16",
+        ),
+        (
             lambda t: t.replace("size_kib = 8192", "size_kib = 99999999"),
             "allowed 1..1048576",
         ),

@@ -204,6 +204,9 @@ TIER2_BATCH = 48
 # a measured time beyond this many times the spec's fp32 peak is not this GPU's: cards boost
 # above their rated clock (an RTX 2080 Ti's fastest Xgemm runs at 0.94 of it), not by half again
 IMPLAUSIBLE_PEAK_SHARE = 1.5
+# nor is a tuning run whose fastest kernel reached less than this share of the peak: Xgemm's
+# naive configurations run at a few percent of it, and times in microseconds read as ms at 0.1%
+IMPLAUSIBLE_BEST_SHARE = 0.001
 # words of a GPU's name that say who made it or its line, not which GPU it is
 _VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "quadro"})
 # words that make another part of one model number (an RTX 2080 is not a 2080 Ti)
@@ -340,6 +343,15 @@ def measured_accuracy(
             f"takes {least_ms:.4g} ms; the times may not be in ms, or the problem size or the GPU "
             "may not be those measured (the rank scores do not depend on the unit, the median "
             "error does)"
+        )
+    most_ms = flops / (IMPLAUSIBLE_BEST_SHARE * hw.peak_flops) * 1e3
+    quickest = min(c.milliseconds for c in cache.configs)
+    if warn and quickest > most_ms:
+        warn(
+            f"the file's fastest time, {quickest:.4g} ms for M={M} N={N} K={K}, is too slow for "
+            f"{hw.name}: {IMPLAUSIBLE_BEST_SHARE:g}x its fp32 peak takes {most_ms:.4g} ms; the "
+            "times may not be in ms, or the problem size or the GPU may not be those measured "
+            "(the rank scores do not depend on the unit, the median error does)"
         )
     schedules = [target.schedule(space, cfg) for cfg in configs]
     if log:

@@ -370,6 +370,14 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
     assert f"{len(CONFIGS)} of the file's {len(CONFIGS)} times are too fast" in proc.stderr
     in_seconds = json.loads(proc.stdout)
     assert in_seconds["spearman"] == doc["spearman"] and in_seconds["top1"] == doc["top1"]
+    assert "too slow" not in proc.stderr + run_cli(*args, "--sample", "10").stderr
+    # and 10^5 times larger (microseconds written as ms, say): slower than any GPU tunes to
+    slow = tmp_path / "slow.json"
+    slow.write_text(kernel_tuner_text([(c, ms * 1e5) for c, ms in CONFIGS]))
+    proc = run_cli("accuracy", "--measured", str(slow), "--target", "titan-rtx", "--json",
+                   "--sample", "10", "--candidates", "10")  # fmt: skip
+    assert proc.returncode == 0 and "fastest time" in proc.stderr and "too slow" in proc.stderr
+    assert json.loads(proc.stdout)["spearman"] == doc["spearman"]
     again = run_cli(*args, "--plot", str(png))  # refused before any work, the plot kept
     assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
 

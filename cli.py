@@ -27,7 +27,13 @@ from aotune.artifact.commands import (
     open_db,
 )
 from aotune.errors import AotuneError, ConfigError, UnsatisfiableError
-from aotune.files import check_writable, json_text, write_new_file
+from aotune.files import (
+    check_writable,
+    file_identity,
+    json_text,
+    refuse_outputs_over_inputs,
+    write_new_file,
+)
 from aotune.search.options import LIMITS, SearchOptions
 
 EXIT_ERROR = 2
@@ -60,16 +66,6 @@ class _Parser(argparse.ArgumentParser):
             if given.setdefault(action, value) != value:
                 self.error(f"{name} given twice ({given[action]} and {value}); give it once")
         return super().parse_known_args(argv, namespace)
-
-
-def _file_identity(path: str) -> object:
-    """What makes two names one file: its device and inode where it exists (symlinks and hard
-    links alike), else the real path it would be created at."""
-    try:
-        st = os.stat(path)
-        return (st.st_dev, st.st_ino)
-    except (OSError, ValueError):
-        return os.path.realpath(path)
 
 
 def _int_arg(text: str) -> int:
@@ -336,11 +332,8 @@ def _refuse_emits_over_inputs(args: argparse.Namespace, emits: dict[str, str]) -
     for name, path in emits.items():
         if path == "-":
             raise ConfigError(f"--emit-{name} -: give a file name (the code is not printed)")
-        for what, used in inputs.items():
-            if _file_identity(path) == _file_identity(used):
-                raise ConfigError(
-                    f"--emit-{name} {path} is {what} this command reads; give another file"
-                )
+    outputs = {f"--emit-{name}": path for name, path in emits.items()}
+    refuse_outputs_over_inputs(outputs, inputs, ConfigError)
 
 
 def _write_new(path: str, text: str | bytes, force: bool) -> None:
@@ -372,7 +365,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.force and not emits:
         raise ConfigError("--force lets an --emit-* option replace its file, and none is given")
     # the same file however it is spelt (./F, an absolute path, a symlink to it, a hard link)
-    if len({_file_identity(p) for p in emits.values()}) < len(emits):
+    if len({file_identity(p) for p in emits.values()}) < len(emits):
         raise ConfigError("two --emit-* options name the same file; give each its own")
     _refuse_emits_over_inputs(args, emits)
     for name, path in emits.items():
@@ -918,10 +911,10 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     log = None if args.json else _progress_log()
     if not 0 <= args.seed <= SEED_LIMIT:  # numpy's generators take no other seed
         raise ConfigError(f"--seed {args.seed}: give a seed in 0..{SEED_LIMIT}")
-    if args.force and not args.plot:
+    if args.force and args.plot is None:
         raise ConfigError("--force lets --plot replace its file, and no --plot FILE is given")
     if args.measured is None:
-        if args.plot or args.candidates is not None:
+        if args.plot is not None or args.candidates is not None:
             raise ConfigError("--plot and --candidates apply to --measured FILE only")
         args.op = args.op or "matmul"
         w, hw = _problem(args)
@@ -943,9 +936,13 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
             "--measured FILE scores the kernel the file measured; leave out the workload "
             f"({' '.join(filter(None, [args.op, args.spec, *given]))}); --shape MxNxK may set K"
         )
-    if args.plot:
+    if args.plot is not None:
         if Path(args.plot).suffix.lower() != ".png":
-            raise ConfigError(f"--plot {args.plot}: the plot is a PNG image; name it *.png")
+            raise ConfigError(f"--plot {args.plot!r}: the plot is a PNG image; name it *.png")
+        inputs = {"the --measured file": args.measured}
+        if os.path.isfile(args.target):
+            inputs["the --target spec"] = args.target
+        refuse_outputs_over_inputs({"--plot": args.plot}, inputs, ConfigError)
         check_writable(args.plot, args.force, ConfigError)
     shape = None
     if args.shape is not None:

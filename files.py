@@ -132,6 +132,44 @@ def write_new_file(
                 pass
 
 
+def file_identity(path: str | Path) -> object:
+    """What makes two names one file: its device and inode where it exists (symlinks and hard
+    links alike), else the real path it would be created at."""
+    try:
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
+    except (OSError, ValueError):
+        return os.path.realpath(path)
+
+
+def refuse_outputs_over_inputs(
+    outputs: dict[str, str], inputs: dict[str, str], error: type[AotuneError]
+) -> None:
+    """``error`` where an output file (``--plot F``: its path) is one of the command's inputs
+    (``the --target spec``: its path), however either is spelt: --force replaces earlier output,
+    never what the command reads."""
+    for out_name, out_path in outputs.items():
+        for in_name, in_path in inputs.items():
+            if file_identity(out_path) == file_identity(in_path):
+                raise error(
+                    f"{out_name} {out_path} is {in_name} this command reads; give another file"
+                )
+
+
+def refuse_inputs_inside(
+    directory: str | Path, flag: str, inputs: dict[str, str], error: type[AotuneError]
+) -> None:
+    """``error`` where an input (``the kernel list``: its path) lies inside the output directory
+    ``directory`` that a command replaces files of (``flag`` names it for the message)."""
+    root = Path(os.path.realpath(directory))
+    for name, path in inputs.items():
+        if Path(os.path.realpath(path)).is_relative_to(root):
+            raise error(
+                f"{name} {path} is inside {flag} {directory}, where this command writes; keep "
+                f"it outside, or give {flag} another directory"
+            )
+
+
 def _new_file_mode(p: Path) -> int:
     """The permission bits of the file being replaced, else those open() gives a new file."""
     try:

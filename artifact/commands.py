@@ -7,6 +7,7 @@ progress on stderr only when it is a terminal, every AotuneError one ``error:`` 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aotune.errors import BuildError, ConfigError, DatabaseError
-from aotune.files import json_text
+from aotune.files import json_text, refuse_inputs_inside
 from aotune.search.options import SearchOptions
 
 EXIT_ERROR = 2
@@ -157,9 +158,17 @@ def cmd_build(args: argparse.Namespace) -> int:
     from aotune.artifact.inputs import read_input
     from aotune.artifact.onnx_import import parse_shape_args
     from aotune.hwspecs.spec import load_target
+    from aotune.search.database import default_path
 
     if args.jobs is not None and args.jobs < 1:
         raise BuildError(f"--jobs {args.jobs}: give 1 or more worker processes")
+    for flag, value in (("the kernel list", args.input), ("-o", args.out), ("--cc", args.cc)):
+        if value is not None and not value.strip():
+            raise BuildError(f"{flag} is an empty name; give a path")
+    if args.cluster is not None and not args.cluster.strip():
+        raise BuildError(
+            "--cluster is an empty address; give the scheduler's, e.g. tcp://host:8786"
+        )
     if args.cluster and args.jobs is not None:
         raise BuildError("--jobs and --cluster contradict each other: the cluster has its workers")
     search = SearchOptions(
@@ -170,6 +179,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         compile_top=max(16, args.top_k),
     )
     shapes = parse_shape_args(args.shape)
+    inputs = {"the kernel list": args.input}
+    if os.path.isfile(args.target):
+        inputs["the --target spec"] = args.target
+    if not getattr(args, "no_db", False):
+        inputs["the tuning database"] = str(args.db or default_path())
+    # the output directory is the build's: what it reads must not be replaced or removed there
+    refuse_inputs_inside(args.out, "-o", inputs, BuildError)
     kernels = read_input(Path(args.input), shapes)
     hw = load_target(args.target)
     db = open_db(args)
@@ -335,6 +351,11 @@ def cmd_db(args: argparse.Namespace) -> int:
         raise DatabaseError(
             "'aotune db' needs an action: list, show ID, export FILE or import FILE "
             "(see 'aotune db --help')"
+        )
+    if command in ("import", "export") and args.file.strip() in ("", "-"):
+        raise DatabaseError(
+            f"db {command} {args.file!r}: give a file name (records are not read from or printed "
+            "to the terminal)"
         )
     if command == "import":  # the one action that may make a new database
         from aotune.search.database import read_export

@@ -411,6 +411,10 @@ def test_read_only_commands_need_an_existing_database(tmp_path, capsys):
     assert main(["db", "list", "--db", str(empty)]) == 2
     assert "nothing is stored there yet" in _error_line(capsys)
     assert empty.read_bytes() == b""
+    for action in ("export", "import"):  # '-' is not the terminal, '' is not a name
+        for name in ("-", ""):
+            assert main(["db", action, name, "--db", str(missing)]) == 2
+            assert "give a file name" in _error_line(capsys) and not Path("-").exists()
     # an empty export imports nothing and, having nothing to keep, makes no database
     blank = tmp_path / "blank.jsonl"
     blank.write_text("\n")

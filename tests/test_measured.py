@@ -20,7 +20,7 @@ from aotune.benchmarks.suite import kendall, median_abs_error, spearman
 from aotune.constraints.gpu import build_gpu_space
 from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
 from aotune.errors import ConfigError, MeasurementFileError
-from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec import SPEC_DIR, load_target
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -378,6 +378,16 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
                    "--sample", "10", "--candidates", "10")  # fmt: skip
     assert proc.returncode == 0 and "fastest time" in proc.stderr and "too slow" in proc.stderr
     assert json.loads(proc.stdout)["spearman"] == doc["spearman"]
+    # --force replaces an earlier plot, never the file being scored or the spec
+    for victim, flag in ((tmp_path / "m.png", "--measured"), (tmp_path / "t.png", "--target")):
+        source = cache_file if flag == "--measured" else SPEC_DIR / "titan-rtx.toml"
+        victim.write_bytes(source.read_bytes())
+        before = victim.read_bytes()
+        argv = ["accuracy", "--measured", str(victim if flag == "--measured" else cache_file),
+                "--target", str(victim) if flag == "--target" else "titan-rtx"]  # fmt: skip
+        refused = run_cli(*argv, "--plot", str(victim), "--force")
+        assert refused.returncode == 2 and f"is the {flag} " in refused.stderr
+        assert victim.read_bytes() == before
     again = run_cli(*args, "--plot", str(png))  # refused before any work, the plot kept
     assert again.returncode == 2 and "--force" in again.stderr and "Traceback" not in again.stderr
 

@@ -290,6 +290,7 @@ def install_output(staging: Staging, written: list[str], old_files: list[Path]) 
     """Move the staged files (``written``, relative paths, the manifest last) into the output
     directory, then remove the earlier build's files that the new build did not replace."""
     out = staging.out
+    _check_destinations(out, written)
     try:
         if staging.new_out:  # one rename: the directory appears complete or not at all
             umask = os.umask(0)
@@ -313,6 +314,25 @@ def install_output(staging: Staging, written: list[str], old_files: list[Path]) 
             f"cannot move the built library into {out} ({e.strerror}); was it changed while "
             "aotune built? build again"
         ) from None
+
+
+def _check_destinations(out: Path, written: list[str]) -> None:
+    """A BuildError, before anything is moved, where a file of the build would land on a
+    directory or under a file of the user's (kept by --force): the folder stays as it was."""
+    for rel in written:
+        dst = out / rel
+        if dst.is_dir() and not dst.is_symlink():
+            raise BuildError(
+                f"{out} holds a directory {rel}, where the build writes a file; remove it or "
+                "choose another -o (nothing was moved)"
+            )
+        for parent in dst.relative_to(out).parents:
+            p = out / parent
+            if parent != Path(".") and (p.is_file() or p.is_symlink() and not p.is_dir()):
+                raise BuildError(
+                    f"{out} holds a file {parent}, where the build makes a directory for {rel}; "
+                    "remove it or choose another -o (nothing was moved)"
+                )
 
 
 def _short(w: Any) -> str:

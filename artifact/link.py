@@ -8,6 +8,7 @@ produces the objects and the header, and says so (a program links them on the ta
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -50,6 +51,13 @@ def find_linker(arch: str, host_arch: str, cc: str | None) -> Linker:
         found = shutil.which(cc)
         if not found:
             raise BuildError(f"--cc {cc}: no such compiler on PATH; install it or name another")
+        found = os.path.abspath(found)  # the link runs in the output directory, not here
+        made_for = _compiler_arch(found)
+        if made_for is not None and made_for != arch:
+            raise BuildError(
+                f"--cc {cc} makes {made_for} code (its -dumpmachine), and the target is {arch}; "
+                f"name a compiler for {arch}"
+            )
         prefix = None
     else:
         prefix = "" if native else f"{arch}-linux-gnu-"
@@ -57,6 +65,20 @@ def find_linker(arch: str, host_arch: str, cc: str | None) -> Linker:
         found = next((shutil.which(prefix + n) for n in names if shutil.which(prefix + n)), None)
     ar = shutil.which((prefix or "") + "ar") if prefix is not None else shutil.which("ar")
     return Linker(found, ar, native)
+
+
+def _compiler_arch(cc: str) -> str | None:
+    """The architecture a C compiler makes code for (``-dumpmachine``, which gcc and clang
+    answer); None where it does not say (a wrapper script, another compiler)."""
+    try:
+        out = subprocess.run(
+            [cc, "-dumpmachine"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    first = out.split("-")[0] if out else ""
+    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(first, first)
+    return arch if arch in ("x86_64", "aarch64") else None
 
 
 def link(linker: Linker, objects: list[Path], out_dir: Path, lib: str) -> list[Path]:

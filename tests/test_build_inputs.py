@@ -17,6 +17,7 @@ from aotune.artifact.inputs import read_toml
 from aotune.artifact.onnx_import import read_onnx
 from aotune.cli import main
 from aotune.errors import BuildError
+from aotune.hwspecs.spec import SPEC_DIR
 
 from .c_programs import c_program, write_inputs
 
@@ -957,3 +958,67 @@ def test_library_options_that_would_be_ignored_are_refused_before_any_search(
     rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(out), *flags, *db)
     assert rc == 2 and all(n in one_error_line(err) for n in needles)
     assert not out.exists()
+
+
+def test_inputs_inside_the_output_directory_are_refused_before_anything_is_made(tmp_path, capsys):
+    """build --force replaced the kernel list, the database or the spec when they sat in -o
+    under the name of a file it writes; and a --db inside a new -o was made there, then the
+    folder refused for holding it. What a build reads now lives outside what it writes."""
+    out = tmp_path / "out"
+    out.mkdir()
+    inside = out / "manifest.json"
+    inside.write_text(_list(tmp_path).read_text())
+    rc, _, err = run_cli(capsys, "build", str(inside), "-o", str(out), "--force", *FAST)
+    assert rc == 2 and f"the kernel list {inside} is inside -o {out}" in one_error_line(err)
+    assert inside.read_text() == _list(tmp_path).read_text()
+    spec = out / "aotune_kernels.h"
+    spec.write_text((SPEC_DIR / "haswell.toml").read_text())
+    args = ["build", str(_list(tmp_path)), "-o", str(out), "--force"]
+    rc, _, err = run_cli(capsys, *args, "--target", str(spec), "--db", str(tmp_path / "t.db"))
+    assert rc == 2 and "the --target spec" in one_error_line(err)
+    new = tmp_path / "new"
+    rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(new), "--db",
+                         str(new / "x.db"))  # fmt: skip
+    assert rc == 2 and "the tuning database" in one_error_line(err) and not new.exists()
+    for argv, what in (
+        (["build", "", "-o", str(new)], "the kernel list is an empty name"),
+        (["build", str(_list(tmp_path)), "-o", ""], "-o is an empty name"),
+        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", " "], "empty address"),
+    ):
+        rc, _, err = run_cli(capsys, *argv)
+        assert rc == 2 and what in one_error_line(err)
+
+
+@needs_cc
+def test_a_directory_or_file_in_the_way_of_the_library_moves_nothing(tmp_path, capsys):
+    """With --force a user's directory named manifest.json (or a file named objects) stays in
+    -o; the library's files are then not moved in one by one up to the one that fails."""
+    db = ["--db", str(tmp_path / "t.db"), *FAST]
+    for blocker, message in (("manifest.json", "holds a directory manifest.json"),
+                             ("objects", "holds a file objects")):  # fmt: skip
+        out = tmp_path / f"out-{blocker}"
+        out.mkdir()
+        (out / blocker).mkdir() if blocker.endswith(".json") else (out / blocker).write_text("x")
+        rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(out), "--force", *db)
+        assert rc == 2 and message in err.splitlines()[-1]
+        assert sorted(p.name for p in out.iterdir()) == [blocker]
+
+
+@needs_cc
+def test_a_relative_cc_is_found_and_a_cross_compiler_is_named(tmp_path, capsys, monkeypatch):
+    """--cc ./wrapper passed the check and then ran in the output directory, where it is not;
+    a compiler for another architecture failed only at the link, after the search."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    wrapper = tmp_path / "mycc"
+    wrapper.write_text(f'#!/bin/sh\nexec {cc} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    _list(tmp_path)
+    rc, _, err = run_cli(capsys, "build", "k.toml", "-o", "o", "--cc", "./mycc",
+                         "--db", "t.db", *FAST)  # fmt: skip
+    assert rc == 0, err
+    other = tmp_path / "armcc"
+    other.write_text('#!/bin/sh\n[ "$1" = -dumpmachine ] && echo aarch64-linux-gnu\nexit 1\n')
+    other.chmod(0o755)
+    rc, _, err = run_cli(capsys, "build", "k.toml", "-o", "o2", "--cc", str(other), *FAST)
+    assert rc == 2 and "makes aarch64 code" in one_error_line(err) and not Path("o2").exists()

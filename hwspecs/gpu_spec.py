@@ -183,6 +183,9 @@ GENERATION_OF_SM = {
 def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
     """The relations between fields (each field's type, finiteness and range were checked while
     loading, from its metadata); returns the spec unchanged."""
+    from aotune.hwspecs.spec import check_spec_texts
+
+    check_spec_texts(spec.name, spec.description, where)
     c, lim, sh, m = spec.compute, spec.limits, spec.shared, spec.memory
     first_ptx = FIRST_PTX_FOR_SM.get(spec.arch.sm)
     generation = GENERATION_OF_SM.get(spec.arch.sm)
@@ -239,6 +242,28 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
             f"limits.max_registers_per_block ({lim.max_registers_per_block}) must be <= "
             f"limits.registers_per_sm ({lim.registers_per_sm})",
         ),
+        (
+            m.l1_latency_cycles <= m.l2_latency_cycles <= m.dram_latency_cycles,
+            f"memory latencies must grow outwards: l1_latency_cycles ({m.l1_latency_cycles}) <= "
+            f"l2_latency_cycles ({m.l2_latency_cycles}) <= dram_latency_cycles "
+            f"({m.dram_latency_cycles})",
+        ),
+        (
+            m.l1_kib * 1024 >= sh.bytes_per_sm,
+            f"memory.l1_kib = {m.l1_kib} cannot hold shared.bytes_per_sm ({sh.bytes_per_sm}): "
+            "shared memory is carved out of the unified L1; give the whole L1's size",
+        ),
+    ]
+    relations += [
+        (
+            value & (value - 1) == 0,
+            f"{key} = {value} must be a power of two, as on every NVIDIA GPU",
+        )
+        for key, value in (
+            ("shared.banks", sh.banks),
+            ("shared.bank_bytes", sh.bank_bytes),
+            ("limits.register_alloc_unit", lim.register_alloc_unit),
+        )
     ]
     for ok, text in relations:
         if not ok:

@@ -17,6 +17,7 @@ import os
 import re
 import tomllib
 import typing
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -345,13 +346,24 @@ def build_dataclass(cls: type, data: dict[str, Any], where: str) -> Any:
     return _build(cls, data, where)
 
 
+def check_spec_texts(name: str, description: str, where: str) -> None:
+    """A spec's name is a database key and a file-name-like word; its description is printed:
+    neither may hold control characters (a terminal would act on them)."""
+    if not _NAME.fullmatch(name):
+        raise HwSpecError(
+            f"{where}: name {_short(name)} must be 1-64 letters, digits, '.', '_' or '-'"
+        )
+    if any(unicodedata.category(ch) == "Cc" for ch in description):
+        raise HwSpecError(
+            f"{where}: description holds a control character (a newline, an escape); write it "
+            "on one line of printable text"
+        )
+
+
 def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     """Semantic checks that span fields (each field's own type and range were checked while
     loading); returns the spec unchanged."""
-    if not _NAME.fullmatch(spec.name):
-        raise HwSpecError(
-            f"{where}: name {_short(spec.name)} must be 1-64 letters, digits, '.', '_' or '-'"
-        )
+    check_spec_texts(spec.name, spec.description, where)
     if spec.kind != "cpu":
         raise HwSpecError(f'{where}: kind {_short(spec.kind)} is not supported; use kind = "cpu"')
     isa = spec.isa
@@ -396,8 +408,27 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
             f"isa.vector_bits = {isa.vector_bits}; an FMA pipe is at most as wide as the "
             "vectors the ISA has: fix one of them"
         )
+    if spec.core.load_width_bits > isa.vector_bits:
+        raise HwSpecError(
+            f"{where}: core.load_width_bits = {spec.core.load_width_bits} is wider than "
+            f"isa.vector_bits = {isa.vector_bits}; a load port reads at most a vector: fix one "
+            "of them"
+        )
+    _check_vector_features(isa, where)
     by_level = sorted(spec.caches, key=lambda c: c.level)
     for inner, outer in zip(by_level, by_level[1:]):
+        if inner.shared_by_cores > outer.shared_by_cores:
+            raise HwSpecError(
+                f"{where}: cache L{inner.level} is shared by {inner.shared_by_cores} cores and "
+                f"L{outer.level}, outside it, by {outer.shared_by_cores}; a level further out is "
+                "shared by at least as many: check the shared_by_cores of both"
+            )
+        if inner.line_bytes > outer.line_bytes:
+            raise HwSpecError(
+                f"{where}: cache L{inner.level}'s lines ({inner.line_bytes} bytes) are longer "
+                f"than L{outer.level}'s ({outer.line_bytes}); an outer level holds whole lines "
+                "of the inner one: check the line_bytes of both"
+            )
         if outer.size_kib < inner.size_kib:  # a level further out is never the smaller one
             raise HwSpecError(
                 f"{where}: cache L{outer.level} ({outer.size_kib} KiB) is smaller than "
@@ -415,6 +446,24 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
             f"beyond a page ({spec.memory.page_bytes} bytes); prefetchers stop at page boundaries"
         )
     return spec
+
+
+# the LLVM feature that gives x86-64 vectors of each width (any one of them does)
+X86_VECTOR_FEATURES = {512: ("avx512f",), 256: ("avx", "avx2", "avx512f")}
+
+
+def _check_vector_features(isa: IsaSpec, where: str) -> None:
+    """On x86-64, features that are listed must include one that gives vectors of the spec's
+    width (an AVX2 CPU said to have 512-bit vectors gets ymm code the model mis-times); an empty
+    list leaves it to the CPU name, which LLVM checks."""
+    listed = [f.strip() for f in isa.llvm_features.split(",") if f.strip()]
+    needed = X86_VECTOR_FEATURES.get(isa.vector_bits) if isa.arch == "x86_64" else None
+    if not listed or not needed or any(f"+{n}" in listed for n in needed):
+        return
+    raise HwSpecError(
+        f"{where}: isa.vector_bits = {isa.vector_bits}, but isa.llvm_features enables none of "
+        f"{', '.join('+' + n for n in needed)}; add one, or give the vector width the CPU has"
+    )
 
 
 def _check_feature_syntax(features: str, where: str) -> None:

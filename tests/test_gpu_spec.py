@@ -81,6 +81,16 @@ def _a100() -> str:
             lambda t: t.replace("sm = 80", "sm = 86"),
             "arch.ptx_version = 70 cannot target sm_86, which PTX 7.1 introduced",
         ),
+        (lambda t: t.replace('name = "a100"', 'name = ""'), "name '' must be 1-64 letters"),
+        (
+            lambda t: re.sub(r"l2_latency_cycles = \d+", "l2_latency_cycles = 10", t),
+            "memory latencies must grow outwards",
+        ),
+        (
+            lambda t: re.sub(r"l1_kib = \d+", "l1_kib = 1", t),
+            "memory.l1_kib = 1 cannot hold shared.bytes_per_sm",
+        ),
+        (lambda t: t.replace("banks = 32", "banks = 7"), "shared.banks = 7 must be a power of two"),
         (
             lambda t: t.replace("sm = 80", "sm = 75"),
             "arch.generation = 'ampere' is not sm_75's, which is 'turing'",

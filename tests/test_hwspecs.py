@@ -58,6 +58,28 @@ def _spec_text() -> str:
             "core.fma_width_bits = 512 is wider than isa.vector_bits = 256",
         ),
         (
+            lambda t: t.replace("load_width_bits = 256", "load_width_bits = 512"),
+            "core.load_width_bits = 512 is wider than isa.vector_bits = 256",
+        ),
+        (
+            lambda t: t.replace("vector_bits = 256", "vector_bits = 512").replace(
+                "fma_width_bits = 256", "fma_width_bits = 512"
+            ),
+            "isa.vector_bits = 512, but isa.llvm_features enables none of +avx512f",
+        ),
+        (
+            lambda t: t.replace("shared_by_cores = 1", "shared_by_cores = 4", 1),
+            "cache L1 is shared by 4 cores and L2, outside it, by 1",
+        ),
+        (
+            lambda t: t.replace("line_bytes = 64", "line_bytes = 128", 1),
+            "cache L1's lines (128 bytes) are longer than L2's (64)",
+        ),
+        (
+            lambda t: t.replace('description = "', 'description = "two\\u001b[2Jlines ', 1),
+            "description holds a control character",
+        ),
+        (
             lambda t: t.replace("vector_registers = 16", "vector_registers = 64"),
             "isa.vector_registers = 64, but x86_64 names only 32",
         ),

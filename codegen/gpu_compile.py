@@ -168,7 +168,9 @@ def compile_gpu_kernel(
     names constant 64-bit arrays the cubin defines beside the kernel (a library's record)."""
     launch = launch_of(s, hw, entry)
     ir_text = KernelEmitter(s, entry).device_module(
-        hw.arch.triple, dynamic_shared=launch.dynamic_shared_bytes > 0
+        hw.arch.triple,
+        dynamic_shared=launch.dynamic_shared_bytes > 0,
+        max_registers=hw.limits.max_registers_per_thread,
     )
     for name, words in (exported or {}).items():
         values = ", ".join(f"i64 {int(w)}" for w in words)

@@ -37,6 +37,8 @@ I1 = ir.IntType(1)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PF32 = F32.as_pointer()
+# the most registers a PTX thread can have (PTX ISA, ".maxnreg"): ptxas's own cap
+PTX_MAX_REGISTERS = 255
 REGIONS = ("region_init", "region_stage", "region_compute", "region_store")
 LOG2E = 1.4426950408889634
 
@@ -543,12 +545,17 @@ class KernelEmitter:
         return b.call(fn, [b.fmul(x, ir.Constant(F32, LOG2E))])
 
     # ---- glues ----------------------------------------------------------------------------------
-    def device_module(self, triple: str, dynamic_shared: bool = False) -> str:
+    def device_module(
+        self, triple: str, dynamic_shared: bool = False, max_registers: int = PTX_MAX_REGISTERS
+    ) -> str:
         """The NVPTX module: one ``ptx_kernel`` entry (A, B, C, bias) with a 1-D block of
-        ``threads`` and a (M/bm, N/bn, batch) grid."""
+        ``threads`` and a (M/bm, N/bn, batch) grid, at most ``max_registers`` per thread."""
         m = self.device_ir(triple, dynamic_shared)
         # the block size as ptxas's .maxntid: it then fits the registers to a block of that size
-        return _with_fn_attribute(str(m), self.entry, f'"nvvm.maxntid"="{self.s.threads}"')
+        attributes = f'"nvvm.maxntid"="{self.s.threads}"'
+        if max_registers < PTX_MAX_REGISTERS:  # a GPU that allows fewer: .maxnreg, spilled past
+            attributes += f' "nvvm.maxnreg"="{max_registers}"'
+        return _with_fn_attribute(str(m), self.entry, attributes)
 
     def device_ir(self, triple: str, dynamic_shared: bool = False) -> ir.Module:
         """The NVPTX module as llvmlite IR objects (what ``device_module`` prints, and what

@@ -3,6 +3,7 @@ run on this CPU through the same per-thread body, matches numpy on awkward shape
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -172,3 +173,22 @@ def test_reading_ahead_moves_each_read_a_k_step_before_its_use():
         f = gpu_features(compile_gpu_kernel(schedule_from_config(space, cfg), hw))
         gap[ahead] = min(use - load for load, use in f.load_uses)
     assert gap[0] < 32 and gap[1] > 128
+
+
+def test_a_spec_with_fewer_registers_per_thread_binds_ptxas():
+    """A GPU spec allowing 32 registers a thread: the kernel is assembled within them (spilling,
+    which validate then reports), not at the 128 ptxas would choose for 64 threads."""
+    hw = load_target("h100")
+    few = dataclasses.replace(
+        hw, limits=dataclasses.replace(hw.limits, max_registers_per_thread=32)
+    )
+    w = matmul(4096, 4096, 4096)
+    text = ("bm=128,bn=32,bk=16,tx=2,ty=32,vm=2,vn=1,strm=0,strn=0,sa=1,sb=1,la=16,lb=8,va=1,"
+            "vb=1,unroll=1,pad_a=2,pad_b=4,ahead=0")  # fmt: skip
+    roomy, tight = (
+        compile_gpu_kernel(schedule_from_config(space, space.parse_config(text)), h)
+        for h, space in ((hw, build_gpu_space(w, hw)), (few, build_gpu_space(w, few)))
+    )
+    assert roomy.report.registers > 32 and roomy.report.spill_bytes == 0
+    assert tight.report.registers <= 32 and tight.report.spill_bytes > 0
+    assert ".maxnreg 32" in tight.ptx and ".maxnreg" not in roomy.ptx

@@ -47,6 +47,26 @@ C_KEYWORDS = frozenset(
     _Generic _Noreturn _Static_assert _Thread_local bool true false alignas alignof nullptr
     static_assert thread_local typeof""".split()
 )
+# the header declares extern "C" functions for C++ too, where these are keywords
+CPP_KEYWORDS = frozenset(
+    """and and_eq asm bitand bitor catch char8_t char16_t char32_t class co_await co_return
+    co_yield compl concept const_cast consteval constexpr constinit decltype delete dynamic_cast
+    explicit export friend mutable namespace new noexcept not not_eq operator or or_eq private
+    protected public reinterpret_cast requires static_cast template this throw try typeid
+    typename using virtual wchar_t xor xor_eq""".split()
+)
+# types and macros of the C standard headers a program includes beside the library's header
+# (stddef, stdint, stdio, stdlib, errno, math, limits, stdarg, time): a kernel of one of these
+# names breaks the compile of such a program (size_t redeclared, NULL expanded)
+C_HEADER_NAMES = frozenset(
+    """size_t ptrdiff_t max_align_t wint_t FILE fpos_t div_t ldiv_t lldiv_t va_list time_t
+    clock_t tm timespec int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
+    intptr_t uintptr_t intmax_t uintmax_t ssize_t off_t float_t double_t NULL EOF BUFSIZ
+    FILENAME_MAX FOPEN_MAX TMP_MAX L_tmpnam SEEK_SET SEEK_CUR SEEK_END EXIT_SUCCESS EXIT_FAILURE
+    RAND_MAX MB_CUR_MAX errno stdin stdout stderr assert offsetof va_start va_arg va_end
+    va_copy INFINITY NAN HUGE_VAL HUGE_VALF CHAR_BIT INT_MAX INT_MIN UINT_MAX LONG_MAX LONG_MIN
+    ULONG_MAX SIZE_MAX CLOCKS_PER_SEC EDOM ERANGE EILSEQ""".split()
+)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # key -> (type(s) TOML may give, the build_workload keyword it feeds)
 TOML_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -128,6 +148,13 @@ def reserved_name_reason(name: str) -> str | None:
         )
     if name in C_KEYWORDS:
         return "is a C keyword"
+    if name in CPP_KEYWORDS:
+        return "is a C++ keyword, and the header is included from C++ too"
+    if name in C_HEADER_NAMES:
+        return (
+            "is a type or macro of the C standard headers, which a program includes beside the "
+            "library's header"
+        )
     if name == "main":
         return "is the entry point of every C program the library is linked into"
     if _c_library_function(name):

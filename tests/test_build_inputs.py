@@ -126,6 +126,9 @@ layout = "nhwc"
         ('[[kernel]]\nname = "__init__"\nop = "matmul"', "starts with _"),
         ('[[kernel]]\nname = "main"\nop = "matmul"', "the entry point of every C program"),
         ('[[kernel]]\nname = "malloc"\nop = "matmul"', "is a function of the C library"),
+        ('[[kernel]]\nname = "size_t"\nop = "matmul"', "a type or macro of the C standard"),
+        ('[[kernel]]\nname = "NULL"\nop = "matmul"', "a type or macro of the C standard"),
+        ('[[kernel]]\nname = "class"\nop = "matmul"', "is a C++ keyword"),
         (
             '[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2x2"\n'
             '[[kernel]]\nname = "a"\nop = "dense"\nshape = "2x2x2"',

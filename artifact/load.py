@@ -294,6 +294,11 @@ class LibraryKernel:
             raise LibraryError(
                 f"{what} must be a numpy array of float32 {shape}, got {type(x).__name__}"
             )
+        if isinstance(x, np.ma.MaskedArray):  # the kernel reads every element, masked or not
+            raise LibraryError(
+                f"{what} is a masked array, whose mask the kernel cannot honour; pass "
+                "x.filled(0) (masked elements as zeros) or np.asarray(x) (their stored values)"
+            )
         if x.dtype != np.float32:
             raise LibraryError(
                 f"{what} has dtype {x.dtype}; the kernel takes float32 (use x.astype(np.float32))"
@@ -337,8 +342,16 @@ class Library:
                 f"{type(path).__name__}"
             )
         p = Path(path)
-        manifest = p if p.is_file() else p / "manifest.json"
-        if not manifest.exists():
+        try:
+            manifest = p if p.is_file() else p / "manifest.json"
+            found = manifest.exists()
+        except (OSError, ValueError) as e:  # a name too long for the file system, a NUL byte
+            why = e.strerror if isinstance(e, OSError) else str(e)
+            raise LibraryError(
+                f"cannot look at {str(p)[:80]!r} ({why}); give the directory 'aotune build -o "
+                "DIR' wrote"
+            ) from None
+        if not found:
             raise LibraryError(
                 f"{p} holds no manifest.json; give the directory 'aotune build -o DIR' wrote"
             )

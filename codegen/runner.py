@@ -152,6 +152,11 @@ class HostKernel:
         """The contraction of row-major float32 A and B (shapes as the schedule says), plus
         epilogue."""
         s = self.kernel.schedule
+        if any(isinstance(x, np.ma.MaskedArray) for x in (a, b, bias, out)):
+            raise FinalCheckError(
+                "a masked array's mask cannot be honoured (every element is read); pass "
+                "x.filled(0) or np.asarray(x)"
+            )
         a = np.ascontiguousarray(a, dtype=np.float32)
         b = np.ascontiguousarray(b, dtype=np.float32)
         a_shape, b_shape, c_shape = s.shapes

@@ -183,6 +183,8 @@ def test_aotune_load_checks_arguments(built):
         ((a,), {}, "takes 2 input arrays"),
         ((a.tolist(), b), {}, "must be a numpy array"),
         ((a, b), {"out": np.zeros((97, 61), np.float32)}, "shape (97, 61)"),
+        # the mask was dropped: 53.0 where np.ma.dot gives 52.0
+        ((np.ma.masked_array(a, mask=np.eye(61, 53, dtype=bool)), b), {}, "is a masked array"),
     ]
     for args, kw, text in cases:
         with pytest.raises(LibraryError, match=text.replace("(", r"\(").replace(")", r"\)")):
@@ -253,6 +255,8 @@ def test_aotune_load_refuses_a_changed_library_and_a_malformed_manifest(built, t
     (deep / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(aotune.LibraryError, match="nested too deeply"):
         aotune.load(deep)
+    with pytest.raises(aotune.LibraryError, match="cannot look at"):
+        aotune.load("x" * 100_000)  # longer than any file name: OSError ENAMETOOLONG
 
     # shapes changed consistently (rows of A and C doubled): the manifest passes its own checks,
     # and the kernel would write past C's 61 rows; the shared object says what it was built for

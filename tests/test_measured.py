@@ -378,6 +378,13 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
                    "--sample", "10", "--candidates", "10")  # fmt: skip
     assert proc.returncode == 0 and "fastest time" in proc.stderr and "too slow" in proc.stderr
     assert json.loads(proc.stdout)["spearman"] == doc["spearman"]
+    outlier = tmp_path / "outlier.json"  # one time of 1e20 ms among real ones
+    outlier.write_text(kernel_tuner_text([(CONFIGS[0][0], 1e20), *CONFIGS[1:]]))
+    proc = run_cli("accuracy", "--measured", str(outlier), "--target", "titan-rtx", "--json",
+                   "--sample", "10", "--candidates", "10")  # fmt: skip
+    assert (
+        proc.returncode == 0 and f"1 of the file's {len(CONFIGS)} times are slower" in proc.stderr
+    )
     # --force replaces an earlier plot, never the file being scored or the spec
     for victim, flag in ((tmp_path / "m.png", "--measured"), (tmp_path / "t.png", "--target")):
         source = cache_file if flag == "--measured" else SPEC_DIR / "titan-rtx.toml"
@@ -456,6 +463,8 @@ def test_accuracy_command_errors_are_one_line_exit_2(tmp_path: Path, make, args,
 
 
 def test_accuracy_of_a_workload_needs_a_machine_that_runs_it():
+    proc = run_cli("accuracy", "matmul", "--shape", "8x8x8", "--sample", "10")
+    assert proc.returncode == 2 and "give at least 20" in proc.stderr  # top-10 of 10 is 1.0
     proc = run_cli("accuracy", "matmul", "--shape", "64x64x64", "--target", "t4")
     assert proc.returncode == 2 and "--measured" in proc.stderr
     proc = run_cli("accuracy", "--target", "t4", "--plot", "x.png")
@@ -463,9 +472,9 @@ def test_accuracy_of_a_workload_needs_a_machine_that_runs_it():
 
 
 def test_accuracy_of_a_workload_on_this_host_has_the_same_fields(host):
-    doc = host_accuracy(matmul(48, 40, 24), host, samples=10, seed=1, timing_seconds=(0.0, 0.0))
+    doc = host_accuracy(matmul(48, 40, 24), host, samples=20, seed=1, timing_seconds=(0.0, 0.0))
     assert list(doc) == JSON_FIELDS
-    assert doc["configs"] == doc["scored"] == 10 and doc["rejected_by_space"] == 0
+    assert doc["configs"] == doc["scored"] == 20 and doc["rejected_by_space"] == 0
     assert 0.0 < doc["top1"] <= doc["top5"] <= doc["top10"] <= 1.0
 
 

@@ -11,6 +11,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -840,7 +841,7 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
             kind = result.origin[path].split(":", 1)[0]
             print(f"  {path:<38} {value_at(result.spec, path)!s:<14.14} {kind}")
         print(f"  core model from {result.spec.core_model_from}")
-        print(f"wrote {args.output}: use it with --target {args.output}")
+        print(f"wrote {args.output}: use it with --target {shlex.quote(args.output)}")
     return 0
 
 

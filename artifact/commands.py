@@ -179,15 +179,16 @@ def cmd_build(args: argparse.Namespace) -> int:
         compile_top=max(16, args.top_k),
     )
     shapes = parse_shape_args(args.shape)
+    kernels = read_input(Path(args.input), shapes)
+    hw = load_target(args.target)
     inputs = {"the kernel list": args.input}
     if os.path.isfile(args.target):
         inputs["the --target spec"] = args.target
     if not getattr(args, "no_db", False):
         inputs["the tuning database"] = str(args.db or default_path())
     # the output directory is the build's: what it reads must not be replaced or removed there
+    # (checked before the database is opened, which would create it)
     refuse_inputs_inside(args.out, "-o", inputs, BuildError)
-    kernels = read_input(Path(args.input), shapes)
-    hw = load_target(args.target)
     db = open_db(args)
     options = BuildOptions(
         out_dir=Path(args.out),

@@ -17,6 +17,7 @@ import dataclasses
 import os
 import time
 import tomllib
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -448,7 +449,9 @@ def _cpu_model() -> str:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.lower().startswith(("model name", "cpu model")):
-                    return " ".join(line.split(":", 1)[1].split())
+                    name = " ".join(line.split(":", 1)[1].split())
+                    # the spec's description holds it, and a spec refuses control characters
+                    return "".join(ch for ch in name if unicodedata.category(ch) != "Cc")
     except OSError:
         pass
     return "unknown CPU"

@@ -41,6 +41,7 @@ from aotune.artifact.backends import Check, Chosen, backend_for
 from aotune.artifact.fanout import SearchTask, run_searches
 from aotune.artifact.inputs import KernelList, SkippedOp
 from aotune.errors import BuildError
+from aotune.files import file_identity
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import driver
 from aotune.search.cached import record_key, result_of, store_check
@@ -75,6 +76,8 @@ class BuildOptions:
     force: bool = False
     cc: str | None = None
     objects_only: bool = False
+    # what the build reads (a name for messages -> its path): never replaced by what it writes
+    inputs: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -286,11 +289,17 @@ def _remove_dirs(dirs: list[Path]) -> None:
             pass
 
 
-def install_output(staging: Staging, written: list[str], old_files: list[Path]) -> None:
+def install_output(
+    staging: Staging,
+    written: list[str],
+    old_files: list[Path],
+    inputs: tuple[tuple[str, str], ...] = (),
+) -> None:
     """Move the staged files (``written``, relative paths, the manifest last) into the output
-    directory, then remove the earlier build's files that the new build did not replace."""
+    directory, then remove the earlier build's files that the new build did not replace;
+    nothing is moved where one would replace an input (``inputs``: name, path)."""
     out = staging.out
-    _check_destinations(out, written)
+    _check_destinations(out, written, inputs)
     try:
         if staging.new_out:  # one rename: the directory appears complete or not at all
             umask = os.umask(0)
@@ -316,11 +325,21 @@ def install_output(staging: Staging, written: list[str], old_files: list[Path]) 
         ) from None
 
 
-def _check_destinations(out: Path, written: list[str]) -> None:
-    """A BuildError, before anything is moved, where a file of the build would land on a
-    directory or under a file of the user's (kept by --force): the folder stays as it was."""
+def _check_destinations(
+    out: Path, written: list[str], inputs: tuple[tuple[str, str], ...] = ()
+) -> None:
+    """A BuildError, before anything is moved, where a file of the build would replace one of
+    its inputs, or land on a directory or under a file of the user's (kept by --force): the
+    folder stays as it was."""
+    read = {file_identity(path): (name, path) for name, path in inputs}
     for rel in written:
         dst = out / rel
+        if dst.exists() and file_identity(dst) in read:
+            name, path = read[file_identity(dst)]
+            raise BuildError(
+                f"the library's {rel} would replace {name} {path}, which this build read; keep "
+                "it outside -o, or give -o another directory (nothing was moved)"
+            )
         if dst.is_dir() and not dst.is_symlink():
             raise BuildError(
                 f"{out} holds a directory {rel}, where the build writes a file; remove it or "
@@ -377,7 +396,7 @@ def build(
     staging = stage_output_dir(options.out_dir)
     try:
         report, written = _build(kernels, hw, options, db, event, start, staging)
-        install_output(staging, written, old_files)
+        install_output(staging, written, old_files, options.inputs)
     except BaseException:  # failed or interrupted (Ctrl-C): the output directory stays as it was
         discard_staging(staging)
         raise

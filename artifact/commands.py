@@ -186,9 +186,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         inputs["the --target spec"] = args.target
     if not getattr(args, "no_db", False):
         inputs["the tuning database"] = str(args.db or default_path())
-    # the output directory is the build's: what it reads must not be replaced or removed there
-    # (checked before the database is opened, which would create it)
-    refuse_inputs_inside(args.out, "-o", inputs, BuildError)
+    if not args.force:  # with --force they may stay there, if the build writes none of them
+        # checked before the database is opened, which would create it inside -o
+        refuse_inputs_inside(args.out, "-o", inputs, BuildError)
     db = open_db(args)
     options = BuildOptions(
         out_dir=Path(args.out),
@@ -200,6 +200,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         force=args.force,
         cc=args.cc,
         objects_only=args.objects_only,
+        inputs=tuple(inputs.items()),
     )
     err = _console(stderr=True)
     states: dict[str, str] = {}
@@ -345,6 +346,14 @@ def _record_line(r: Any) -> dict[str, Any]:
     }
 
 
+def _config_label(name: str, value: int) -> str | int:
+    """A stored decision as --config takes it: a categorical one by its label."""
+    from aotune.constraints.cpu import CATEGORICAL_LABELS
+
+    labels = CATEGORICAL_LABELS.get(name, ())
+    return labels[value] if 0 <= value < len(labels) else value
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     """``aotune db list|show|export|import``."""
     command = args.db_command
@@ -393,7 +402,7 @@ def cmd_db(args: argparse.Namespace) -> int:
                     if c.measured_seconds is not None
                     else ""
                 )
-                cfg = ",".join(f"{k}={v}" for k, v in c.config.items())
+                cfg = ",".join(f"{k}={_config_label(k, v)}" for k, v in c.config.items())
                 print(
                     f"  #{c.rank} {cfg}: predicted {c.predicted_seconds * 1e3:.3f} ms "
                     f"({c.bottleneck}){meas}"

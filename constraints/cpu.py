@@ -31,6 +31,8 @@ from aotune.hwspecs.spec import HwSpec
 
 ORDERS = ("nkm", "mkn", "nmk")  # outer-to-inner cache-block loops; nkm is BLIS's jc, pc, ic
 PAR_LOOPS = ("m", "n")
+# the labels of the categorical decisions (what --config takes), by decision name
+CATEGORICAL_LABELS = {"order": ORDERS, "par": PAR_LOOPS}
 UNROLLS = (1, 2, 4, 8)
 KC_CANDIDATES = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512, 768, 1024)
 MAX_BLOCK = 4096  # cache blocks beyond this are never useful on today's caches

@@ -963,26 +963,38 @@ def test_library_options_that_would_be_ignored_are_refused_before_any_search(
     assert not out.exists()
 
 
-def test_inputs_inside_the_output_directory_are_refused_before_anything_is_made(tmp_path, capsys):
+@needs_cc
+def test_inputs_inside_the_output_directory_are_never_replaced(tmp_path, capsys):
     """build --force replaced the kernel list, the database or the spec when they sat in -o
     under the name of a file it writes; and a --db inside a new -o was made there, then the
-    folder refused for holding it. What a build reads now lives outside what it writes."""
+    folder refused for holding it. Without --force an input in -o is refused before anything
+    is made; with it, the install stops (nothing moved) where a file would replace an input."""
+    new = tmp_path / "new"
+    rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(new), "--db",
+                         str(new / "x.db"))  # fmt: skip
+    assert rc == 2 and f"the tuning database {new / 'x.db'} is inside -o" in one_error_line(err)
+    assert not new.exists()
     out = tmp_path / "out"
     out.mkdir()
     inside = out / "manifest.json"
     inside.write_text(_list(tmp_path).read_text())
-    rc, _, err = run_cli(capsys, "build", str(inside), "-o", str(out), "--force", *FAST)
-    assert rc == 2 and f"the kernel list {inside} is inside -o {out}" in one_error_line(err)
-    assert inside.read_text() == _list(tmp_path).read_text()
+    db = ["--db", str(tmp_path / "t.db")]
+    rc, _, err = run_cli(capsys, "build", str(inside), "-o", str(out), "--force", *db, *FAST)
+    assert rc == 2 and "would replace the kernel list" in err.splitlines()[-1]
+    assert inside.read_text() == _list(tmp_path).read_text() and len(list(out.iterdir())) == 1
     spec = out / "aotune_kernels.h"
     spec.write_text((SPEC_DIR / "haswell.toml").read_text())
-    args = ["build", str(_list(tmp_path)), "-o", str(out), "--force"]
-    rc, _, err = run_cli(capsys, *args, "--target", str(spec), "--db", str(tmp_path / "t.db"))
-    assert rc == 2 and "the --target spec" in one_error_line(err)
-    new = tmp_path / "new"
-    rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(new), "--db",
-                         str(new / "x.db"))  # fmt: skip
-    assert rc == 2 and "the tuning database" in one_error_line(err) and not new.exists()
+    inside.unlink()
+    args = ["build", str(_list(tmp_path)), "-o", str(out), "--force", *db, *FAST]
+    rc, _, err = run_cli(capsys, *args, "--target", str(spec))
+    assert rc == 2 and "would replace the --target spec" in err.splitlines()[-1]
+    assert spec.read_text() == (SPEC_DIR / "haswell.toml").read_text()
+    # an input in -o that the build does not write stays, with --force, as before
+    keep = out / "kernels.toml"
+    keep.write_text(_list(tmp_path).read_text())
+    spec.unlink()
+    rc, _, err = run_cli(capsys, "build", str(keep), "-o", str(out), "--force", *db, *FAST)
+    assert rc == 0, err
     for argv, what in (
         (["build", "", "-o", str(new)], "the kernel list is an empty name"),
         (["build", str(_list(tmp_path)), "-o", ""], "-o is an empty name"),

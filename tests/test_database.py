@@ -590,3 +590,14 @@ def test_show_of_an_id_that_is_no_number_says_where_the_ids_are(tmp_path, capsys
         main(["db", "show", "nosuchid", "--db", str(tmp_path / "t.db")])
     assert info.value.code == 2
     assert "'nosuchid' is not a record id" in _error_line(capsys)
+
+
+def test_db_show_prints_configs_as_config_takes_them(tmp_path, capsys):
+    """Categorical decisions are stored as indices; db show prints their labels, so a line can
+    be pasted into --config (which refuses an index: order=1 had silently meant mkn)."""
+    rec = _record(1)
+    labelled = dataclasses.replace(rec.candidates[0], config={"mr": 4, "order": 1, "par": 0})
+    with open_database(tmp_path / "a.db") as db:
+        db.put(dataclasses.replace(rec, candidates=(labelled, rec.candidates[1])))
+    assert main(["db", "show", "1", "--db", str(tmp_path / "a.db")]) == 0
+    assert "#1 mr=4,order=mkn,par=m:" in capsys.readouterr().out

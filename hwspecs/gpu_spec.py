@@ -180,6 +180,11 @@ GENERATION_OF_SM = {
 }  # fmt: skip
 
 
+# the first sm whose shared memory and L1 are one SRAM (Volta tuning guide, "Unified Shared
+# Memory/L1/Texture Cache")
+UNIFIED_L1_FROM_SM = 70
+
+
 def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
     """The relations between fields (each field's type, finiteness and range were checked while
     loading, from its metadata); returns the spec unchanged."""
@@ -191,7 +196,8 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
     generation = GENERATION_OF_SM.get(spec.arch.sm)
     relations = [
         (
-            generation is None or spec.arch.generation.lower() == generation,
+            # "Ada Lovelace" names ada: the first word decides
+            generation is None or spec.arch.generation.lower().split()[:1] == [generation],
             f"arch.generation = {spec.arch.generation!r} is not sm_{spec.arch.sm}'s, which is "
             f"{generation!r}; set generation = {generation!r}, or the sm of the GPU you mean",
         ),
@@ -248,10 +254,11 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
             f"l2_latency_cycles ({m.l2_latency_cycles}) <= dram_latency_cycles "
             f"({m.dram_latency_cycles})",
         ),
-        (
-            m.l1_kib * 1024 >= sh.bytes_per_sm,
+        (  # from Volta on, shared memory is a carve-out of the unified L1 (before, apart)
+            spec.arch.sm < UNIFIED_L1_FROM_SM or m.l1_kib * 1024 >= sh.bytes_per_sm,
             f"memory.l1_kib = {m.l1_kib} cannot hold shared.bytes_per_sm ({sh.bytes_per_sm}): "
-            "shared memory is carved out of the unified L1; give the whole L1's size",
+            f"from sm_{UNIFIED_L1_FROM_SM} on shared memory is carved out of the unified L1; "
+            "give the whole L1's size",
         ),
     ]
     relations += [

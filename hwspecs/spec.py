@@ -353,10 +353,10 @@ def check_spec_texts(name: str, description: str, where: str) -> None:
         raise HwSpecError(
             f"{where}: name {_short(name)} must be 1-64 letters, digits, '.', '_' or '-'"
         )
-    if any(unicodedata.category(ch) == "Cc" for ch in description):
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\t\n" for ch in description):
         raise HwSpecError(
-            f"{where}: description holds a control character (a newline, an escape); write it "
-            "on one line of printable text"
+            f"{where}: description holds a control character (an escape, a carriage return); "
+            "write printable text"
         )
 
 
@@ -408,27 +408,9 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
             f"isa.vector_bits = {isa.vector_bits}; an FMA pipe is at most as wide as the "
             "vectors the ISA has: fix one of them"
         )
-    if spec.core.load_width_bits > isa.vector_bits:
-        raise HwSpecError(
-            f"{where}: core.load_width_bits = {spec.core.load_width_bits} is wider than "
-            f"isa.vector_bits = {isa.vector_bits}; a load port reads at most a vector: fix one "
-            "of them"
-        )
     _check_vector_features(isa, where)
     by_level = sorted(spec.caches, key=lambda c: c.level)
     for inner, outer in zip(by_level, by_level[1:]):
-        if inner.shared_by_cores > outer.shared_by_cores:
-            raise HwSpecError(
-                f"{where}: cache L{inner.level} is shared by {inner.shared_by_cores} cores and "
-                f"L{outer.level}, outside it, by {outer.shared_by_cores}; a level further out is "
-                "shared by at least as many: check the shared_by_cores of both"
-            )
-        if inner.line_bytes > outer.line_bytes:
-            raise HwSpecError(
-                f"{where}: cache L{inner.level}'s lines ({inner.line_bytes} bytes) are longer "
-                f"than L{outer.level}'s ({outer.line_bytes}); an outer level holds whole lines "
-                "of the inner one: check the line_bytes of both"
-            )
         if outer.size_kib < inner.size_kib:  # a level further out is never the smaller one
             raise HwSpecError(
                 f"{where}: cache L{outer.level} ({outer.size_kib} KiB) is smaller than "
@@ -448,22 +430,31 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     return spec
 
 
-# the LLVM feature that gives x86-64 vectors of each width (any one of them does)
-X86_VECTOR_FEATURES = {512: ("avx512f",), 256: ("avx", "avx2", "avx512f")}
+def _gives_vectors(feature: str, bits: int) -> bool:
+    """Whether the x86 LLVM feature ``feature`` gives (or implies) vectors of ``bits``: every
+    AVX-512 and AVX10 feature implies avx512f, and FMA, F16C and every AVX feature imply AVX."""
+    if bits == 512:
+        return feature.startswith(("avx512", "avx10"))
+    return feature.startswith("avx") or feature in ("fma", "f16c", "fma4", "xop")
 
 
 def _check_vector_features(isa: IsaSpec, where: str) -> None:
-    """On x86-64, features that are listed must include one that gives vectors of the spec's
-    width (an AVX2 CPU said to have 512-bit vectors gets ymm code the model mis-times); an empty
-    list leaves it to the CPU name, which LLVM checks."""
-    listed = [f.strip() for f in isa.llvm_features.split(",") if f.strip()]
-    needed = X86_VECTOR_FEATURES.get(isa.vector_bits) if isa.arch == "x86_64" else None
-    if not listed or not needed or any(f"+{n}" in listed for n in needed):
+    """On x86-64, a spec whose features disable the vectors of its width, or enable ISA
+    extensions of which none gives them (an AVX2 CPU said to have 512-bit vectors gets ymm code
+    the model mis-times), is refused; a list with no extension leaves it to the CPU name."""
+    if isa.arch != "x86_64" or isa.vector_bits < 256:
         return
-    raise HwSpecError(
-        f"{where}: isa.vector_bits = {isa.vector_bits}, but isa.llvm_features enables none of "
-        f"{', '.join('+' + n for n in needed)}; add one, or give the vector width the CPU has"
-    )
+    listed = [f.strip() for f in isa.llvm_features.split(",") if f.strip()]
+    needed = "avx512f" if isa.vector_bits == 512 else "avx"
+    enabled = [f[1:] for f in listed if f.startswith("+")]
+    if f"-{needed}" in listed or (
+        enabled and not any(_gives_vectors(f, isa.vector_bits) for f in enabled)
+    ):
+        raise HwSpecError(
+            f"{where}: isa.vector_bits = {isa.vector_bits}, but isa.llvm_features "
+            f"({isa.llvm_features}) does not give +{needed}; add it, or give the vector width "
+            "the CPU has"
+        )
 
 
 def _check_feature_syntax(features: str, where: str) -> None:

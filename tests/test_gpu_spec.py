@@ -179,3 +179,19 @@ def test_json_output_is_strict_json():
         "seconds": None,
         "parts": [1.0, None, {"x": None}],
     }
+
+
+def test_real_gpus_the_relations_must_not_refuse(tmp_path: Path):
+    """NVIDIA's own name for a generation ("Ada Lovelace", "Ampere GA100") is its generation,
+    and before Volta shared memory was apart from L1 (a GTX 1080: 96 KiB shared, 48 KiB L1)."""
+    text = _a100()
+    cases = [
+        text.replace('generation = "ampere"', 'generation = "Ampere GA100"'),
+        re.sub(r"l1_kib = \d+", "l1_kib = 48", text)
+        .replace("sm = 80", "sm = 61")
+        .replace('generation = "ampere"', 'generation = "pascal"'),
+    ]
+    for i, case in enumerate(cases):
+        path = tmp_path / f"ok{i}.toml"
+        path.write_text(case)
+        assert load_spec_file(path).name == "a100"

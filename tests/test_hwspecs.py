@@ -58,22 +58,10 @@ def _spec_text() -> str:
             "core.fma_width_bits = 512 is wider than isa.vector_bits = 256",
         ),
         (
-            lambda t: t.replace("load_width_bits = 256", "load_width_bits = 512"),
-            "core.load_width_bits = 512 is wider than isa.vector_bits = 256",
-        ),
-        (
             lambda t: t.replace("vector_bits = 256", "vector_bits = 512").replace(
                 "fma_width_bits = 256", "fma_width_bits = 512"
             ),
-            "isa.vector_bits = 512, but isa.llvm_features enables none of +avx512f",
-        ),
-        (
-            lambda t: t.replace("shared_by_cores = 1", "shared_by_cores = 4", 1),
-            "cache L1 is shared by 4 cores and L2, outside it, by 1",
-        ),
-        (
-            lambda t: t.replace("line_bytes = 64", "line_bytes = 128", 1),
-            "cache L1's lines (128 bytes) are longer than L2's (64)",
+            "isa.vector_bits = 512, but isa.llvm_features (+avx2,+fma) does not give +avx512f",
         ),
         (
             lambda t: t.replace('description = "', 'description = "two\\u001b[2Jlines ', 1),
@@ -138,3 +126,18 @@ def test_an_unknown_llvm_cpu_says_where_to_find_a_known_one(tmp_path: Path):
     path.write_text(_spec_text().replace('llvm_cpu = "haswell"', 'llvm_cpu = "haswel"'))
     with pytest.raises(HwSpecError, match="did you mean haswell"):
         load_spec_file(path)
+
+
+@pytest.mark.parametrize(
+    "spec, features",
+    [
+        ("skylake-avx512", "+avx512bw,+avx512vl,+avx512dq"),  # each implies avx512f
+        ("skylake-avx512", "-prefer-256-bit"),  # a tuning flag: the CPU name decides
+        ("haswell", "+fma,+f16c"),  # fma implies avx
+    ],
+)
+def test_vector_features_implied_by_others_are_accepted(tmp_path: Path, spec, features):
+    text = (SPEC_DIR / f"{spec}.toml").read_text()
+    path = tmp_path / "s.toml"
+    path.write_text(re.sub(r'llvm_features = ".*"', f'llvm_features = "{features}"', text))
+    assert load_spec_file(path).isa.llvm_features == features

@@ -60,7 +60,7 @@ CPP_KEYWORDS = frozenset(
 # names breaks the compile of such a program (size_t redeclared, NULL expanded)
 C_HEADER_NAMES = frozenset(
     """size_t ptrdiff_t max_align_t wint_t FILE fpos_t div_t ldiv_t lldiv_t va_list time_t
-    clock_t tm timespec int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
+    clock_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
     intptr_t uintptr_t intmax_t uintmax_t ssize_t off_t float_t double_t NULL EOF BUFSIZ
     FILENAME_MAX FOPEN_MAX TMP_MAX L_tmpnam SEEK_SET SEEK_CUR SEEK_END EXIT_SUCCESS EXIT_FAILURE
     RAND_MAX MB_CUR_MAX errno stdin stdout stderr assert offsetof va_start va_arg va_end

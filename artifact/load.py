@@ -294,7 +294,7 @@ class LibraryKernel:
             raise LibraryError(
                 f"{what} must be a numpy array of float32 {shape}, got {type(x).__name__}"
             )
-        if isinstance(x, np.ma.MaskedArray):  # the kernel reads every element, masked or not
+        if np.ma.is_masked(x):  # the kernel reads every element, masked or not
             raise LibraryError(
                 f"{what} is a masked array, whose mask the kernel cannot honour; pass "
                 "x.filled(0) (masked elements as zeros) or np.asarray(x) (their stored values)"

@@ -152,7 +152,7 @@ class HostKernel:
         """The contraction of row-major float32 A and B (shapes as the schedule says), plus
         epilogue."""
         s = self.kernel.schedule
-        if any(isinstance(x, np.ma.MaskedArray) for x in (a, b, bias, out)):
+        if any(x is not None and np.ma.is_masked(x) for x in (a, b, bias, out)):
             raise FinalCheckError(
                 "a masked array's mask cannot be honoured (every element is read); pass "
                 "x.filled(0) or np.asarray(x)"

@@ -186,6 +186,7 @@ def test_aotune_load_checks_arguments(built):
         # the mask was dropped: 53.0 where np.ma.dot gives 52.0
         ((np.ma.masked_array(a, mask=np.eye(61, 53, dtype=bool)), b), {}, "is a masked array"),
     ]
+    assert lib.mm(np.ma.masked_array(a), b)[0, 0] == 53.0  # nothing masked: nothing lost
     for args, kw, text in cases:
         with pytest.raises(LibraryError, match=text.replace("(", r"\(").replace(")", r"\)")):
             lib.mm(*args, **kw)

@@ -25,6 +25,7 @@ from aotune.artifact.commands import (
     add_db_parser,
     cmd_build,
     cmd_db,
+    command_inputs,
     open_db,
 )
 from aotune.errors import AotuneError, ConfigError, UnsatisfiableError
@@ -323,18 +324,11 @@ def _labeled(space: Any, cfg: Any) -> dict[str, Any]:
 def _refuse_emits_over_inputs(args: argparse.Namespace, emits: dict[str, str]) -> None:
     """A ConfigError where an --emit-* file is what the command reads (its tuning database or
     its --target spec file): --force replaces earlier output, never the command's own inputs."""
-    from aotune.search.database import default_path
-
-    inputs = {}
-    if not getattr(args, "no_db", False):
-        inputs["the tuning database"] = str(getattr(args, "db", None) or default_path())
-    if os.path.isfile(args.target):
-        inputs["the --target spec"] = args.target
     for name, path in emits.items():
         if path == "-":
             raise ConfigError(f"--emit-{name} -: give a file name (the code is not printed)")
     outputs = {f"--emit-{name}": path for name, path in emits.items()}
-    refuse_outputs_over_inputs(outputs, inputs, ConfigError)
+    refuse_outputs_over_inputs(outputs, command_inputs(args), ConfigError)
 
 
 def _write_new(path: str, text: str | bytes, force: bool) -> None:
@@ -940,9 +934,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     if args.plot is not None:
         if Path(args.plot).suffix.lower() != ".png":
             raise ConfigError(f"--plot {args.plot!r}: the plot is a PNG image; name it *.png")
-        inputs = {"the --measured file": args.measured}
-        if os.path.isfile(args.target):
-            inputs["the --target spec"] = args.target
+        inputs = {"the --measured file": args.measured, **command_inputs(args, database=False)}
         refuse_outputs_over_inputs({"--plot": args.plot}, inputs, ConfigError)
         check_writable(args.plot, args.force, ConfigError)
     shape = None

@@ -15,6 +15,7 @@ import math
 import os
 import stat
 import tempfile
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,12 @@ def write_new_file(
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def has_control_character(text: str, allowed: str = "") -> bool:
+    """Whether ``text`` holds a control character (ESC, a carriage return, ...; those in
+    ``allowed`` aside), which a terminal would act on when it is printed."""
+    return any(unicodedata.category(ch) == "Cc" and ch not in allowed for ch in text)
 
 
 def file_identity(path: str | Path) -> object:

@@ -334,8 +334,8 @@ def _check_destinations(
     read = {file_identity(path): (name, path) for name, path in inputs}
     for rel in written:
         dst = out / rel
-        if dst.exists() and file_identity(dst) in read:
-            name, path = read[file_identity(dst)]
+        if dst.exists() and (replaced := read.get(file_identity(dst))):
+            name, path = replaced
             raise BuildError(
                 f"the library's {rel} would replace {name} {path}, which this build read; keep "
                 "it outside -o, or give -o another directory (nothing was moved)"

@@ -129,6 +129,19 @@ def add_db_parser(sub: Any) -> None:
     add_db_flags(im, search=False)
 
 
+def command_inputs(args: argparse.Namespace, database: bool = True) -> dict[str, str]:
+    """The files a command reads, by what they are (for messages): its --target spec where that
+    is a file, and with ``database`` its tuning database unless --no-db."""
+    from aotune.search.database import default_path
+
+    inputs = {}
+    if os.path.isfile(args.target):
+        inputs["the --target spec"] = args.target
+    if database and not getattr(args, "no_db", False):
+        inputs["the tuning database"] = str(getattr(args, "db", None) or default_path())
+    return inputs
+
+
 def open_db(args: argparse.Namespace, create: bool = True) -> Any:
     """The database the flags name, or None with ``--no-db``; ``create`` makes a missing file a
     new database (commands that only read pass False: a wrong --db is an error, not a new file)."""
@@ -158,7 +171,6 @@ def cmd_build(args: argparse.Namespace) -> int:
     from aotune.artifact.inputs import read_input
     from aotune.artifact.onnx_import import parse_shape_args
     from aotune.hwspecs.spec import load_target
-    from aotune.search.database import default_path
 
     if args.jobs is not None and args.jobs < 1:
         raise BuildError(f"--jobs {args.jobs}: give 1 or more worker processes")
@@ -181,11 +193,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     shapes = parse_shape_args(args.shape)
     kernels = read_input(Path(args.input), shapes)
     hw = load_target(args.target)
-    inputs = {"the kernel list": args.input}
-    if os.path.isfile(args.target):
-        inputs["the --target spec"] = args.target
-    if not getattr(args, "no_db", False):
-        inputs["the tuning database"] = str(args.db or default_path())
+    inputs = {"the kernel list": args.input, **command_inputs(args)}
     if not args.force:  # with --force they may stay there, if the build writes none of them
         # checked before the database is opened, which would create it inside -o
         refuse_inputs_inside(args.out, "-o", inputs, BuildError)

@@ -336,9 +336,10 @@ def measured_accuracy(
     # the least time the target's fp32 peak allows (times are compared with it, never divided by:
     # a time of 1e-322 ms is a time the file may hold)
     least_ms = flops / (IMPLAUSIBLE_PEAK_SHARE * hw.peak_flops) * 1e3
-    too_fast = sum(c.milliseconds < least_ms for c in cache.configs)
+    times_ms = [c.milliseconds for c in cache.configs]
+    quickest, median_ms = min(times_ms), float(np.median(times_ms))
+    too_fast = sum(t < least_ms for t in times_ms)
     if warn and too_fast:
-        quickest = min(c.milliseconds for c in cache.configs)
         warn(
             f"{too_fast} of the file's {len(cache.configs)} times are too fast for "
             f"{hw.name}: {quickest:.4g} ms for M={M} N={N} K={K}, where "
@@ -348,11 +349,7 @@ def measured_accuracy(
             "error does)"
         )
     most_ms = (flops / (IMPLAUSIBLE_BEST_SHARE * hw.peak_flops) + hw.launch.overhead_seconds) * 1e3
-    quickest = min(c.milliseconds for c in cache.configs)
-    median_ms = float(np.median([c.milliseconds for c in cache.configs]))
-    too_slow = [
-        c.milliseconds for c in cache.configs if c.milliseconds > OUTLIER_TIMES_MEDIAN * median_ms
-    ]
+    too_slow = [t for t in times_ms if t > OUTLIER_TIMES_MEDIAN * median_ms]
     if warn and quickest > most_ms:
         warn(
             f"the file's fastest time, {quickest:.4g} ms for M={M} N={N} K={K}, is too slow for "

@@ -17,14 +17,13 @@ import dataclasses
 import os
 import time
 import tomllib
-import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from aotune.codegen.microbench import Mix
 from aotune.errors import AotuneError, CalibrationError
-from aotune.files import check_writable, write_new_file
+from aotune.files import check_writable, has_control_character, write_new_file
 from aotune.hwspecs.probes import (
     Effort,
     Finding,
@@ -451,7 +450,7 @@ def _cpu_model() -> str:
                 if line.lower().startswith(("model name", "cpu model")):
                     name = " ".join(line.split(":", 1)[1].split())
                     # the spec's description holds it, and a spec refuses control characters
-                    return "".join(ch for ch in name if unicodedata.category(ch) != "Cc")
+                    return "".join(ch for ch in name if not has_control_character(ch))
     except OSError:
         pass
     return "unknown CPU"

@@ -17,14 +17,13 @@ import os
 import re
 import tomllib
 import typing
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from aotune.errors import HwSpecError
-from aotune.files import decode_utf8, read_user_file
+from aotune.files import decode_utf8, has_control_character, read_user_file
 
 SPEC_DIR = Path(__file__).resolve().parent
 
@@ -353,7 +352,7 @@ def check_spec_texts(name: str, description: str, where: str) -> None:
         raise HwSpecError(
             f"{where}: name {_short(name)} must be 1-64 letters, digits, '.', '_' or '-'"
         )
-    if any(unicodedata.category(ch) == "Cc" and ch not in "\t\n" for ch in description):
+    if has_control_character(description, allowed="\t\n"):
         raise HwSpecError(
             f"{where}: description holds a control character (an escape, a carriage return); "
             "write printable text"

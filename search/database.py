@@ -31,7 +31,6 @@ import os
 import shlex
 import sqlite3
 import time
-import unicodedata
 from collections.abc import Iterator
 from dataclasses import MISSING, dataclass
 from pathlib import Path
@@ -40,7 +39,13 @@ from typing import Any
 import aotune
 from aotune.analysis.workload import Workload
 from aotune.errors import DatabaseError
-from aotune.files import check_writable, decode_utf8, read_user_file, write_new_file
+from aotune.files import (
+    check_writable,
+    decode_utf8,
+    has_control_character,
+    read_user_file,
+    write_new_file,
+)
 from aotune.hwspecs.spec import HwSpec
 from aotune.search.options import SearchOptions
 
@@ -216,7 +221,7 @@ class TuneRecord:
             raise _field_error("workload", workload, "give the workload as an object")
         if not isinstance(workload.get("describe", ""), str):
             raise _field_error("workload.describe", workload["describe"], "give a text")
-        if _has_control_character(workload.get("describe", "")):
+        if has_control_character(workload.get("describe", "")):
             raise _field_error(
                 "workload.describe", workload["describe"], "give printable text (no escape)"
             )
@@ -296,14 +301,9 @@ def _text(d: dict[str, Any], name: str, where: str = "", empty: bool = False) ->
     value = d[name]
     if not isinstance(value, str) or not (value or empty):
         raise _field_error(where + name, value, "give a text" if empty else "give a non-empty text")
-    if _has_control_character(value):  # db list and show print it to a terminal
+    if has_control_character(value):  # db list and show print it to a terminal
         raise _field_error(where + name, value, "give printable text (no escape or newline)")
     return value
-
-
-def _has_control_character(text: str) -> bool:
-    """Whether ``text`` holds a character a terminal acts on (ESC, a newline, ...)."""
-    return any(unicodedata.category(ch) == "Cc" for ch in text)
 
 
 def _count(d: dict[str, Any], name: str) -> int:

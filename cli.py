@@ -823,6 +823,8 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
             bar.update(task, description=stage, completed=done, total=total)
 
         result = cal.named(cal.calibrate(progress), name)
+    for warning in result.warnings:
+        sys.stderr.write(f"warning: {warning}\n")
     text = cal.spec_text(result)
     if args.output is not None:
         cal.write_spec(result, args.output, args.force)

@@ -75,6 +75,7 @@ class Calibration:
     origin: Mapping[str, str]
     details: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # also among the notes; the CLI prints them
 
     def __post_init__(self) -> None:
         # the spec carries the same origins as data (its [origin] table), whatever it came from
@@ -88,6 +89,7 @@ class Calibration:
             "origin": dict(self.origin),
             "probes": dict(self.details),
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
 
 
@@ -313,6 +315,7 @@ def calibrate(
 
     started = time.perf_counter()
     load_before = _load_average()
+    use_before = cpu_use()
     host, base = check_can_calibrate()
     host = with_value(host, "memory.page_bytes", os.sysconf("SC_PAGE_SIZE"))
     features, features_origin = spec_features(host.isa.llvm_features)
@@ -338,6 +341,8 @@ def calibrate(
         ghz_end, _ = _clock_again(s)
     finally:
         s.close()
+    shared = sharing_warning(use_before, cpu_use(), os.cpu_count() or host.core.cores)
+    warnings = (shared,) if shared else ()
     if progress:
         progress("done", total, total)
     spec = s.spec_so_far()
@@ -372,8 +377,9 @@ def calibrate(
         f"is LLVM's view of this CPU; 'assumed' comes from the built-in spec {base.name}, the "
         "closest to this CPU, for values no probe measures (or a probe read implausibly).",
         *s.notes,
+        *(f"Warning: {w}" for w in warnings),
     ]
-    return Calibration(spec, origin, dict(s.details), tuple(notes))
+    return Calibration(spec, origin, dict(s.details), tuple(notes), warnings)
 
 
 FEATURES_LIMIT = 1000  # the spec loader's longest string
@@ -440,6 +446,82 @@ def _load_average() -> str:
         return f"{os.getloadavg()[0]:.1f}"
     except OSError:
         return "unknown"
+
+
+# Other processes' CPUs' worth of busy time, on average over the probes, and the share of the
+# machine's time the hypervisor gave other guests, from which a calibration warns: probes that
+# share the machine read bandwidths low and latencies high (on the 2-vCPU slice, memory read 23.9
+# GB/s beside a test run that kept 1-2 CPUs busy, 40.7 alone). Idle, others use ~0.01-0.05 CPUs.
+OTHERS_WARN_CPUS = 0.25
+STEAL_WARN_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """CPU seconds used so far: by the whole machine (every CPU's busy states), taken by the
+    hypervisor for other guests (steal), and by this process (its threads and waited-for
+    children), at ``wall`` (``time.perf_counter``)."""
+
+    busy: float
+    steal: float
+    own: float
+    wall: float
+
+
+def parse_proc_stat(text: str, ticks_per_second: int) -> tuple[float, float] | None:
+    """(busy, steal) seconds of all CPUs from the text of Linux's ``/proc/stat``, or None when it
+    has no well-formed ``cpu`` line. Busy is user + nice + system + irq + softirq (guest time is
+    inside user already); idle and I/O wait are not busy."""
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts or parts[0] != "cpu":
+            continue
+        try:
+            ticks = [int(x) for x in parts[1:9]]
+        except ValueError:
+            return None
+        if len(ticks) < 7 or ticks_per_second <= 0:
+            return None
+        user, nice, system, _idle, _iowait, irq, softirq, *rest = ticks
+        steal = rest[0] if rest else 0
+        return (user + nice + system + irq + softirq) / ticks_per_second, steal / ticks_per_second
+    return None
+
+
+def cpu_use() -> CpuUse | None:
+    """This moment's ``CpuUse``, or None where ``/proc/stat`` cannot be read (not Linux)."""
+    try:
+        with open("/proc/stat", encoding="ascii", errors="replace") as f:
+            parsed = parse_proc_stat(f.read(), os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError):
+        return None
+    if parsed is None:
+        return None
+    t = os.times()
+    own = t.user + t.system + t.children_user + t.children_system
+    return CpuUse(parsed[0], parsed[1], own, time.perf_counter())
+
+
+def sharing_warning(before: CpuUse | None, after: CpuUse | None, cpus: int) -> str | None:
+    """A warning when, between ``before`` and ``after``, other processes kept at least
+    ``OTHERS_WARN_CPUS`` of the machine's ``cpus`` CPUs busy on average, or the hypervisor gave
+    other guests at least ``STEAL_WARN_SHARE`` of their time; None otherwise or unknown."""
+    if before is None or after is None or after.wall <= before.wall or cpus < 1:
+        return None
+    wall = after.wall - before.wall
+    others = max(0.0, (after.busy - before.busy) - (after.own - before.own)) / wall
+    stolen = max(0.0, after.steal - before.steal) / (wall * cpus)
+    found = []
+    if others >= OTHERS_WARN_CPUS:
+        found.append(f"other processes kept {others:.1f} of the {cpus} CPUs busy")
+    if stolen >= STEAL_WARN_SHARE:
+        found.append(f"the hypervisor gave {stolen:.0%} of the CPUs' time to other guests")
+    if not found:
+        return None
+    return (
+        f"{' and '.join(found)} while the probes ran ({wall:.0f} s), so bandwidths may read low "
+        "and latencies high; rerun `aotune hw calibrate` when the machine is idle"
+    )
 
 
 def _cpu_model() -> str:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from aotune import machine_load
 from aotune.artifact.commands import (
     add_build_parser,
     add_db_flags,
@@ -397,8 +398,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             result, record, reused = cached.tune(w, hw, options, db, args.retune, progress)
             ok, why = driver.can_verify(hw)
             verified, numpy_gflops = ([], None)
+            shared = None  # what others used of the machine while the final check timed
             if ok and not args.no_verify:
+                use_before = machine_load.cpu_use()
                 verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
+                if target.kind == "cpu":
+                    shared = machine_load.sharing(use_before, machine_load.cpu_use())
                 if db is not None and record is not None:
                     cached.store_check(db, record, verified, numpy_gflops)
         finally:
@@ -417,6 +422,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
         warning = blas.warning(hw.isa.vector_bits)
         if warning:
             sys.stderr.write(f"warning: {warning}\n")
+    if shared is not None and shared.describe():
+        sys.stderr.write(
+            f"warning: {shared.describe()} during the final check ({shared.seconds:.0f} s), so "
+            "its times may read slow; numpy was timed beside them, so the ratio holds better\n"
+        )
     skipped = "--no-verify given" if args.no_verify else (None if ok else why)
     doc = {
         "workload": {
@@ -473,6 +483,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         "verify_note": _emulated_note(verified),
         "numpy_gflops": numpy_gflops if target.kind == "cpu" else None,
         "numpy_blas": blas.as_dict() if blas else None,
+        "verify_sharing": shared.as_dict() if shared else None,
         "baseline": {"name": target.baseline_name, "gflops": numpy_gflops},
         "chosen": _chosen_entry(pick, numpy_gflops, target.kind),
     }

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from aotune import machine_load
 from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import (
@@ -196,6 +197,7 @@ def model_accuracy(
         if log and (i % 16 == 0 or i == len(configs)):
             log(f"accuracy: compiled and checked against numpy: {i}/{len(configs)}")
     handoff = [_handoff_ns(hw)]
+    use_before = machine_load.cpu_use()
     if log:
         log(f"accuracy: timing them in interleaved rounds (up to {sweep_seconds:.0f} s)")
     swept, sweep_rounds = _timed(runs, ACCURACY_ROUNDS, sweep_seconds)
@@ -206,6 +208,7 @@ def model_accuracy(
     final, finalist_rounds = _timed([runs[i] for i in finalists], FINALIST_ROUNDS, finalist_seconds)
     t[finalists] = np.minimum(t[finalists], final)
     handoff.append(_handoff_ns(hw))
+    shared = machine_load.sharing(use_before, machine_load.cpu_use())
     return {
         "n": len(p),
         "spearman": spearman(p, t),
@@ -217,6 +220,8 @@ def model_accuracy(
         "incorrect": incorrect,
         "best_sampled_gflops": w.flops / t.min() / 1e9,
         "core_to_core_ns": [h for h in handoff if h is not None],
+        # what other processes and guests used of the machine while the samples were timed
+        "sharing": shared.as_dict() if shared else None,
         "rounds": {"sweep": sweep_rounds, "finalists": finalist_rounds},
         # each sampled config with its prediction and time, to plot or re-score
         "samples": [

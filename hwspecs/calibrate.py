@@ -50,6 +50,7 @@ from aotune.hwspecs.probes import (
 )
 from aotune.hwspecs.spec import _NAME, ARCHES, HwSpec, check_llvm_names, load_target, spec_from_dict
 from aotune.hwspecs.spec_toml import field_paths, spec_to_toml, with_value
+from aotune.machine_load import CpuUse, cpu_use, sharing
 
 Progress = Callable[[str, int, int], None]
 
@@ -448,79 +449,16 @@ def _load_average() -> str:
         return "unknown"
 
 
-# Other processes' CPUs' worth of busy time, on average over the probes, and the share of the
-# machine's time the hypervisor gave other guests, from which a calibration warns: probes that
-# share the machine read bandwidths low and latencies high (on the 2-vCPU slice, memory read 23.9
-# GB/s beside a test run that kept 1-2 CPUs busy, 40.7 alone). Idle, others use ~0.01-0.05 CPUs.
-OTHERS_WARN_CPUS = 0.25
-STEAL_WARN_SHARE = 0.1
-
-
-@dataclass(frozen=True)
-class CpuUse:
-    """CPU seconds used so far: by the whole machine (every CPU's busy states), taken by the
-    hypervisor for other guests (steal), and by this process (its threads and waited-for
-    children), at ``wall`` (``time.perf_counter``)."""
-
-    busy: float
-    steal: float
-    own: float
-    wall: float
-
-
-def parse_proc_stat(text: str, ticks_per_second: int) -> tuple[float, float] | None:
-    """(busy, steal) seconds of all CPUs from the text of Linux's ``/proc/stat``, or None when it
-    has no well-formed ``cpu`` line. Busy is user + nice + system + irq + softirq (guest time is
-    inside user already); idle and I/O wait are not busy."""
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts or parts[0] != "cpu":
-            continue
-        try:
-            ticks = [int(x) for x in parts[1:9]]
-        except ValueError:
-            return None
-        if len(ticks) < 7 or ticks_per_second <= 0:
-            return None
-        user, nice, system, _idle, _iowait, irq, softirq, *rest = ticks
-        steal = rest[0] if rest else 0
-        return (user + nice + system + irq + softirq) / ticks_per_second, steal / ticks_per_second
-    return None
-
-
-def cpu_use() -> CpuUse | None:
-    """This moment's ``CpuUse``, or None where ``/proc/stat`` cannot be read (not Linux)."""
-    try:
-        with open("/proc/stat", encoding="ascii", errors="replace") as f:
-            parsed = parse_proc_stat(f.read(), os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError):
-        return None
-    if parsed is None:
-        return None
-    t = os.times()
-    own = t.user + t.system + t.children_user + t.children_system
-    return CpuUse(parsed[0], parsed[1], own, time.perf_counter())
-
-
 def sharing_warning(before: CpuUse | None, after: CpuUse | None, cpus: int) -> str | None:
-    """A warning when, between ``before`` and ``after``, other processes kept at least
-    ``OTHERS_WARN_CPUS`` of the machine's ``cpus`` CPUs busy on average, or the hypervisor gave
-    other guests at least ``STEAL_WARN_SHARE`` of their time; None otherwise or unknown."""
-    if before is None or after is None or after.wall <= before.wall or cpus < 1:
-        return None
-    wall = after.wall - before.wall
-    others = max(0.0, (after.busy - before.busy) - (after.own - before.own)) / wall
-    stolen = max(0.0, after.steal - before.steal) / (wall * cpus)
-    found = []
-    if others >= OTHERS_WARN_CPUS:
-        found.append(f"other processes kept {others:.1f} of the {cpus} CPUs busy")
-    if stolen >= STEAL_WARN_SHARE:
-        found.append(f"the hypervisor gave {stolen:.0%} of the CPUs' time to other guests")
-    if not found:
+    """The run's warning when other processes or guests shared the machine's ``cpus`` CPUs
+    between ``before`` and ``after`` (``machine_load.sharing``); None otherwise or unknown."""
+    shared = sharing(before, after, cpus)
+    what = shared.describe() if shared else None
+    if shared is None or what is None:
         return None
     return (
-        f"{' and '.join(found)} while the probes ran ({wall:.0f} s), so bandwidths may read low "
-        "and latencies high; rerun `aotune hw calibrate` when the machine is idle"
+        f"{what} while the probes ran ({shared.seconds:.0f} s), so bandwidths may read low and "
+        "latencies high; rerun `aotune hw calibrate` when the machine is idle"
     )
 
 

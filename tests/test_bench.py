@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+from aotune import machine_load
 from aotune.analysis.workload import matmul
 from aotune.benchmarks.suite import (
     _timed,
@@ -100,6 +101,12 @@ def test_model_accuracy_measures_every_sampled_config_and_records_the_core_hando
     assert acc["spearman"] == pytest.approx(spearman(p, t))
     # a probe before the sweep, after it, and after the finalists' rounds; no reading is left out
     assert acc["core_to_core_ns"] == [40.0, 170.0] and next(readings, "done") == "done"
+    # what others used of the machine over the timing, where /proc/stat says (Linux)
+    shared = acc["sharing"]
+    if machine_load.cpu_use() is None:
+        assert shared is None
+    else:
+        assert shared["seconds"] > 0 and shared["others_cpus"] >= 0.0 and shared["cpus"] >= 1
 
 
 def test_timed_runs_the_minimum_rounds_then_goes_on_for_the_time_given_up_to_the_cap() -> None:

@@ -244,45 +244,6 @@ def test_a_machine_that_cannot_be_calibrated_is_refused_in_one_line(monkeypatch,
     assert err.count("\n") == 1
 
 
-def test_proc_stat_gives_busy_and_stolen_seconds_of_all_cpus():
-    text = (
-        "cpu  6825379 1294 350697 6192920 42701 0 3224 7511 0 0\n"
-        "cpu0 2434351 36 155276 4090242 6926 0 715 4415 0 0\nintr 1 2 3\n"
-    )
-    busy, steal = cal.parse_proc_stat(text, 100)
-    assert busy == pytest.approx((6825379 + 1294 + 350697 + 0 + 3224) / 100)
-    assert steal == pytest.approx(75.11)
-    # a kernel before steal was counted (7 fields) has none; garbage or no cpu line: unknown
-    assert cal.parse_proc_stat("cpu 1 2 3 4 5 6 7\n", 100) == (pytest.approx(0.19), 0.0)
-    assert cal.parse_proc_stat("cpu0 1 2 3 4 5 6 7 8\n", 100) is None
-    assert cal.parse_proc_stat("cpu 1 x 3 4 5 6 7 8\n", 100) is None
-    assert cal.parse_proc_stat("cpu 1 2 3\n", 100) is None
-
-
-@pytest.mark.parametrize(
-    "busy, steal, own, expect",
-    [
-        (100.0, 0.0, 99.0, None),  # only the probes ran (1 CPU-s of daemons in 100 s)
-        (150.0, 0.0, 100.0, "other processes kept 0.5 of the 2 CPUs busy"),
-        (100.0, 20.0, 100.0, "gave 10% of the CPUs' time to other guests"),
-        (300.0, 40.0, 100.0, "kept 2.0 of the 2 CPUs busy and the hypervisor gave 20%"),
-    ],
-)
-def test_a_calibration_on_a_shared_machine_warns_and_an_idle_one_does_not(busy, steal, own, expect):
-    before = cal.CpuUse(busy=1000.0, steal=5.0, own=1.0, wall=50.0)
-    after = cal.CpuUse(busy=1000.0 + busy, steal=5.0 + steal, own=1.0 + own, wall=150.0)
-    warning = cal.sharing_warning(before, after, cpus=2)
-    if expect is None:
-        assert warning is None
-    else:
-        assert (
-            expect in warning and "rerun `aotune hw calibrate` when the machine is idle" in warning
-        )
-    assert (
-        cal.sharing_warning(None, after, 2) is None and cal.sharing_warning(after, after, 2) is None
-    )
-
-
 def test_the_cli_prints_a_calibrations_warnings_and_the_file_keeps_them(
     tmp_path, monkeypatch, capsys
 ):

@@ -927,7 +927,9 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         args.op = args.op or "matmul"
         w, hw = _problem(args)
         sample = args.sample if args.sample is not None else 64
-        result = measured.host_accuracy(w, hw, sample, args.seed, log)
+        result = measured.host_accuracy(
+            w, hw, sample, args.seed, log, warn=lambda text: sys.stderr.write(f"warning: {text}\n")
+        )
         if args.json:
             print(json_text(result, indent=1))
         else:

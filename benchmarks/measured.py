@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from aotune import machine_load
 from aotune.benchmarks.kernel_tuner import UNKNOWN_DEVICE, KernelTunerCache, read_cache
 from aotune.benchmarks.suite import kendall, median_abs_error, spearman, topk_score
 from aotune.constraints.space import Config, Space
@@ -560,11 +561,13 @@ def host_accuracy(
     seed: int,
     log: Log = None,
     timing_seconds: tuple[float, float] | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """``aotune accuracy WORKLOAD`` on this host: sample valid configs, compile, check, measure
     and predict each one as the bench's accuracy rows do (``suite.model_accuracy``, timed for
     ``timing_seconds`` = (sweep, finalists), the bench's by default), in the JSON fields of
-    ``accuracy --measured``."""
+    ``accuracy --measured``; ``warn`` is told when others used enough of the machine meanwhile to
+    slow the timings (``machine_load``)."""
     from aotune.benchmarks.suite import (
         ACCURACY_SWEEP_SECONDS,
         FINALIST_SECONDS,
@@ -596,6 +599,12 @@ def host_accuracy(
     acc = model_accuracy(
         w, hw, samples, seed=seed, log=log, sweep_seconds=sweep, finalist_seconds=finalists
     )
+    shared = acc["sharing"] and machine_load.Sharing(**acc["sharing"]).describe()
+    if warn and shared:
+        warn(
+            f"{shared} while the samples were timed, so their times may read slow and their "
+            "order move"
+        )
     return {
         "target": hw.name,
         "kernel": f"{w.op} {'x'.join(str(x) for _, x in w.shape)}",

@@ -499,3 +499,17 @@ def test_a_bare_problem_size_and_a_null_device_name_read(tmp_path: Path):
     path.write_text(json.dumps(doc))
     c = read_cache(path)
     assert c.problem_size == (4096,) and c.device_name == "unknown device"
+
+
+def test_accuracy_on_this_host_warns_when_others_shared_its_timing(host, monkeypatch):
+    from aotune import machine_load
+
+    busy = machine_load.Sharing(seconds=3.0, cpus=2, others_cpus=0.9, stolen_share=0.15)
+    monkeypatch.setattr(machine_load, "sharing", lambda before, after, cpus=None: busy)
+    said: list[str] = []
+    doc = host_accuracy(
+        matmul(48, 40, 24), host, 20, seed=1, timing_seconds=(0.0, 0.0), warn=said.append
+    )
+    assert list(doc) == JSON_FIELDS  # the fields of --measured, unchanged
+    assert len(said) == 1 and "other processes kept 0.9 of the 2 CPUs busy" in said[0]
+    assert "hypervisor gave 15%" in said[0] and "while the samples were timed" in said[0]

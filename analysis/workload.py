@@ -250,6 +250,30 @@ def size_from_digits(name: str, text: str, not_digits: str) -> int:
 _EINSUM = re.compile(r"^\s*([a-zA-Z]+)\s*,\s*([a-zA-Z]+)\s*->\s*([a-zA-Z]*)\s*$")
 
 
+def _einsum_form_problem(spec: str) -> str:
+    """What keeps ``spec`` from the form 'ab,bc->ac' (numpy takes more than aotune generates)."""
+    if "->" not in spec:
+        return "it has no '->': write the output's indices, e.g. 'ij,jk->ik'"
+    if spec.count("->") > 1:
+        return "it has more than one '->'"
+    if "." in spec:
+        return "ellipsis ('...') is not supported: name every index with a letter"
+    ins, out = spec.split("->")
+    if "," in out:
+        return "the output after '->' is one operand (no ',')"
+    if len(ins.split(",")) != 2:
+        return (
+            f"it has {len(ins.split(','))} input operand(s); aotune generates contractions of "
+            "exactly two"
+        )
+    other = sorted({c for c in ins + out if not (c.isascii() and c.isalpha())} - {","})
+    if other:
+        shown = ", ".join(repr(c) for c in other[:3])
+        spaces = " (no spaces inside an operand)" if " " in other else ""
+        return f"indices are ASCII letters a-z and A-Z, not {shown}{spaces}"
+    return "an input operand has no indices"
+
+
 def einsum(
     spec: str,
     dims: Mapping[str, int],
@@ -268,7 +292,9 @@ def einsum(
         raise WorkloadError(f"dtype {dtype!r} not supported; use one of {', '.join(DTYPE_BYTES)}")
     m = _EINSUM.match(spec)
     if not m:
-        raise WorkloadError(f"einsum spec {spec!r} is not of the form 'ab,bc->ac'")
+        raise WorkloadError(
+            f"einsum spec {spec!r} is not of the form 'ab,bc->ac': {_einsum_form_problem(spec)}"
+        )
     in0, in1, out = m.groups()
     for part in (in0, in1, out):
         if len(set(part)) != len(part):

@@ -65,10 +65,10 @@ def parse_shape_args(items: list[str]) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for item in items:
         name, eq, dims = item.partition("=")
-        try:
-            values = tuple(int(d) for d in re.split(r"[x,]", dims.strip().lower()))
-        except ValueError:
-            values = ()
+        parts = re.split(r"[x,]", dims.strip().lower())
+        # ASCII digits only, as for tune's --shape: int() also reads '٨' and '1_6' (as 16)
+        ok = all(re.fullmatch(r"\s*[0-9]+\s*", d) for d in parts)
+        values = tuple(int(d) for d in parts) if ok else ()
         if not eq or not name.strip() or not values or min(values) < 1:
             raise BuildError(
                 f"--shape {item!r} is not name=dims with positive sizes, e.g. input=1x3x224x224"
@@ -154,6 +154,15 @@ def _fix_inputs(model: Any, shapes: dict[str, tuple[int, ...]], path: Path) -> N
             f"its inputs are {', '.join(inputs) or 'none'}"
         )
     for name, inp in inputs.items():
+        kind = inp.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):  # a sequence, map, optional or sparse input
+            if name in shapes:  # writing dims would turn it into a tensor input silently
+                raise BuildError(
+                    f"--shape {name}=...: input {name!r} of {path.name} is a "
+                    f"{kind.removesuffix('_type').replace('_', ' ')}, not a tensor; --shape "
+                    "gives a tensor input's sizes: leave it out for this input"
+                )
+            continue  # no sizes to fix; nodes reading it are skipped for unknown shapes
         tensor = inp.type.tensor_type
         dims = tensor.shape.dim
         given = shapes.get(name)
@@ -326,9 +335,23 @@ class _Importer:
     def shape(self, name: str) -> tuple[int, ...] | None:
         return self.shapes.get(name)
 
+    def unknown_shape(self, node: Any, name: str | None = None, what: str = "shape") -> str:
+        """Why ``node`` is skipped when shape inference left an input's shape (or type) open."""
+        if name is None:
+            name = next((n for n in node.input[:2] if self.shape(n) is None), node.input[0])
+        return (
+            f"the {what} of {name!r} is unknown after ONNX shape inference (an op before it has "
+            "no ONNX shape inference, e.g. another domain's); record its type and shape in the "
+            "model's value_info to build this node"
+        )
+
     def not_float32(self, node: Any) -> str | None:
-        """Why ``node`` is not generated when a tensor it reads or writes is not float32."""
+        """Why ``node`` is not generated when a tensor it reads or writes is not float32 (or
+        inference left an input's type unknown)."""
         names = [n for n in node.input if n] + [n for n in node.output[:1] if n]
+        untyped = [n for n in names[:2] if n not in self.dtypes]
+        if untyped:  # not a wrong type: one inference could not follow
+            return self.unknown_shape(node, untyped[0], "type")
         bad = [n for n in names if self.dtypes.get(n) != FLOAT]
         if not bad:
             return None
@@ -347,7 +370,7 @@ class _Importer:
     def matmul(self, node: Any) -> Workload | str:
         a, b = (self.shape(n) for n in node.input[:2])
         if a is None or b is None:
-            return "input shapes unknown after shape inference"
+            return self.unknown_shape(node)
         if len(a) < 2 or len(b) < 2:
             return f"a 1-D operand ({a} x {b}) is not generated"
         M, K = a[-2], a[-1]
@@ -365,7 +388,7 @@ class _Importer:
         at = _attrs(node)
         a, b = (self.shape(n) for n in node.input[:2])
         if a is None or b is None:
-            return "input shapes unknown after shape inference"
+            return self.unknown_shape(node)
         pair = (node.input[0], node.input[1])
         if len(a) != 2 or len(b) != 2:
             raise self.mismatch(node, pair, "Gemm multiplies two 2-D matrices")
@@ -396,6 +419,7 @@ class _Importer:
                 node.input[2] not in self.consts
                 or c is None
                 or math.prod(c) != N
+                or not c  # a scalar C (0-d) has no last dim: not a bias of length N
                 or c[-1] != N
                 or float(at.get("beta", 1.0)) != 1.0
             ):
@@ -416,7 +440,7 @@ class _Importer:
         at = _attrs(node)
         x, wt = (self.shape(n) for n in node.input[:2])
         if x is None or wt is None:
-            return "input shapes unknown after shape inference"
+            return self.unknown_shape(node)
         if len(x) != 4:
             return f"only 2-D convolutions are generated (input {x})"
         pair = (node.input[0], node.input[1])
@@ -505,16 +529,20 @@ class _Importer:
                 self.skip(node, why)
                 continue
             bias, fusable = False, True
-            if op == "MatMul":
-                got = self.matmul(node)
-            elif op == "Gemm":
-                got = self.gemm(node)
-                if not isinstance(got, str):
-                    # an activation fused after a C left out would apply before C is added
-                    got, bias, c_left_out = got
-                    fusable = not c_left_out
-            else:
-                got = self.conv(node)
+            try:
+                if op == "MatMul":
+                    got = self.matmul(node)
+                elif op == "Gemm":
+                    got = self.gemm(node)
+                    if not isinstance(got, str):
+                        # an activation fused after a C left out would apply before C is added
+                        got, bias, c_left_out = got
+                        fusable = not c_left_out
+                else:
+                    got = self.conv(node)
+            except WorkloadError as e:  # a size of 0 (an empty weight) or past 2^31 - 1
+                got = str(e)
+            if op == "Conv" and not isinstance(got, str):
                 if len(node.input) > 2 and node.input[2]:
                     fusable = False  # the bias comes before any activation: neither is fused
                     self.skip(
@@ -564,7 +592,9 @@ def read_onnx(
         by_key[key] = len(kernels)
         kernels.append(KernelRequest(name, w, f"{path.name}: {', '.join(names)}", names))
     if not kernels:
-        first = f"; {imp.skipped[0].node}: {imp.skipped[0].reason}" if imp.skipped else ""
+        # the reason a MatMul, Gemm or Conv was skipped says more than the first op's
+        why = [s for s in imp.skipped if s.op_type in GENERATED_INPUTS] or imp.skipped
+        first = f"; {why[0].node}: {why[0].reason}" if why else ""
         raise BuildError(
             f"{path.name} has no MatMul, Gemm or Conv that aotune generates "
             f"({len(imp.skipped)} ops skipped{first}); nothing to build"

@@ -1,0 +1,135 @@
+"""Bad inputs found by the probe of stop 54: ONNX models, --shape sizes and einsum specs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aotune.analysis.workload import einsum
+from aotune.artifact.onnx_import import parse_shape_args, read_onnx
+from aotune.errors import BuildError, WorkloadError
+
+
+def _save(path: Path, nodes, inputs, inits, domains=(("", 17),)) -> Path:
+    """A model of ``nodes``: ``inputs`` (value infos), ``inits`` {name: array}, one output y."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)],
+        [numpy_helper.from_array(a, n) for n, a in inits.items()],
+    )
+    opsets = [helper.make_opsetid(d, v) for d, v in domains]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), str(path))
+    return path
+
+
+def _x(shape) -> object:
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)
+
+
+def test_gemm_with_a_scalar_c_and_one_column_is_built_without_c(tmp_path):
+    """A 0-d C with N = 1 raised IndexError (exit 70): it is left out, as other C terms are."""
+    from onnx import helper
+
+    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], name="fc")
+    inits = {"w": np.ones((8, 1), np.float32), "c": np.array(0.5, np.float32)}
+    kl = read_onnx(_save(tmp_path / "m.onnx", [node], [_x([4, 8])], inits), {})
+    (k,) = kl.kernels
+    assert not k.workload.epilogue.bias  # C is not fused as a bias, nor dropped silently
+    assert [(s.node, s.op_type) for s in kl.skipped] == [("fc", "Gemm")]
+    assert "its C term is not fused" in kl.skipped[0].reason
+
+
+@pytest.mark.parametrize(
+    "x, w, message",
+    [
+        ([4, 8], (8, 0), "m: dimension N must be a positive integer, got 0"),
+        ([2**31, 8], (8, 6), "m: dimension M = 2147483648 is too large"),
+    ],
+)
+def test_matmul_sizes_aotune_cannot_generate_name_the_node(tmp_path, x, w, message):
+    """An empty weight or a size past 2^31 - 1 said only 'dimension N ...', naming no node."""
+    from onnx import helper
+
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="m")
+    path = _save(tmp_path / "m.onnx", [node], [_x(x)], {"w": np.ones(w, np.float32)})
+    with pytest.raises(BuildError, match="nothing to build") as e:
+        read_onnx(path, {})
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("item", ["x=4x\u0668", "x=4x1_6", "x=\uff14x8", "x=+4x8"])
+def test_shape_sizes_are_ascii_digits(item):
+    """int() read an Arabic-Indic 8 as 8 and '1_6' as 16; --shape takes ASCII digits only."""
+    with pytest.raises(BuildError, match="is not name=dims with positive sizes"):
+        parse_shape_args([item])
+    assert parse_shape_args([" x = 4 x 8 "]) == {"x": (4, 8)}  # spaces around sizes still do
+
+
+def test_a_sequence_input_needs_no_shape_and_refuses_one(tmp_path, capsys):
+    """A sequence input was asked for --shape, which then made it a tensor and inference failed."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("SequenceAt", ["s", "i"], ["x"]),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="m"),
+    ]
+    inputs = [
+        helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [4, 8]),
+        helper.make_tensor_value_info("i", TensorProto.INT64, []),
+    ]
+    path = _save(tmp_path / "m.onnx", nodes, inputs, {"w": np.ones((8, 6), np.float32)})
+    kl = read_onnx(path, {})
+    assert [k.name for k in kl.kernels] == ["m"]
+    with pytest.raises(BuildError, match="input 's' of m.onnx is a sequence, not a tensor"):
+        read_onnx(path, {"s": (4, 8)})
+
+
+def test_a_tensor_of_unknown_type_is_named_with_the_fix(tmp_path):
+    """After another domain's op, the skip said 'not float32 (x2 is of unknown type)'."""
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("FastGelu", ["x"], ["x2"], domain="com.microsoft"),
+        helper.make_node("MatMul", ["x2", "w"], ["y"], name="m"),
+    ]
+    path = _save(
+        tmp_path / "m.onnx",
+        nodes,
+        [_x([4, 8])],
+        {"w": np.ones((8, 6), np.float32)},
+        (("", 17), ("com.microsoft", 1)),
+    )
+    with pytest.raises(BuildError, match="nothing to build") as e:
+        read_onnx(path, {})
+    # the MatMul's reason, not the first skipped op's (the FastGelu)
+    assert "m: the type of 'x2' is unknown after ONNX shape inference" in str(e.value)
+    assert "value_info" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "spec, reason",
+    [
+        ("ii->i", "it has 1 input operand(s)"),
+        ("ij,jk,kl->il", "it has 3 input operand(s)"),
+        ("...ij,jk->...ik", "ellipsis ('...') is not supported"),
+        ("ij,jk", "it has no '->'"),
+        ("i j,jk->ik", "not ' ' (no spaces inside an operand)"),
+        ("ij,jk->i-k", "not '-'"),
+        ("ij,jk->->ik", "more than one '->'"),
+        ("ij,jk->ik,", "the output after '->' is one operand"),
+        ("i,->i", "an input operand has no indices"),
+    ],
+)
+def test_einsum_specs_out_of_form_say_what_is_wrong(spec, reason):
+    """Every such spec said only "is not of the form 'ab,bc->ac'"."""
+    with pytest.raises(WorkloadError, match="is not of the form 'ab,bc->ac'") as e:
+        einsum(spec, {"i": 4, "j": 4, "k": 4, "l": 4})
+    assert reason in str(e.value)

@@ -133,3 +133,18 @@ def test_einsum_specs_out_of_form_say_what_is_wrong(spec, reason):
     with pytest.raises(WorkloadError, match="is not of the form 'ab,bc->ac'") as e:
         einsum(spec, {"i": 4, "j": 4, "k": 4, "l": 4})
     assert reason in str(e.value)
+
+
+def test_loading_the_shared_object_instead_of_its_directory_says_which_to_give(tmp_path):
+    import aotune
+    from aotune.errors import LibraryError
+
+    (tmp_path / "manifest.json").write_text("{}")
+    so = tmp_path / "libaotune_kernels.so"
+    so.write_bytes(b"\x7fELF\x02\x01\x01\xff\xfe")
+    with pytest.raises(LibraryError, match=r"not an aotune manifest .*give its directory"):
+        aotune.load(so)
+    (tmp_path / "manifest.json").unlink()  # a lone non-manifest file: no directory to point to
+    with pytest.raises(LibraryError, match="not an aotune manifest") as e:
+        aotune.load(so)
+    assert "give its directory" not in str(e.value)

@@ -499,7 +499,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     what = doc["target"].get("isa") or f"{doc['target'].get('sm')}, PTX ISA {hw.ptx_isa}"
     out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({what})")
     if "core_model_from" in doc["target"] and doc["target"]["core_model_from"] != hw.name:
-        out.print(f"core model from {escape(doc['target']['core_model_from'])}")
+        out.print(f"core model: {escape(doc['target']['core_model_from'])}")
     if reused:
         out.print(
             f"search: reused record {record.id} of {db.path} (searched earlier in "
@@ -847,7 +847,7 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
         for path in result.spec.field_paths():
             kind = result.origin[path].split(":", 1)[0]
             print(f"  {path:<38} {value_at(result.spec, path)!s:<14.14} {kind}")
-        print(f"  core model from {result.spec.core_model_from}")
+        print(f"  core model: {result.spec.core_model_from}")
         print(f"wrote {args.output}: use it with --target {shlex.quote(args.output)}")
     return 0
 

@@ -66,7 +66,7 @@ def _base_spec_name(cpu_name: str, features: dict[str, bool], arch: str) -> tupl
     """The built-in spec whose core model the host takes, and why that one."""
     names = builtin_names("cpu")
     if cpu_name in names:
-        return cpu_name, f"its built-in spec (LLVM names this CPU {cpu_name})"
+        return cpu_name, f"its built-in spec: LLVM names this CPU {cpu_name}"
     for name in names:  # a spec whose llvm_cpu is the host's
         if load_target(name).isa.llvm_cpu == cpu_name:
             return name, f"the built-in spec for LLVM's CPU name {cpu_name}"

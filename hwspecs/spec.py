@@ -243,7 +243,7 @@ class HwSpec:
                 f"tiles may use {cache.usable_fraction:g}"
             )
         lines.append(f"  memory   {self.memory.bandwidth_gbs:g} GB/s")
-        lines.append(f"  core model from {self.core_model_from}")
+        lines.append(f"  core model: {self.core_model_from}")
         lines.append("  where the values come from:")
         for source, paths in self.origins_by_source().items():
             lines.append(f"    {source}:")

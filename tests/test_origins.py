@@ -1,0 +1,81 @@
+"""Where a target's core model comes from (issue 21): the host's own built-in spec, another CPU's
+by vector ISA with a pointer to `hw calibrate`, or a calibration; said by `hw show`, by `tune`
+and in its JSON (`target.core_model_from`)."""
+
+from __future__ import annotations
+
+import json
+
+import llvmlite.binding as llvm
+import pytest
+from aotune.cli import main
+from aotune.errors import HwSpecError
+from aotune.hwspecs import calibrate as cal
+from aotune.hwspecs import host
+from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec_toml import field_paths
+
+X86 = {"avx2": True, "fma": True, "avx512f": True}
+
+
+@pytest.mark.parametrize(
+    "cpu, features, arch, base, says",
+    [
+        ("znver4", X86, "x86_64", "znver4", "its built-in spec: LLVM names this CPU znver4"),
+        ("znver5", X86, "x86_64", "skylake-avx512", "no built-in spec for znver5"),
+        ("alderlake", {"avx2": True, "fma": True}, "x86_64", "haswell", "closest by vector ISA"),
+        ("neoverse-v2", {"neon": True}, "aarch64", "neoverse-n1", "no built-in spec"),
+    ],
+)
+def test_the_host_takes_its_own_spec_or_the_closest_and_says_which(cpu, features, arch, base, says):
+    name, why = host._base_spec_name(cpu, features, arch)
+    assert name == base and says in why
+    if name != cpu:  # another CPU's core: say so, and what would measure this one's
+        assert "not this CPU's" in why and "aotune hw calibrate" in why
+
+
+def test_a_cpu_without_avx2_and_fma_is_refused_with_the_fix():
+    with pytest.raises(HwSpecError, match="write a spec file for it and pass --target"):
+        host._base_spec_name("bonnell", {"sse4.2": True}, "x86_64")
+
+
+@pytest.fixture
+def unknown_host(monkeypatch):
+    """The host as LLVM would name an AVX-512 CPU aotune has no spec for."""
+    if llvm.get_process_triple().split("-")[0] != "x86_64":
+        pytest.skip("the host is not x86-64")
+    if not dict(llvm.get_host_cpu_features()).get("avx512f"):
+        pytest.skip("the host has no AVX-512")
+    host.detect_host.cache_clear()
+    monkeypatch.setattr(llvm, "get_host_cpu_name", lambda: "sapphirerapids")
+    yield
+    host.detect_host.cache_clear()
+
+
+def test_an_unknown_host_says_whose_core_model_it_took_everywhere(unknown_host, capsys):
+    spec = host.detect_host()
+    assert spec.isa.llvm_cpu == "sapphirerapids"
+    assert spec.core_model_from.startswith("skylake-avx512 (no built-in spec for sapphirerapids")
+    assert main(["hw", "show", "host"]) == 0
+    shown = capsys.readouterr().out
+    assert f"core model: {spec.core_model_from}" in shown and "hw calibrate" in shown
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify"]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["core_model_from"] == spec.core_model_from
+    assert main(argv) == 0
+    said = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert f"core model: {spec.core_model_from}" in said
+
+
+def test_a_built_in_and_a_calibrated_target_name_their_own_core_model(tmp_path, capsys):
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify", "--json"]
+    assert main([*argv, "--target", "haswell"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["core_model_from"] == "haswell"
+    spec = load_target("znver4")
+    origin = {p: f"measured: a probe for {p}" for p in field_paths(spec)}
+    origin["core_model"] = "calibrated by aotune hw calibrate on 2026-11-28 (AMD EPYC, znver4)"
+    path = tmp_path / "mine.toml"
+    cal.write_spec(cal.named(cal.Calibration(spec, origin), "mine"), str(path), force=False)
+    assert main([*argv, "--target", str(path)]) == 0
+    target = json.loads(capsys.readouterr().out)["target"]
+    assert target["core_model_from"] == origin["core_model"] and target["name"] == "mine"

@@ -53,6 +53,21 @@ def test_every_generated_kernel_matches_numpy(M, N, K, seed, target):
     a2, b2, _ = random_operands(kernel.schedule, seed + 1)
     correct, err, tol = check_against_numpy(hk, a2, b2)
     assert correct, f"{space.describe_config(cfg)}, second call: max error {err} > {tol}"
+    # the result is written, not added: an output buffer that holds garbage (a reused ``out``, the
+    # timing loop's buffer) gives the same C as a fresh one of zeros
+    assert_overwrites_out(hk, a2, b2)
+
+
+def assert_overwrites_out(
+    hk: HostKernel, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None
+) -> None:
+    """The kernel into an ``out`` full of NaN gives exactly what it gives into a fresh one:
+    every element of C is stored, none read before it is (a kernel that adds its first k block
+    to C passes every check on a zeroed output)."""
+    want = hk(a, b, bias)
+    dirty = np.full(want.shape, np.nan, np.float32)
+    assert hk(a, b, bias, out=dirty) is dirty
+    np.testing.assert_array_equal(dirty, want)
 
 
 class _OneElementOff(HostKernel):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import itertools
 import json
+import random
 from pathlib import Path
 
 import pytest
 from aotune.analysis.workload import conv2d, depthwise_conv2d, matmul
 from aotune.constraints.gpu import build_gpu_space
+from aotune.constraints.space import Space
 from aotune.constraints.xgemm import xgemm_to_config, xgemm_workload
 from aotune.errors import ConfigError, UnsatisfiableError
 from aotune.hwspecs.spec import builtin_names, load_target
@@ -92,6 +96,62 @@ def test_sampled_configs_satisfy_every_constraint(target, shape, seed):
         assert c["tx"] * c["ty"] % 32 == 0
         if not c["sa"]:
             assert (c["la"], c["va"], c["pad_a"]) == (1, 1, 0)
+
+
+def sub_box(space: Space, seed: int, limit: int) -> Space:
+    """The space restricted to a box of at most ``limit`` configs around a sampled valid one:
+    each decision keeps that config's value and up to two other values of its domain, its
+    largest one half the time (large tiles are where products and limits bind)."""
+    rng = random.Random(seed)
+    (start,) = space.sample(1, seed=seed)
+    domains = {v.name: {start[v.name]} for v in space.variables}
+    size = 1
+    for v in rng.sample(space.variables, len(space.variables)):
+        others = [x for x in v.domain if x != start[v.name]]
+        extra = rng.sample(others, min(len(others), rng.choice([1, 2])))
+        if others and rng.random() < 0.5:
+            extra[0] = max(others)
+        if extra and size * (1 + len(extra)) <= limit:
+            domains[v.name] |= set(extra)
+            size *= 1 + len(extra)
+    narrowed = tuple(
+        dataclasses.replace(v, domain=tuple(sorted(domains[v.name]))) for v in space.variables
+    )
+    return dataclasses.replace(space, variables=narrowed)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    target=st.sampled_from(builtin_names("gpu")),
+    workload=st.sampled_from(
+        [
+            matmul(13, 7, 33),
+            matmul(64, 1, 5),
+            matmul(1000, 1024, 4096),
+            xgemm_workload(4096, 4096, 4096),
+            conv2d(1, 4, 7, 6, 6, 3, 2, pad=1, layout="NHWC"),
+            conv2d(2, 4, 5, 5, 4, 3, 3, stride=2, groups=2),
+            depthwise_conv2d(1, 8, 7, 7, 3, 3, pad=1),
+            depthwise_conv2d(1, 8, 7, 7, 3, 3, pad=1, layout="NHWC"),
+        ]
+    ),
+    seed=st.integers(0, 10_000),
+)
+def test_cpsat_solutions_equal_brute_force_enumeration_on_a_box_of_the_space(
+    target, workload, seed
+):
+    """The whole GPU space is too large to enumerate (14,080 configs for a 1x1x1 matmul, 11 s);
+    a box of a few thousand configs around a valid one keeps every constraint, guard and product
+    of it: CP-SAT's solutions in the box are exactly the box's configs that satisfy every
+    constraint, checked one by one."""
+    box = sub_box(build_gpu_space(workload, load_target(target)), seed, limit=8000)
+    expected = set()
+    for values in itertools.product(*(v.domain for v in box.variables)):
+        cfg = dict(zip(box.names, values))
+        if all(c.holds(cfg) for c in box.constraints):
+            expected.add(tuple(cfg.items()))
+    assert expected  # the sampled config is in the box
+    assert {cfg.items for cfg in box.enumerate()} == expected
 
 
 def test_shared_memory_over_the_limit_names_required_and_available():

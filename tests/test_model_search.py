@@ -1141,7 +1141,9 @@ def test_a_rows_thrashing_one_set_miss_side_by_side():
     for cfg, seconds in measured.items():
         text = f"{cfg},pack_a=0,pack_b=0,threads=2"
         s = schedule_from_config(space, space.parse_config(text))
-        assert model.estimate_batch([s])[0].seconds < 2.0 * seconds
+        # overlapped, not one round trip after another (35.2 ms for the first), yet still charged:
+        # without the misses the FMAs alone predict about half the measured time
+        assert 0.8 * seconds < model.estimate_batch([s])[0].seconds < 2.0 * seconds
 
 
 @pytest.mark.parametrize(("rows", "measured_ratio"), [(20, 2.52), (24, 3.13), (28, 3.95)])

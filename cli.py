@@ -402,7 +402,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             if ok and not args.no_verify:
                 use_before = machine_load.cpu_use()
                 verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
-                if target.kind == "cpu":
+                if numpy_gflops is not None:  # timed here beside numpy, not emulated
                     shared = machine_load.sharing(use_before, machine_load.cpu_use())
                 if db is not None and record is not None:
                     cached.store_check(db, record, verified, numpy_gflops)

@@ -14,31 +14,35 @@ import os
 import time
 from dataclasses import dataclass
 
-# Other processes' CPUs' worth of busy time on average, and the share of the machine's time the
-# hypervisor gave other guests, from which a measurement is called shared. Idle, the OS's own
+# Other processes' CPUs' worth of busy time on average on the CPUs this process may use (so a big
+# machine's other cores do not count), and the share of those CPUs' time the hypervisor gave other
+# guests, from which a measurement is called shared. Idle, the OS's own
 # daemons use about 0.01-0.05 CPUs.
 OTHERS_WARN_CPUS = 0.25
 STEAL_WARN_SHARE = 0.1
+# Both counters move in 10 ms ticks: over less than this, rounding alone reads ~0.1 CPUs
+MIN_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
 class CpuUse:
-    """CPU seconds used so far: by the whole machine (every CPU's busy states), taken by the
-    hypervisor for other guests (steal), and by this process (its threads and waited-for
-    children), at ``wall`` (``time.perf_counter``)."""
+    """CPU seconds used so far on the CPUs this process may run on: by everything (their busy
+    states), taken by the hypervisor for other guests (steal), and by this process (its threads
+    and waited-for children), at ``wall`` (``time.perf_counter``)."""
 
     busy: float
     steal: float
     own: float
     wall: float
+    cpus: int
 
 
 @dataclass(frozen=True)
 class Sharing:
-    """What others used of the machine between two ``CpuUse`` readings."""
+    """What others used of the CPUs this process may run on between two ``CpuUse`` readings."""
 
     seconds: float  # wall-clock seconds between them
-    cpus: int  # CPUs of the machine
+    cpus: int  # the CPUs counted
     others_cpus: float  # other processes' busy time over the seconds: CPUs' worth on average
     stolen_share: float  # the CPUs' time the hypervisor gave other guests
 
@@ -52,27 +56,36 @@ class Sharing:
         }
 
     def describe(self) -> str | None:
-        """What others did, when it reaches ``OTHERS_WARN_CPUS`` or ``STEAL_WARN_SHARE`` (else
-        None): e.g. "other processes kept 1.2 of the 2 CPUs busy"."""
+        """What others did, when it reaches ``OTHERS_WARN_CPUS`` or ``STEAL_WARN_SHARE`` over at
+        least ``MIN_SECONDS`` (else None): e.g. "other processes kept 1.2 of the 2 CPUs busy"."""
+        if self.seconds < MIN_SECONDS:
+            return None
         found = []
+        cpus = f"the {self.cpus} CPUs" if self.cpus > 1 else "the CPU"
         if self.others_cpus >= OTHERS_WARN_CPUS:
-            found.append(
-                f"other processes kept {self.others_cpus:.1f} of the {self.cpus} CPUs busy"
-            )
+            found.append(f"other processes kept {self.others_cpus:.1f} of {cpus} busy")
         if self.stolen_share >= STEAL_WARN_SHARE:
+            time_of = f"{cpus}'" if self.cpus > 1 else f"{cpus}'s"
             found.append(
-                f"the hypervisor gave {self.stolen_share:.0%} of the CPUs' time to other guests"
+                f"the hypervisor gave {self.stolen_share:.0%} of {time_of} time to other guests"
             )
         return " and ".join(found) or None
 
 
-def parse_proc_stat(text: str, ticks_per_second: int) -> tuple[float, float] | None:
-    """(busy, steal) seconds of all CPUs from the text of Linux's ``/proc/stat``, or None when it
-    has no well-formed ``cpu`` line. Busy is user + nice + system + irq + softirq (guest time is
-    inside user already); idle and I/O wait are not busy."""
+def parse_proc_stat(
+    text: str, ticks_per_second: int, cpus: set[int] | None = None
+) -> tuple[float, float, int] | None:
+    """(busy, steal) seconds and the number of CPUs they cover, from the text of Linux's
+    ``/proc/stat``: summed over the ``cpuN`` lines of ``cpus`` (all of them when None), or None
+    when none of those lines is well-formed. Busy is user + nice + system + irq + softirq (guest
+    time is inside user already); idle and I/O wait are not busy."""
+    busy = steal = 0.0
+    counted = 0
     for line in text.splitlines():
         parts = line.split()
-        if not parts or parts[0] != "cpu":
+        if not parts or not parts[0].startswith("cpu") or not parts[0][3:].isdigit():
+            continue
+        if cpus is not None and int(parts[0][3:]) not in cpus:
             continue
         try:
             ticks = [int(x) for x in parts[1:9]]
@@ -81,32 +94,36 @@ def parse_proc_stat(text: str, ticks_per_second: int) -> tuple[float, float] | N
         if len(ticks) < 7 or ticks_per_second <= 0:
             return None
         user, nice, system, _idle, _iowait, irq, softirq, *rest = ticks
-        steal = rest[0] if rest else 0
-        return (user + nice + system + irq + softirq) / ticks_per_second, steal / ticks_per_second
-    return None
+        busy += (user + nice + system + irq + softirq) / ticks_per_second
+        steal += (rest[0] if rest else 0) / ticks_per_second
+        counted += 1
+    return (busy, steal, counted) if counted else None
 
 
 def cpu_use() -> CpuUse | None:
-    """This moment's ``CpuUse``, or None where ``/proc/stat`` cannot be read (not Linux)."""
+    """This moment's ``CpuUse`` over the CPUs this process may run on (its affinity), or None
+    where ``/proc/stat`` cannot be read (not Linux)."""
+    mine = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     try:
         with open("/proc/stat", encoding="ascii", errors="replace") as f:
-            parsed = parse_proc_stat(f.read(), os.sysconf("SC_CLK_TCK"))
+            parsed = parse_proc_stat(f.read(), os.sysconf("SC_CLK_TCK"), mine)
     except (OSError, ValueError):
         return None
     if parsed is None:
         return None
     t = os.times()
     own = t.user + t.system + t.children_user + t.children_system
-    return CpuUse(parsed[0], parsed[1], own, time.perf_counter())
+    return CpuUse(parsed[0], parsed[1], own, time.perf_counter(), parsed[2])
 
 
-def sharing(before: CpuUse | None, after: CpuUse | None, cpus: int | None = None) -> Sharing | None:
-    """What others used of the machine's ``cpus`` CPUs (default: all of them) between ``before``
-    and ``after``; None when either is unknown or no time passed."""
-    cpus = cpus if cpus is not None else os.cpu_count() or 1
-    if before is None or after is None or after.wall <= before.wall or cpus < 1:
+def sharing(before: CpuUse | None, after: CpuUse | None) -> Sharing | None:
+    """What others used of the CPUs counted between ``before`` and ``after``; None when either
+    is unknown, no time passed, or they count different CPUs."""
+    if before is None or after is None or after.wall <= before.wall:
+        return None
+    if before.cpus != after.cpus or after.cpus < 1:
         return None
     wall = after.wall - before.wall
     others = max(0.0, (after.busy - before.busy) - (after.own - before.own)) / wall
-    stolen = max(0.0, after.steal - before.steal) / (wall * cpus)
-    return Sharing(wall, cpus, others, stolen)
+    stolen = max(0.0, after.steal - before.steal) / (wall * after.cpus)
+    return Sharing(wall, after.cpus, others, stolen)

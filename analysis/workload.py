@@ -259,6 +259,8 @@ def _einsum_form_problem(spec: str) -> str:
     if "." in spec:
         return "ellipsis ('...') is not supported: name every index with a letter"
     ins, out = spec.split("->")
+    if any(" " in part.strip() for part in ins.split(",")):
+        return "an operand holds a space: separate inputs with ',' (no spaces inside an operand)"
     if "," in out:
         return "the output after '->' is one operand (no ',')"
     if len(ins.split(",")) != 2:

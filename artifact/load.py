@@ -359,7 +359,8 @@ class Library:
             self.manifest = json.loads(manifest.read_text())
         except (OSError, ValueError) as e:
             # a file beside the manifest (the .so, the header) given instead of the directory
-            beside = p.is_file() and (p.parent / "manifest.json").is_file()
+            beside = p.is_file() and p.name != "manifest.json"
+            beside = beside and (p.parent / "manifest.json").is_file()
             hint = f"; give its directory, {str(p.parent)!r}" if beside else ""
             raise LibraryError(f"{manifest} is not an aotune manifest ({e}){hint}") from None
         except RecursionError:

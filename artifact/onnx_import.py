@@ -232,7 +232,9 @@ def _tensors(model: Any) -> _Tensors:
     import onnx
 
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        # data_prop: shapes computed in the graph (Shape -> Gather -> Concat -> Reshape, as
+        # PyTorch exports them) become static
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as e:  # noqa: BLE001 -- onnx raises InferenceError and friends
         raise BuildError(f"ONNX shape inference failed: {str(e).splitlines()[0]}") from None
     shapes: dict[str, tuple[int, ...]] = {}
@@ -340,9 +342,9 @@ class _Importer:
         if name is None:
             name = next((n for n in node.input[:2] if self.shape(n) is None), node.input[0])
         return (
-            f"the {what} of {name!r} is unknown after ONNX shape inference (an op before it has "
-            "no ONNX shape inference, e.g. another domain's); record its type and shape in the "
-            "model's value_info to build this node"
+            f"the {what} of {name!r} is unknown after ONNX shape inference (an op before it "
+            "whose output it cannot fix, e.g. another domain's or a data-dependent one); record "
+            "its type and shape in the model's value_info to build this node"
         )
 
     def not_float32(self, node: Any) -> str | None:

@@ -342,7 +342,7 @@ def calibrate(
         ghz_end, _ = _clock_again(s)
     finally:
         s.close()
-    shared = sharing_warning(use_before, cpu_use(), os.cpu_count() or host.core.cores)
+    shared = sharing_warning(use_before, cpu_use())
     warnings = (shared,) if shared else ()
     if progress:
         progress("done", total, total)
@@ -449,10 +449,10 @@ def _load_average() -> str:
         return "unknown"
 
 
-def sharing_warning(before: CpuUse | None, after: CpuUse | None, cpus: int) -> str | None:
-    """The run's warning when other processes or guests shared the machine's ``cpus`` CPUs
-    between ``before`` and ``after`` (``machine_load.sharing``); None otherwise or unknown."""
-    shared = sharing(before, after, cpus)
+def sharing_warning(before: CpuUse | None, after: CpuUse | None) -> str | None:
+    """The run's warning when other processes or guests shared this process's CPUs between
+    ``before`` and ``after`` (``machine_load.sharing``); None otherwise or unknown."""
+    shared = sharing(before, after)
     what = shared.describe() if shared else None
     if shared is None or what is None:
         return None

@@ -168,7 +168,7 @@ def detect_host() -> HwSpec:
     return dataclasses.replace(
         base,
         name="host",
-        description=f"detected host: {cpu_name}, {cores} cores (core model from {described})",
+        description=f"detected host: {cpu_name}, {cores} cores, core model from {described}",
         isa=isa,
         core=core,
         caches=tuple(caches),

@@ -121,7 +121,8 @@ def test_a_tensor_of_unknown_type_is_named_with_the_fix(tmp_path):
         ("ij,jk,kl->il", "it has 3 input operand(s)"),
         ("...ij,jk->...ik", "ellipsis ('...') is not supported"),
         ("ij,jk", "it has no '->'"),
-        ("i j,jk->ik", "not ' ' (no spaces inside an operand)"),
+        ("i j,jk->ik", "separate inputs with ',' (no spaces inside an operand)"),
+        ("ij jk->ik", "separate inputs with ','"),
         ("ij,jk->i-k", "not '-'"),
         ("ij,jk->->ik", "more than one '->'"),
         ("ij,jk->ik,", "the output after '->' is one operand"),
@@ -144,7 +145,36 @@ def test_loading_the_shared_object_instead_of_its_directory_says_which_to_give(t
     so.write_bytes(b"\x7fELF\x02\x01\x01\xff\xfe")
     with pytest.raises(LibraryError, match=r"not an aotune manifest .*give its directory"):
         aotune.load(so)
+    (tmp_path / "manifest.json").write_bytes(b"\xff{")  # the manifest itself, damaged
+    with pytest.raises(LibraryError, match="not an aotune manifest") as e:
+        aotune.load(tmp_path / "manifest.json")
+    assert "give its directory" not in str(e.value)  # its directory holds the same file
     (tmp_path / "manifest.json").unlink()  # a lone non-manifest file: no directory to point to
     with pytest.raises(LibraryError, match="not an aotune manifest") as e:
         aotune.load(so)
     assert "give its directory" not in str(e.value)
+
+
+def test_a_reshape_to_a_shape_computed_in_the_graph_is_followed(tmp_path):
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as PyTorch exports a flatten: the
+    MatMul after it has static sizes once inference propagates the computed shape (data_prop)."""
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax"], ["b1"]),
+        helper.make_node("Concat", ["b1", "rest"], ["newshape"], axis=0),
+        helper.make_node("Reshape", ["x", "newshape"], ["x2"]),
+        helper.make_node("MatMul", ["x2", "w"], ["y"], name="mm"),
+    ]
+    inits = {
+        "w": np.ones((64, 32), np.float32),
+        "i0": np.array(0, np.int64),
+        "ax": np.array([0], np.int64),
+        "rest": np.array([-1, 64], np.int64),
+    }
+    kl = read_onnx(_save(tmp_path / "m.onnx", nodes, [_x([2, 3, 64])], inits), {})
+    (k,) = kl.kernels
+    # (2, 3, 64) x (64, 32): the batch folds into the rows
+    assert k.workload.op == "matmul" and dict(k.workload.shape) == {"M": 6, "N": 32, "K": 64}

@@ -505,7 +505,7 @@ def test_accuracy_on_this_host_warns_when_others_shared_its_timing(host, monkeyp
     from aotune import machine_load
 
     busy = machine_load.Sharing(seconds=3.0, cpus=2, others_cpus=0.9, stolen_share=0.15)
-    monkeypatch.setattr(machine_load, "sharing", lambda before, after, cpus=None: busy)
+    monkeypatch.setattr(machine_load, "sharing", lambda before, after: busy)
     said: list[str] = []
     doc = host_accuracy(
         matmul(48, 40, 24), host, 20, seed=1, timing_seconds=(0.0, 0.0), warn=said.append

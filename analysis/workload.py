@@ -250,19 +250,20 @@ def size_from_digits(name: str, text: str, not_digits: str) -> int:
 _EINSUM = re.compile(r"^\s*([a-zA-Z]+)\s*,\s*([a-zA-Z]+)\s*->\s*([a-zA-Z]*)\s*$")
 
 
-def _einsum_form_problem(spec: str) -> str:
-    """What keeps ``spec`` from the form 'ab,bc->ac' (numpy takes more than aotune generates)."""
-    if "->" not in spec:
-        return "it has no '->': write the output's indices, e.g. 'ij,jk->ik'"
+def _einsum_form_problem(spec: str, given: str) -> str:
+    """What keeps ``spec`` (``given`` as numpy reads it) from the form 'ab,bc->ac' (numpy takes
+    more than aotune generates)."""
+    if "->" not in spec:  # numpy's implicit output of a spec that is not letters and commas
+        return "its output is implicit and it holds more than letters and ','"
     if spec.count("->") > 1:
         return "it has more than one '->'"
     if "." in spec:
         return "ellipsis ('...') is not supported: name every index with a letter"
     ins, out = spec.split("->")
-    if any(" " in part.strip() for part in ins.split(",")):
-        return "an operand holds a space: separate inputs with ',' (no spaces inside an operand)"
     if "," in out:
         return "the output after '->' is one operand (no ',')"
+    if len(ins.split(",")) == 1 and len(given.split("->")[0].split()) == 2:
+        return "separate the two inputs with ',' (numpy drops spaces: this reads as one operand)"
     if len(ins.split(",")) != 2:
         return (
             f"it has {len(ins.split(','))} input operand(s); aotune generates contractions of "
@@ -271,9 +272,23 @@ def _einsum_form_problem(spec: str) -> str:
     other = sorted({c for c in ins + out if not (c.isascii() and c.isalpha())} - {","})
     if other:
         shown = ", ".join(repr(c) for c in other[:3])
-        spaces = " (no spaces inside an operand)" if " " in other else ""
-        return f"indices are ASCII letters a-z and A-Z, not {shown}{spaces}"
+        return f"indices are ASCII letters a-z and A-Z, not {shown}"
     return "an input operand has no indices"
+
+
+def numpy_einsum_spec(spec: str) -> str:
+    """``spec`` as numpy reads it, in the explicit form aotune takes: whitespace dropped, and
+    numpy's implicit output (no '->': the indices that appear once, in ASCII order, so upper case
+    first) written out: ``" ij , jk"`` -> ``"ij,jk->ik"``. A spec that is not letters and commas
+    is returned without its whitespace, for the form check to explain."""
+    compact = "".join(spec.split())
+    if "->" in compact:
+        return compact
+    letters = compact.replace(",", "")
+    if not letters or not all(c.isascii() and c.isalpha() for c in letters):
+        return compact
+    once = sorted(c for c in set(letters) if letters.count(c) == 1)
+    return f"{compact}->{''.join(once)}"
 
 
 def einsum(
@@ -288,14 +303,17 @@ def einsum(
     """A two-input contraction such as ``"mk,kn->mn"``: one loop per index letter.
 
     Letters of the output are spatial loops, the others are reductions. Loop order follows first
-    appearance in the output, then in the inputs.
+    appearance in the output, then in the inputs. The spec is read as numpy reads it
+    (``numpy_einsum_spec``: spaces, and an implicit output).
     """
     if dtype not in DTYPE_BYTES:
         raise WorkloadError(f"dtype {dtype!r} not supported; use one of {', '.join(DTYPE_BYTES)}")
+    given, spec = spec, numpy_einsum_spec(spec)
     m = _EINSUM.match(spec)
     if not m:
         raise WorkloadError(
-            f"einsum spec {spec!r} is not of the form 'ab,bc->ac': {_einsum_form_problem(spec)}"
+            f"einsum spec {given!r} is not of the form 'ab,bc->ac': "
+            f"{_einsum_form_problem(spec, given)}"
         )
     in0, in1, out = m.groups()
     for part in (in0, in1, out):

@@ -120,9 +120,8 @@ def test_a_tensor_of_unknown_type_is_named_with_the_fix(tmp_path):
         ("ii->i", "it has 1 input operand(s)"),
         ("ij,jk,kl->il", "it has 3 input operand(s)"),
         ("...ij,jk->...ik", "ellipsis ('...') is not supported"),
-        ("ij,jk", "it has no '->'"),
-        ("i j,jk->ik", "separate inputs with ',' (no spaces inside an operand)"),
-        ("ij jk->ik", "separate inputs with ','"),
+        ("ij,j-k", "its output is implicit and it holds more than letters"),
+        ("ij jk->ik", "separate the two inputs with ','"),  # numpy reads one operand 'ijjk'
         ("ij,jk->i-k", "not '-'"),
         ("ij,jk->->ik", "more than one '->'"),
         ("ij,jk->ik,", "the output after '->' is one operand"),
@@ -178,3 +177,24 @@ def test_a_reshape_to_a_shape_computed_in_the_graph_is_followed(tmp_path):
     (k,) = kl.kernels
     # (2, 3, 64) x (64, 32): the batch folds into the rows
     assert k.workload.op == "matmul" and dict(k.workload.shape) == {"M": 6, "N": 32, "K": 64}
+
+
+@pytest.mark.parametrize(
+    "spec, explicit",
+    [
+        ("ij,jk", "ij,jk->ik"),  # numpy's implicit output: the indices that appear once, sorted
+        ("ji,kj", "ji,kj->ik"),
+        ("Bj,ja", "Bj,ja->Ba"),  # upper case first, as numpy orders them
+        (" i j , j k -> i k ", "ij,jk->ik"),  # numpy drops the spaces
+        ("bij,bjk->bik", "bij,bjk->bik"),
+    ],
+)
+def test_einsum_specs_are_read_as_numpy_reads_them(spec, explicit):
+    import numpy as np
+
+    dims = {c: 2 + i for i, c in enumerate("abijkB")}
+    used = {c: n for c, n in dims.items() if c in explicit}
+    assert einsum(spec, used) == einsum(explicit, used)
+    ins = explicit.split("->")[0].split(",")
+    a, b = (np.ones([used[c] for c in part]) for part in ins)
+    assert np.einsum(spec, a, b).shape == tuple(used[c] for c in explicit.split("->")[1])

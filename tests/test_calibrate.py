@@ -616,10 +616,25 @@ def test_the_quickest_probes_read_physical_values_here():
 
 
 @ON_HOST
-def test_a_whole_calibration_writes_a_spec_that_tune_uses(tmp_path, capsys):
-    """The only end-to-end run of every probe (about 40 s on a 2-core slice)."""
+def test_a_whole_calibration_writes_a_spec_that_tune_uses(tmp_path, capsys, monkeypatch):
+    """The only end-to-end run of every probe (about 40 s on a 2-core slice); the machine is
+    said to be shared, to see the warning reach the terminal and the file's header."""
+    from aotune.machine_load import Sharing
+
+    seen = []
+
+    def busy(before, after):
+        seen.append((before, after))
+        return Sharing(seconds=40.0, cpus=2, others_cpus=1.1, stolen_share=0.0)
+
+    monkeypatch.setattr(cal, "sharing", busy)
     path = tmp_path / "here.toml"
     assert main(["hw", "calibrate", "-o", str(path)]) == 0
+    ((before, after),) = seen  # one reading before the probes, one after them
+    assert before is None or after.wall - before.wall >= 5.0
+    said = capsys.readouterr().err
+    assert "warning: other processes kept 1.1 of the 2 CPUs busy while the probes ran" in said
+    assert "# Warning: other processes kept 1.1 of the 2 CPUs busy" in path.read_text()
     spec = load_spec_file(path)
     assert spec.name == "here" and spec.core.cores == HOST.core.cores
     assert 0.2 <= spec.core.frequency_ghz <= 7.0

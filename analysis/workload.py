@@ -253,14 +253,14 @@ _EINSUM = re.compile(r"^\s*([a-zA-Z]+)\s*,\s*([a-zA-Z]+)\s*->\s*([a-zA-Z]*)\s*$"
 def _einsum_form_problem(spec: str, given: str) -> str:
     """What keeps ``spec`` (``given`` as numpy reads it) from the form 'ab,bc->ac' (numpy takes
     more than aotune generates)."""
+    if "." in spec:
+        return "ellipsis ('...') is not supported: name every index with a letter"
     if "->" not in spec:  # numpy's implicit output of a spec that is not letters and commas
         if not any(c.isalpha() for c in spec):
             return "it names no indices, e.g. 'ij,jk->ik'"
         return "its output is implicit and it holds more than letters and ','"
     if spec.count("->") > 1:
         return "it has more than one '->'"
-    if "." in spec:
-        return "ellipsis ('...') is not supported: name every index with a letter"
     ins, out = spec.split("->")
     if "," in out:
         return "the output after '->' is one operand (no ',')"

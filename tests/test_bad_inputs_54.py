@@ -120,6 +120,7 @@ def test_a_tensor_of_unknown_type_is_named_with_the_fix(tmp_path):
         ("ii->i", "it has 1 input operand(s)"),
         ("ij,jk,kl->il", "it has 3 input operand(s)"),
         ("...ij,jk->...ik", "ellipsis ('...') is not supported"),
+        ("...ij,jk", "ellipsis ('...') is not supported"),
         ("ij,j-k", "its output is implicit and it holds more than letters"),
         (" , ", "it names no indices"),
         ("ij jk->ik", "separate the two inputs with ','"),  # numpy reads one operand 'ijjk'

@@ -3,9 +3,9 @@ the hypervisor gave other guests (steal), from Linux's ``/proc/stat``.
 
 Timings read slow when something else shares the cores, calibration's bandwidths above all (on the
 2-vCPU Zen 4 slice memory read 23.9-25.9 GB/s beside a test run that kept 1-2 CPUs busy, 40.7
-alone). ``hw calibrate``, ``tune``'s final check and the bench's accuracy rows take a ``cpu_use``
-before and after they measure; ``sharing`` turns the two into what others used, which travels
-beside the numbers (a warning, a JSON field) so a reader can tell.
+alone). ``hw calibrate``, ``tune``'s final check, ``accuracy WORKLOAD`` and the bench's accuracy
+rows take a ``cpu_use`` before and after they measure; ``sharing`` turns the two into what
+others used, which travels beside the numbers (a warning, a JSON field) so a reader can tell.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 # Other processes' CPUs' worth of busy time on average on the CPUs this process may use (so a big
 # machine's other cores do not count), and the share of those CPUs' time the hypervisor gave other
-# guests, from which a measurement is called shared. Idle, the OS's own
-# daemons use about 0.01-0.05 CPUs.
+# guests, from which a measurement is called shared. Idle, the OS's daemons use ~0.01-0.05 CPUs.
 OTHERS_WARN_CPUS = 0.25
 STEAL_WARN_SHARE = 0.1
 # Both counters move in 10 ms ticks: over less than this, rounding alone reads ~0.1 CPUs

@@ -422,11 +422,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
         warning = blas.warning(hw.isa.vector_bits)
         if warning:
             sys.stderr.write(f"warning: {warning}\n")
-    if shared is not None and shared.describe():
-        sys.stderr.write(
-            f"warning: {shared.describe()} during the final check ({shared.seconds:.0f} s), so "
-            "its times may read slow; numpy was timed beside them, so the ratio holds better\n"
-        )
+    shared_warning = shared and shared.warning(
+        f"during the final check ({shared.seconds:.0f} s)",
+        "its times may read slow; numpy was timed beside them, so the ratio holds better",
+    )
+    if shared_warning:
+        sys.stderr.write(f"warning: {shared_warning}\n")
     skipped = "--no-verify given" if args.no_verify else (None if ok else why)
     doc = {
         "workload": {

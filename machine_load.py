@@ -70,6 +70,12 @@ class Sharing:
             )
         return " and ".join(found) or None
 
+    def warning(self, during: str, consequence: str) -> str | None:
+        """``describe``'s text as a command's warning, "<what others did> <during>, so
+        <consequence>", or None when there is nothing to say."""
+        what = self.describe()
+        return f"{what} {during}, so {consequence}" if what else None
+
 
 def parse_proc_stat(
     text: str, ticks_per_second: int, cpus: set[int] | None = None

@@ -599,12 +599,11 @@ def host_accuracy(
     acc = model_accuracy(
         w, hw, samples, seed=seed, log=log, sweep_seconds=sweep, finalist_seconds=finalists
     )
-    shared = acc["sharing"] and machine_load.Sharing(**acc["sharing"]).describe()
+    shared = acc["sharing"] and machine_load.Sharing(**acc["sharing"]).warning(
+        "while the samples were timed", "their times may read slow and their order move"
+    )
     if warn and shared:
-        warn(
-            f"{shared} while the samples were timed, so their times may read slow and their "
-            "order move"
-        )
+        warn(shared)
     return {
         "target": hw.name,
         "kernel": f"{w.op} {'x'.join(str(x) for _, x in w.shape)}",

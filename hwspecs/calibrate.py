@@ -453,12 +453,10 @@ def sharing_warning(before: CpuUse | None, after: CpuUse | None) -> str | None:
     """The run's warning when other processes or guests shared this process's CPUs between
     ``before`` and ``after`` (``machine_load.sharing``); None otherwise or unknown."""
     shared = sharing(before, after)
-    what = shared.describe() if shared else None
-    if shared is None or what is None:
-        return None
-    return (
-        f"{what} while the probes ran ({shared.seconds:.0f} s), so bandwidths may read low and "
-        "latencies high; rerun `aotune hw calibrate` when the machine is idle"
+    return shared and shared.warning(
+        f"while the probes ran ({shared.seconds:.0f} s)",
+        "bandwidths may read low and latencies high; rerun `aotune hw calibrate` when the "
+        "machine is idle",
     )
 
 

@@ -13,7 +13,7 @@ once (``codegen/workers.py``).
   of them together the issue width.
 - ``Chase``: ``p = *p`` unrolled: load-to-use latency of whatever holds the chain's lines (the
   caller lays out the chain: a random cycle for cache latency, one line per page for the TLB, a
-  fixed stride for the prefetcher).
+  fixed stride for the prefetcher); on several chains at once, how many misses overlap.
 - ``Stream``: volatile vector loads walking a buffer: bandwidth from where the buffer lives.
 - ``Rows``: a micro-kernel's B operand: one vector per row, rows a stride apart, FMA work per row,
   and a software prefetch a given number of rows ahead.
@@ -224,31 +224,42 @@ class Mix:
 
 @dataclass(frozen=True)
 class Chase:
-    """``p = *p``, ``unroll`` times per iteration, ``iters`` iterations.
+    """``p = *p``, ``unroll`` times per iteration, ``iters`` iterations, on each of ``chains``
+    independent chains (their loads overlap as far as the core lets misses overlap).
 
-    Arguments: (iters, start, out): ``start`` is the address of the first link (each link holds
-    the address of the next), ``out`` receives the last address reached.
+    Arguments: (iters, start, out): with one chain ``start`` is the address of the first link
+    (each link holds the address of the next); with more it is the address of an array of
+    ``chains`` first links. ``out`` receives the last address each chain reached (8 bytes each).
     """
 
     unroll: int = 16
+    chains: int = 1
 
     @property
     def name(self) -> str:
         """The function's name."""
-        return f"chase_u{self.unroll}"
+        return f"chase_u{self.unroll}" + (f"_c{self.chains}" if self.chains > 1 else "")
 
     def emit(self, mod: ir.Module) -> None:
         """Add this kernel to ``mod``."""
+        if not 1 <= self.chains <= MAX_CHAINS:
+            raise CodegenError(f"{self.name}: 1 to {MAX_CHAINS} chains")
         b, (iters, start, out, *_) = _entry(mod, self.name)
+        if self.chains == 1:
+            firsts = [start]
+        else:
+            heads = _ptr(b, start, I64)
+            firsts = [b.load(b.gep(heads, [c64(j)]), align=8) for j in range(self.chains)]
 
         def step(_i: ir.Value, values: list[ir.Value]) -> list[ir.Value]:
-            p = values[0]
             for _ in range(self.unroll):
-                p = b.load(_ptr(b, p, I64), align=8)
-            return [p]
+                values = [b.load(_ptr(b, p, I64), align=8) for p in values]
+            return values
 
-        (last,) = _loop(b, iters, [start], step)
-        b.store(last, _ptr(b, out, I64), align=8)
+        lasts = _loop(b, iters, firsts, step)
+        outs = _ptr(b, out, I64)
+        for j, last in enumerate(lasts):
+            b.store(last, b.gep(outs, [c64(j)]), align=8)
         b.ret_void()
 
 

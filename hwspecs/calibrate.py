@@ -38,6 +38,7 @@ from aotune.hwspecs.probes import (
     probe_issue,
     probe_loads,
     probe_memory_bandwidth,
+    probe_memory_parallelism,
     probe_mixed_width,
     probe_overhead,
     probe_prefetch_ahead,
@@ -145,6 +146,12 @@ PROBES: tuple[Probe, ...] = (
         ("memory.bandwidth_gbs",),
         probe_memory_bandwidth,
         "every core streaming a buffer far beyond the last cache",
+    ),
+    Probe(
+        "memory parallelism",
+        ("memory.latency_cycles", "memory.misses_in_flight"),
+        probe_memory_parallelism,
+        "one and many independent chases far beyond the last cache",
     ),
     Probe(
         "prefetch stride",

@@ -241,6 +241,13 @@ def chains_in_flight(
     return latency / max(per_step, 1e-9)
 
 
+def misses_in_flight(per_access_by_chains: Mapping[int, float]) -> float:
+    """Misses to memory that overlap, from chases of 1, 2, ... independent chains (cycles per
+    access by chain count): one chain's latency over the fewest cycles per access reached."""
+    fewest = min(per_access_by_chains.values())
+    return per_access_by_chains[1] / max(fewest, 1e-9)
+
+
 def chase_order(
     points_per_page: int, pages: int, window_pages: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -350,6 +357,13 @@ class Session:
         """Follow ``steps`` links from address ``start`` (a multiple of 16)."""
         k = Chase(16)
         self.bench_of(k).call(k, steps // 16, start, self._scratch.addr + SCRATCH_BYTES)
+
+    def chases(self, heads: int, chains: int, steps: int) -> None:
+        """Follow ``steps`` links on each of ``chains`` chains whose current links are the 64-bit
+        words at address ``heads``, and leave each chain's last link there: the next call goes on
+        from it rather than reading again lines the last one left in the caches."""
+        k = Chase(PARALLEL_UNROLL, chains)
+        self.bench_of(k).call(k, steps // PARALLEL_UNROLL, heads, heads)
 
     def buffer(self, nbytes: int, huge: bool = True) -> _Buffer:
         """A written, 2 MiB-aligned buffer that lives until the session ends."""
@@ -974,6 +988,61 @@ def probe_memory_bandwidth(s: Session) -> dict[str, Finding]:
             f"{threads} threads (every core) streaming {s.vector_bits}-bit loads over their "
             f"shares of {_size(size)}: {gbs:.1f} GB/s, {t.describe()}",
         )
+    }
+
+
+# chains the memory-parallelism probe runs side by side; past the 16 integer registers of x86-64
+# the chains spill, which adds L1 loads only (Zen 4: 24 chains 28.0 cycles an access, 32: 28.9)
+PARALLEL_CHAINS = (1, 2, 4, 8, 12, 16, 20, 24, 32)
+PARALLEL_UNROLL = 4  # links per chain per loop iteration
+
+
+def probe_memory_parallelism(s: Session) -> dict[str, Finding]:
+    """Memory's latency and how many of one core's demand misses to it overlap: a chase through a
+    random cycle over a buffer far beyond the last cache (as the latency probe's), one chain and
+    then several spread evenly around the cycle; the most misses in flight is the latency over
+    the fewest cycles per access any count of chains reached."""
+    llc = s.host.caches[-1].size_kib * 1024
+    page = os.sysconf("SC_PAGE_SIZE")
+    size = max(page, MEMORY_CHASE_FACTOR * llc // page * page)
+    spacing = 2 * s.host.caches[-1].line_bytes  # one line per pair, as the latency probe's
+    window = max(1, min(32, int(s.value("memory.dtlb_entries")) // 2))
+    buf = s.buffer(size)
+    order = chase_order(page // spacing, size // page, window, s.rng) * spacing
+    _link(buf, order)
+    heads = np.zeros(max(PARALLEL_CHAINS), dtype=np.uint64)
+    readings: dict[int, float] = {}
+    timings = []
+    for chains in PARALLEL_CHAINS:
+        heads[:chains] = [buf.addr + int(order[j * len(order) // chains]) for j in range(chains)]
+        readings[chains], t = s.cycles_per(
+            lambda n, c=chains: s.chases(heads.ctypes.data, c, PARALLEL_UNROLL * n),
+            PARALLEL_UNROLL * chains,
+        )
+        timings.append(t)
+    s.release(buf)
+    latency = readings[1]
+    fewest = min(readings.values())
+    in_flight = misses_in_flight(readings)
+    s.details["memory_parallelism"] = {"cycles_per_access_by_chains": readings, "bytes": size}
+    shown = ", ".join(f"{c}: {x:.1f}" for c, x in readings.items())
+    how = (
+        f"chases through a random cycle over points {spacing} bytes apart in {_size(size)} "
+        f"({MEMORY_CHASE_FACTOR}x the last cache), {window}-page windows; cycles per access by "
+        f"chains side by side: {shown}; {_spread(timings)}"
+    )
+    previous = float(s.value(f"caches.L{s.host.caches[-1].level}.latency_cycles"))
+    return {
+        "memory.latency_cycles": s.checked(
+            "memory.latency_cycles", round(latency), previous, 100_000, f"one chain: {how}"
+        ),
+        "memory.misses_in_flight": s.checked(
+            "memory.misses_in_flight",
+            round(in_flight, 1),
+            1.0,
+            1024.0,
+            f"one chain's {latency:.0f} cycles over the fewest per access ({fewest:.1f}): {how}",
+        ),
     }
 
 

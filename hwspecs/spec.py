@@ -110,6 +110,11 @@ class MemorySpec:
     """Main memory, shared by all cores."""
 
     bandwidth_gbs: float = _in(0.01, 100_000.0)
+    # load-to-use latency of a line that no cache holds (a chase far beyond the last level)
+    latency_cycles: int = _in(1, 100_000)
+    # demand misses to memory one core keeps outstanding: independent loads of lines no
+    # prefetcher fetched complete at most this many per latency
+    misses_in_flight: float = _in(1.0, 1024.0)
     # prefetchers stop at page boundaries; each page also needs a TLB entry
     page_bytes: int = _pow2(1024, 1 << 30)
     # largest stride between accesses that the stride prefetcher follows
@@ -421,6 +426,13 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
                 f"L{inner.level}'s ({inner.latency_cycles}); a level further out is never faster: "
                 "check the latency_cycles of both (aotune hw calibrate measures them)"
             )
+    last = by_level[-1]
+    if spec.memory.latency_cycles < last.latency_cycles:
+        raise HwSpecError(
+            f"{where}: memory.latency_cycles ({spec.memory.latency_cycles}) is below cache "
+            f"L{last.level}'s latency ({last.latency_cycles}); memory is never faster than a "
+            "cache: check both (aotune hw calibrate measures them)"
+        )
     if spec.memory.prefetch_stride_bytes > spec.memory.page_bytes:
         raise HwSpecError(
             f"{where}: memory.prefetch_stride_bytes = {spec.memory.prefetch_stride_bytes} is "

@@ -484,14 +484,43 @@ def test_the_kernels_run_what_they_say():
     assert np.isfinite(acc_out).all() and acc_out[0] != 0
 
 
+@ON_HOST
+def test_chains_side_by_side_each_follow_their_links_and_go_on_from_there():
+    """Three chains, 4 links each per iteration, their current links in ``heads``: each lands
+    where its own cycle says, and a second call goes on from there (as ``Session.chases``)."""
+    chase = Chase(4, 3)
+    bench = MicroBench([chase], HOST)
+    links = np.zeros(64, np.uint64)
+    base = links.ctypes.data
+    cycles = [[0, 5, 9], [2, 63, 17, 30, 8], [11, 40]]
+    for cycle in cycles:
+        for here, there in zip(cycle, cycle[1:] + cycle[:1]):
+            links[here] = base + 8 * there
+    heads = np.array([base + 8 * c[0] for c in cycles], np.uint64)
+    for calls in (1, 2):
+        bench.call(chase, 2, heads.ctypes.data, heads.ctypes.data)  # 8 links on each chain
+        steps = 8 * calls
+        assert heads.tolist() == [base + 8 * c[steps % len(c)] for c in cycles]
+
+
+def test_misses_in_flight_is_one_chains_latency_over_the_fewest_cycles_per_access():
+    readings = {1: 500.0, 2: 251.0, 4: 126.0, 8: 64.0, 16: 33.0, 24: 25.0, 32: 26.5}
+    assert probes.misses_in_flight(readings) == pytest.approx(20.0)
+    # a core that overlaps nothing
+    assert probes.misses_in_flight({1: 300.0, 2: 300.0, 4: 310.0}) == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("target", ["neoverse-n1", "haswell", "skylake-avx512"])
 def test_the_kernels_compile_for_every_cpu_target_with_the_loops_they_say(target):
     """Built for another ISA (not run): the probes' loops hold exactly their step's work."""
     hw = load_target(target)
     v = hw.isa.vector_bits
     mix = Mix(adds=3, fmas=(v,) * 4 + (32,), loads=2, mem_bits=v, unroll=4)
+    chains = Chase(4, max(probes.PARALLEL_CHAINS))
     kernels = [mix, Chase(16), Stream(v, 8), Rows(v, 30), Mix(stores=8, mem_bits=32, unroll=2)]
-    asm = assembly_for(kernels, hw)
+    asm = assembly_for([*kernels, chains], hw)
+    # every chain's load is issued, past the integer registers too (the rest spill)
+    assert 4 * 32 <= loop_instructions(asm, chains.name)
     assert 4 * 10 <= loop_instructions(asm, mix.name) <= 4 * 10 + 4
     assert 16 <= loop_instructions(asm, "chase_u16") <= 16 + 4
     assert 8 <= loop_instructions(asm, f"stream_{v}_u8") <= 8 + 4
@@ -639,6 +668,7 @@ def test_a_whole_calibration_writes_a_spec_that_tune_uses(tmp_path, capsys, monk
     assert spec.name == "here" and spec.core.cores == HOST.core.cores
     assert 0.2 <= spec.core.frequency_ghz <= 7.0
     assert spec.cache(1).latency_cycles < spec.cache(2).latency_cycles
+    assert spec.origin_of("memory.misses_in_flight").startswith(("measured:", "assumed:"))
     assert set(origin_from_toml(path.read_text())) == set(field_paths(spec))
     capsys.readouterr()
     argv = ["tune", "matmul", "--shape", "64x48x32", "--target", str(path), "--json"]

@@ -50,6 +50,18 @@ def _spec_text() -> str:
             "cache L2's latency (2 cycles) is below L1's (4)",
         ),
         (
+            lambda t: t.replace("latency_cycles = 230", "latency_cycles = 20"),
+            "memory.latency_cycles (20) is below cache L3's latency (40)",
+        ),
+        (
+            lambda t: t.replace("misses_in_flight = 10\n", ""),
+            "missing key 'misses_in_flight' (number)",
+        ),
+        (
+            lambda t: t.replace("misses_in_flight = 10", "misses_in_flight = 0.5"),
+            "misses_in_flight = 0.5 is out of range; allowed 1..1024",
+        ),
+        (
             lambda t: t.replace("shared_by_cores = 4", "shared_by_cores = 9"),
             "cache L3 is shared by 9 cores, more than the 4 the spec has",
         ),

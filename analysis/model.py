@@ -20,7 +20,8 @@ Cost of one thread (the slowest one, since threads split the parallel loop):
                 beyond the ports' idle cycles, C stores that miss, or whose line pair another
                 thread writes; calls in flight are bounded by the reorder window and by the
                 FMAs the schedulers hold; unpacked B rows that the micro-kernel prefetches pay no
-                first-touch or translation wait
+                first-touch or translation wait; plus A's lines from DRAM, when A is read in
+                place with rows a page apart, at memory latency over the misses in flight
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
     memory    = bytes from DRAM (all threads) / DRAM bandwidth: each tensor once, and on each
                 sweep that comes back to it after more than the last level holds (the loop
@@ -276,7 +277,8 @@ def micro_kernel_cycles(
     ``_cycles_per_kstep`` overlapped with the L1 misses of an unpacked operand, plus DTLB misses,
     plus per call the call itself, the C tile's loads and stores beyond the ports' idle cycles,
     C stores that miss L1, a C tile fetched from beyond L2, and C lines whose 128-byte pair
-    another thread writes.
+    another thread writes. Plus, once, the wait for A's lines from DRAM read in place
+    (``a_demand_miss_cycles``).
     """
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = _vector_load_rate(hw)
@@ -310,7 +312,22 @@ def micro_kernel_cycles(
         step += max(0.0, evicted - (step - cyc_k))
         compute_cycles += tiles * (s.K * (step + dtlb) + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
-    return compute_cycles, load_cycles
+    return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles
+
+
+def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Cycles the thread waits for A's lines from memory when it reads A in place, its rows a
+    page or more apart: each row's next line is met once per sweep down the block's rows, on a
+    page of its own, as a demand miss; those overlap as far as the core keeps misses in flight, so
+    each costs memory's latency over ``memory.misses_in_flight``. A packing copy reads the rows
+    along k, which the prefetchers follow. A floor: on Zen 4 such kernels waited about twice this
+    (README, "A read in place from DRAM")."""
+    line = hw.cache(1).line_bytes
+    if s.pack_a or s.a_shared or s.a_gather or s.a_sk != 1 or s.a_sm * 4 < hw.memory.page_bytes:
+        return 0.0
+    a_bytes = dram_bytes_by_tensor(s, hw, share)[0]
+    own = share.m_share / s.M if s.par == "m" else 1.0 / share.threads
+    return a_bytes * own / line * hw.memory.latency_cycles / hw.memory.misses_in_flight
 
 
 def _vector_load_rate(hw: HwSpec) -> float:
@@ -428,7 +445,15 @@ def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[int, int
 
 
 def dram_bytes_of(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
-    """Bytes from DRAM of one batch entry, all threads (they share it): each tensor once, C read
+    """Bytes from DRAM of one batch entry, all threads (they share it): A's, B's and C's of
+    ``dram_bytes_by_tensor``."""
+    return sum(dram_bytes_by_tensor(s, hw, share))
+
+
+def dram_bytes_by_tensor(
+    s: CpuSchedule, hw: HwSpec, share: ThreadShare
+) -> tuple[float, float, float]:
+    """(A's, B's, C's) bytes from DRAM of one batch entry, all threads: each tensor once, C read
     and written, and again on each sweep of a loop that comes back to a tensor after more than the
     last level holds went through it in between (the reuse distance, all threads' data), less
     the capacity's worth the level keeps (``last_level_miss_share``).
@@ -445,7 +470,7 @@ def dram_bytes_of(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     a_elems, b_elems = _operand_elements(s)
     a_all, b_all, c_all = a_elems * isz, b_elems * isz, s.M * s.N * isz
     if a_all + b_all + c_all <= llc:
-        return 0.0
+        return 0.0, 0.0, 0.0
     threads, par_m = share.threads, s.par == "m"
     mblocks, nblocks = -(-share.m_share // s.mc), -(-share.n_share // s.nc)
     # all threads' pieces: data split by the parallel loop is one piece per thread
@@ -471,7 +496,7 @@ def dram_bytes_of(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
         a = sweeps(a_all + b_strip + c_cols, nblocks)
         b = sweeps(b_strip + a_strip + c_block, mblocks)
         c = 1
-    return a_all * a + b_all * b + 2 * c_all * c
+    return a_all * a, b_all * b, 2 * c_all * c
 
 
 def last_level_miss_share(reuse_bytes: float, capacity: float) -> float:

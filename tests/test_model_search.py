@@ -142,6 +142,42 @@ def test_dram_rereads_follow_each_orders_reuse_distance():
     assert dram(f"{tile},nc=4096,order=nkm") == a + b + 2 * c  # B once, C's strip stays
 
 
+def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in_flight():
+    """A read in place, rows a page apart, A from DRAM: each of the thread's A lines costs
+    memory's latency over the misses in flight, added to compute; a packed A, rows closer than a
+    page, or an A whose working set stays in the last level pay nothing."""
+    from aotune.analysis.model import ThreadShare, a_demand_miss_cycles
+
+    hw = load_target("znver4")
+    in_place = "mr=5,nr=48,kc=8,mc=440,nc=96,order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=2"
+
+    def sched(M: int, K: int, cfg: str):
+        space = build_cpu_space(matmul(M, 64, K), hw)
+        return schedule_from_config(space, space.parse_config(cfg))
+
+    s = sched(4096, 1024, in_place)
+    share = ThreadShare.of(s)
+    lines = 4096 * 1024 * 4 / 64 * share.m_share / 4096  # A once, the thread's rows
+    per_line = hw.memory.latency_cycles / hw.memory.misses_in_flight
+    assert 20 < per_line < 40
+    assert a_demand_miss_cycles(s, hw, share) == pytest.approx(lines * per_line)
+    # twice the misses in flight: the term halves, and compute loses exactly that half
+    wide = dataclasses.replace(
+        hw, memory=dataclasses.replace(hw.memory, misses_in_flight=2 * hw.memory.misses_in_flight)
+    )
+    (p,) = AnalyticalCpuModel(hw).estimate_batch([s])
+    (q,) = AnalyticalCpuModel(wide).estimate_batch([s])
+    saved = dict(p.breakdown)["compute"] - dict(q.breakdown)["compute"]
+    assert saved * hw.core.frequency_ghz * 1e9 == pytest.approx(lines * per_line / 2)
+    assert p.seconds > q.seconds
+    packed = sched(4096, 1024, in_place.replace("pack_a=0", "pack_a=1"))
+    assert a_demand_miss_cycles(packed, hw, ThreadShare.of(packed)) == 0.0
+    near = sched(4096, 512, in_place)  # rows 2 KiB apart: the stream prefetcher follows them
+    assert a_demand_miss_cycles(near, hw, ThreadShare.of(near)) == 0.0
+    cached = sched(512, 1024, in_place)  # A of 2 MiB stays in the L3 between calls
+    assert a_demand_miss_cycles(cached, hw, ThreadShare.of(cached)) == 0.0
+
+
 def test_compute_and_traffic_overlap_as_a_4_norm():
     """The prediction is the 4-norm of compute and the L2, L3 and DRAM terms, plus packing and
     overhead: never below the largest term, and above it when two are close."""

@@ -1002,9 +1002,15 @@ def probe_memory_parallelism(s: Session) -> dict[str, Finding]:
     random cycle over a buffer far beyond the last cache (as the latency probe's), one chain and
     then several spread evenly around the cycle; the most misses in flight is the latency over
     the fewest cycles per access any count of chains reached."""
+    from aotune.hwspecs.host import available_memory_bytes
+
     llc = s.host.caches[-1].size_kib * 1024
     page = os.sysconf("SC_PAGE_SIZE")
     size = max(page, MEMORY_CHASE_FACTOR * llc // page * page)
+    have = available_memory_bytes()
+    if have is not None and size > have // 4:
+        why = f"{_size(size)} ({MEMORY_CHASE_FACTOR}x the last cache) cannot be spared for it"
+        return {p: s.assumed(p, why) for p in ("memory.latency_cycles", "memory.misses_in_flight")}
     spacing = 2 * s.host.caches[-1].line_bytes  # one line per pair, as the latency probe's
     window = max(1, min(32, int(s.value("memory.dtlb_entries")) // 2))
     buf = s.buffer(size)

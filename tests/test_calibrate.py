@@ -510,6 +510,24 @@ def test_misses_in_flight_is_one_chains_latency_over_the_fewest_cycles_per_acces
     assert probes.misses_in_flight({1: 300.0, 2: 300.0, 4: 310.0}) == pytest.approx(1.0)
 
 
+def test_the_memory_parallelism_probe_assumes_rather_than_take_memory_it_cannot_spare(
+    monkeypatch,
+):
+    import aotune.hwspecs.host as host_module
+
+    host, base = cal.check_can_calibrate()
+    monkeypatch.setattr(host_module, "available_memory_bytes", lambda: 4096)
+    s = probes.Session(host, base, probes.QUICK)
+    try:
+        found = probes.probe_memory_parallelism(s)
+    finally:
+        s.close()
+    for path in ("memory.latency_cycles", "memory.misses_in_flight"):
+        origin = found[path].origin
+        assert origin.startswith("assumed:") and "cannot be spared" in origin
+        assert found[path].value == probes.value_at(base, path)
+
+
 @pytest.mark.parametrize("target", ["neoverse-n1", "haswell", "skylake-avx512"])
 def test_the_kernels_compile_for_every_cpu_target_with_the_loops_they_say(target):
     """Built for another ISA (not run): the probes' loops hold exactly their step's work."""

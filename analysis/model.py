@@ -231,7 +231,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     """The model: seconds for one call of the kernel built from ``s``.
 
     The named terms, each for the slowest thread (batch entries run one after another):
-        compute  micro-kernel cycles: k steps at the issue/latency/miss bound plus per-call work
+        compute  micro-kernel cycles: k steps at the issue/latency/miss bound plus per-call work,
+                 and the wait for A's lines from DRAM when A is read in place
         L1..L3   bytes each level serves the one above, over its bandwidth
         memory   DRAM bytes of all threads over the memory bandwidth
         packing  copies into panels and the zero-padded input
@@ -320,8 +321,10 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     page or more apart: each row's next line is met once per sweep down the block's rows, on a
     page of its own, as a demand miss; those overlap as far as the core keeps misses in flight, so
     each costs memory's latency over ``memory.misses_in_flight``. A packing copy reads the rows
-    along k, which the prefetchers follow. A floor: on Zen 4 such kernels waited about twice this
-    (README, "A read in place from DRAM")."""
+    along k, which the prefetchers follow. Under par=n both threads sweep all rows; each line
+    comes from memory once, to whichever thread meets it first, so each waits for about its
+    share. Only an A contiguous along k is priced (a transposed A is another walk). A floor: on
+    Zen 4 such kernels waited about twice this (README, "A read in place from DRAM")."""
     line = hw.cache(1).line_bytes
     if s.pack_a or s.a_shared or s.a_gather or s.a_sk != 1 or s.a_sm * 4 < hw.memory.page_bytes:
         return 0.0
@@ -462,15 +465,22 @@ def dram_bytes_by_tensor(
     of A, a B strip and a C strip in between; B per m block unless m is innermost (nkm): all of B
     (mkn) or its K x nc strip (nmk) in between, with an A strip; C per k block unless k is
     innermost (nmk): a C strip and a k slice of the other input in between. The whole working
-    set staying in the last level from one call to the next costs nothing (measured on Zen 4:
-    NHWC depthwise, 4.9 MB per call, ran in 85 us where DRAM bandwidth alone would take 122).
+    set, every batch entry's, staying in the last level from one call to the next costs nothing
+    (measured on Zen 4: NHWC depthwise, 4.9 MB per call, ran in 85 us where DRAM bandwidth alone
+    would take 122).
     """
     isz, levels = 4, len(hw.caches)
     llc = hw.cache(levels).size_kib * 1024 * hw.cache(levels).usable_fraction
     a_elems, b_elems = _operand_elements(s)
     a_all, b_all, c_all = a_elems * isz, b_elems * isz, s.M * s.N * isz
-    if a_all + b_all + c_all <= llc:
+    copies = [_batch_copies(s, operand) for operand in range(3)]
+    if a_all * copies[0] + b_all * copies[1] + c_all * copies[2] <= llc:
         return 0.0, 0.0, 0.0
+    if a_all + b_all + c_all <= llc:
+        # one entry's working set stays, all of them do not: each entry's tensors come once per
+        # call, an operand every entry shares once for all of them
+        nb = s.batch_count
+        return a_all * copies[0] / nb, b_all * copies[1] / nb, 2 * c_all * copies[2] / nb
     threads, par_m = share.threads, s.par == "m"
     mblocks, nblocks = -(-share.m_share // s.mc), -(-share.n_share // s.nc)
     # all threads' pieces: data split by the parallel loop is one piece per thread
@@ -497,6 +507,15 @@ def dram_bytes_by_tensor(
         b = sweeps(b_strip + a_strip + c_block, mblocks)
         c = 1
     return a_all * a, b_all * b, 2 * c_all * c
+
+
+def _batch_copies(s: CpuSchedule, operand: int) -> int:
+    """Distinct copies of operand 0 (A), 1 (B) or 2 (C) over the batch entries: the extents of
+    the batch loops it moves along (a zero stride shares it)."""
+    copies = 1
+    for extent, *strides in s.batch:
+        copies *= extent if strides[operand] else 1
+    return copies
 
 
 def last_level_miss_share(reuse_bytes: float, capacity: float) -> float:

@@ -227,29 +227,31 @@ class Chase:
     """``p = *p``, ``unroll`` times per iteration, ``iters`` iterations, on each of ``chains``
     independent chains (their loads overlap as far as the core lets misses overlap).
 
-    Arguments: (iters, start, out): with one chain ``start`` is the address of the first link
-    (each link holds the address of the next); with more it is the address of an array of
-    ``chains`` first links. ``out`` receives the last address each chain reached (8 bytes each).
+    Arguments: (iters, start, out): ``start`` is the address of the first link (each link holds
+    the address of the next), or with ``heads`` the address of an array of the chains' first
+    links (needed for more than one chain). ``out`` receives the last address each chain reached
+    (8 bytes each).
     """
 
     unroll: int = 16
     chains: int = 1
+    heads: bool = False
 
     @property
     def name(self) -> str:
         """The function's name."""
-        return f"chase_u{self.unroll}" + (f"_c{self.chains}" if self.chains > 1 else "")
+        return f"chase_u{self.unroll}" + (f"_c{self.chains}h" if self.heads else "")
 
     def emit(self, mod: ir.Module) -> None:
         """Add this kernel to ``mod``."""
-        if not 1 <= self.chains <= MAX_CHAINS:
-            raise CodegenError(f"{self.name}: 1 to {MAX_CHAINS} chains")
+        if not 1 <= self.chains <= MAX_CHAINS or (self.chains > 1 and not self.heads):
+            raise CodegenError(f"{self.name}: 1 to {MAX_CHAINS} chains, more than one from heads")
         b, (iters, start, out, *_) = _entry(mod, self.name)
-        if self.chains == 1:
-            firsts = [start]
+        if self.heads:
+            array = _ptr(b, start, I64)
+            firsts = [b.load(b.gep(array, [c64(j)]), align=8) for j in range(self.chains)]
         else:
-            heads = _ptr(b, start, I64)
-            firsts = [b.load(b.gep(heads, [c64(j)]), align=8) for j in range(self.chains)]
+            firsts = [start]
 
         def step(_i: ir.Value, values: list[ir.Value]) -> list[ir.Value]:
             for _ in range(self.unroll):

@@ -339,8 +339,8 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
             raise HwSpecError(
                 f"{where}: missing key {name!r} ({expected}); add it (`aotune hw show NAME` "
                 "prints a built-in spec with every key and where its values come from); a file "
-                "an older `aotune hw calibrate` wrote lacks the keys added since: calibrate "
-                "again to a new file"
+                "an older `aotune hw calibrate` wrote lacks the keys added since: add them so, "
+                "or calibrate again to a new file"
             )
         sub = f"{where}.{name}" if where.count(":") else f"{where}:{name}"
         kwargs[name] = _convert(data[name], tp, sub, f.metadata)

@@ -146,7 +146,7 @@ def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in
     """A read in place, rows a page apart, A from DRAM: each of the thread's A lines costs
     memory's latency over the misses in flight, added to compute; a packed A, rows closer than a
     page, or an A whose working set stays in the last level pay nothing."""
-    from aotune.analysis.model import ThreadShare, a_demand_miss_cycles
+    from aotune.analysis.model import ThreadShare, a_demand_miss_cycles, dram_bytes_by_tensor
 
     hw = load_target("znver4")
     in_place = "mr=5,nr=48,kc=8,mc=440,nc=96,order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=2"
@@ -172,10 +172,30 @@ def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in
     assert p.seconds > q.seconds
     packed = sched(4096, 1024, in_place.replace("pack_a=0", "pack_a=1"))
     assert a_demand_miss_cycles(packed, hw, ThreadShare.of(packed)) == 0.0
-    near = sched(4096, 512, in_place)  # rows 2 KiB apart: the stream prefetcher follows them
+    near = sched(8192, 512, in_place)  # rows 2 KiB apart: the stream prefetcher follows them
+    assert dram_bytes_by_tensor(near, hw, ThreadShare.of(near))[0] == 8192 * 512 * 4
     assert a_demand_miss_cycles(near, hw, ThreadShare.of(near)) == 0.0
     cached = sched(512, 1024, in_place)  # A of 2 MiB stays in the L3 between calls
     assert a_demand_miss_cycles(cached, hw, ThreadShare.of(cached)) == 0.0
+
+
+def test_batch_entries_that_all_stay_in_the_last_level_cost_no_dram_and_else_each_comes_once():
+    from aotune.analysis.model import ThreadShare, dram_bytes_by_tensor
+    from aotune.analysis.workload import batch_matmul
+
+    hw = load_target("znver4")
+    llc = hw.caches[-1].size_kib * 1024 * hw.caches[-1].usable_fraction
+    cfg = "mr=8,nr=32,kc=128,mc=64,nc=256,order=nmk,pack_a=1,pack_b=1,unroll=1,par=m,threads=2"
+
+    def dram(entries: int) -> tuple[float, float, float]:
+        space = build_cpu_space(batch_matmul(entries, 256, 256, 256), hw)
+        s = schedule_from_config(space, space.parse_config(cfg))
+        return dram_bytes_by_tensor(s, hw, ThreadShare.of(s))
+
+    one = 256 * 256 * 4  # each of A, B and C of one entry
+    assert 8 * 3 * one <= llc < 128 * 3 * one
+    assert dram(8) == (0.0, 0.0, 0.0)
+    assert dram(128) == (one, one, 2 * one)  # per entry, every entry's own
 
 
 def test_compute_and_traffic_overlap_as_a_4_norm():

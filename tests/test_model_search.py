@@ -196,6 +196,14 @@ def test_batch_entries_that_all_stay_in_the_last_level_cost_no_dram_and_else_eac
     assert 8 * 3 * one <= llc < 128 * 3 * one
     assert dram(8) == (0.0, 0.0, 0.0)
     assert dram(128) == (one, one, 2 * one)  # per entry, every entry's own
+    # an A every entry shares comes once for all of them
+    from aotune.analysis.workload import einsum
+
+    shared_a = einsum("mk,bkn->bmn", {"b": 128, "m": 256, "n": 256, "k": 256})
+    space = build_cpu_space(shared_a, hw)
+    s = schedule_from_config(space, space.parse_config(cfg))
+    assert s.batch_count == 128
+    assert dram_bytes_by_tensor(s, hw, ThreadShare.of(s)) == (one / 128, one, 2 * one)
 
 
 def test_compute_and_traffic_overlap_as_a_4_norm():

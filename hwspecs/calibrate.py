@@ -51,7 +51,7 @@ from aotune.hwspecs.probes import (
 )
 from aotune.hwspecs.spec import _NAME, ARCHES, HwSpec, check_llvm_names, load_target, spec_from_dict
 from aotune.hwspecs.spec_toml import field_paths, spec_to_toml, with_value
-from aotune.machine_load import CpuUse, cpu_use, sharing
+from aotune.machine_load import Sharing, cpu_use, sharing
 
 Progress = Callable[[str, int, int], None]
 
@@ -78,6 +78,7 @@ class Calibration:
     details: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # also among the notes; the CLI prints them
+    sharing: Sharing | None = None  # what others did on this process's CPUs during the probes
 
     def __post_init__(self) -> None:
         # the spec carries the same origins as data (its [origin] table), whatever it came from
@@ -92,6 +93,7 @@ class Calibration:
             "probes": dict(self.details),
             "notes": list(self.notes),
             "warnings": list(self.warnings),
+            "sharing": self.sharing.as_dict() if self.sharing else None,
         }
 
 
@@ -349,8 +351,9 @@ def calibrate(
         ghz_end, _ = _clock_again(s)
     finally:
         s.close()
-    shared = sharing_warning(use_before, cpu_use())
-    warnings = (shared,) if shared else ()
+    shared = sharing(use_before, cpu_use())
+    warning = shared and sharing_warning(shared)
+    warnings = (warning,) if warning else ()
     if progress:
         progress("done", total, total)
     spec = s.spec_so_far()
@@ -387,7 +390,7 @@ def calibrate(
         *s.notes,
         *(f"Warning: {w}" for w in warnings),
     ]
-    return Calibration(spec, origin, dict(s.details), tuple(notes), warnings)
+    return Calibration(spec, origin, dict(s.details), tuple(notes), warnings, shared)
 
 
 FEATURES_LIMIT = 1000  # the spec loader's longest string
@@ -456,11 +459,10 @@ def _load_average() -> str:
         return "unknown"
 
 
-def sharing_warning(before: CpuUse | None, after: CpuUse | None) -> str | None:
-    """The run's warning when other processes or guests shared this process's CPUs between
-    ``before`` and ``after`` (``machine_load.sharing``); None otherwise or unknown."""
-    shared = sharing(before, after)
-    return shared and shared.warning(
+def sharing_warning(shared: Sharing) -> str | None:
+    """The run's warning when other processes or guests shared this process's CPUs while the
+    probes ran (``machine_load.Sharing``); None when they did not enough to say so."""
+    return shared.warning(
         f"while the probes ran ({shared.seconds:.0f} s)",
         "bandwidths may read low and latencies high; rerun `aotune hw calibrate` when the "
         "machine is idle",

@@ -247,8 +247,11 @@ def test_a_machine_that_cannot_be_calibrated_is_refused_in_one_line(monkeypatch,
 def test_the_cli_prints_a_calibrations_warnings_and_the_file_keeps_them(
     tmp_path, monkeypatch, capsys
 ):
+    from aotune.machine_load import Sharing
+
+    reading = Sharing(seconds=60.0, cpus=2, others_cpus=1.3, stolen_share=0.01)
     warned = dataclasses.replace(
-        hand_made(), warnings=("other processes kept 1.3 of the 2 CPUs busy",)
+        hand_made(), warnings=("other processes kept 1.3 of the 2 CPUs busy",), sharing=reading
     )
     warned = dataclasses.replace(warned, notes=(*warned.notes, "Warning: " + warned.warnings[0]))
     monkeypatch.setattr(cal, "check_can_calibrate", lambda: None)
@@ -260,7 +263,9 @@ def test_the_cli_prints_a_calibrations_warnings_and_the_file_keeps_them(
     assert "# Warning: other processes kept 1.3 of the 2 CPUs busy" in path.read_text()
     assert main(["hw", "calibrate", "--json"]) == 0
     out = capsys.readouterr()
-    assert json.loads(out.out)["warnings"] == ["other processes kept 1.3 of the 2 CPUs busy"]
+    said = json.loads(out.out)
+    assert said["warnings"] == ["other processes kept 1.3 of the 2 CPUs busy"]
+    assert said["sharing"] == {"seconds": 60.0, "cpus": 2, "others_cpus": 1.3, "stolen_share": 0.01}
     assert "warning: other processes" in out.err
 
 

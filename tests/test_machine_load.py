@@ -60,7 +60,7 @@ def test_a_shared_machine_is_described_and_an_idle_one_is_not(busy, steal, own, 
     assert shared.seconds == 100.0 and shared.cpus == 2
     assert shared.others_cpus == pytest.approx(max(0.0, busy - own) / 100.0)
     assert shared.stolen_share == pytest.approx(steal / 200.0)
-    warning = cal.sharing_warning(before, after)
+    warning = cal.sharing_warning(shared)
     if expect is None:
         assert shared.describe() is None and warning is None
     else:

@@ -323,10 +323,15 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     each costs memory's latency over ``memory.misses_in_flight``. A packing copy reads the rows
     along k, which the prefetchers follow. Under par=n both threads sweep all rows; each line
     comes from memory once, to whichever thread meets it first, so each waits for about its
-    share. Only an A contiguous along k is priced (a transposed A is another walk). A floor: on
-    Zen 4 such kernels waited about twice this (README, "A read in place from DRAM")."""
+    share. Only an A contiguous along k is priced (a transposed A is another walk), and only
+    where a k block sweeps more rows than one tile's: a block one tile high walks its rows along
+    k call after call, streams the prefetchers follow. A floor: on Zen 4 such kernels waited about
+    twice this (README, "A read in place from DRAM")."""
     line = hw.cache(1).line_bytes
     if s.pack_a or s.a_shared or s.a_gather or s.a_sk != 1 or s.a_sm * 4 < hw.memory.page_bytes:
+        return 0.0
+    swept_rows = share.m_share if s.order == "nkm" else min(s.mc, share.m_share)
+    if swept_rows <= s.mr:
         return 0.0
     a_bytes = dram_bytes_by_tensor(s, hw, share)[0]
     own = share.m_share / s.M if s.par == "m" else 1.0 / share.threads

@@ -175,6 +175,8 @@ def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in
     near = sched(8192, 512, in_place)  # rows 2 KiB apart: the stream prefetcher follows them
     assert dram_bytes_by_tensor(near, hw, ThreadShare.of(near))[0] == 8192 * 512 * 4
     assert a_demand_miss_cycles(near, hw, ThreadShare.of(near)) == 0.0
+    one_tile = sched(4096, 1024, in_place.replace("mc=440", "mc=5"))  # rows walked along k
+    assert a_demand_miss_cycles(one_tile, hw, ThreadShare.of(one_tile)) == 0.0
     cached = sched(512, 1024, in_place)  # A of 2 MiB stays in the L3 between calls
     assert a_demand_miss_cycles(cached, hw, ThreadShare.of(cached)) == 0.0
 

@@ -330,12 +330,19 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     line = hw.cache(1).line_bytes
     if s.pack_a or s.a_shared or s.a_gather or s.a_sk != 1 or s.a_sm * 4 < hw.memory.page_bytes:
         return 0.0
-    swept_rows = share.m_share if s.order == "nkm" else min(s.mc, share.m_share)
-    if swept_rows <= s.mr:
+    if _a_rows_stream(s, share):
         return 0.0
     a_bytes = dram_bytes_by_tensor(s, hw, share)[0]
     own = share.m_share / s.M if s.par == "m" else 1.0 / share.threads
     return a_bytes * own / line * hw.memory.latency_cycles / hw.memory.misses_in_flight
+
+
+def _a_rows_stream(s: CpuSchedule, share: ThreadShare) -> bool:
+    """Whether A's rows are walked along k as streams the prefetchers follow: a k block meets no
+    more rows than one tile's (the block is one tile high and m is not innermost), so each row's
+    next elements come call after call (or pack after pack), not once per sweep down the rows."""
+    swept_rows = share.m_share if s.order == "nkm" else min(s.mc, share.m_share)
+    return swept_rows <= s.mr
 
 
 def _vector_load_rate(hw: HwSpec) -> float:
@@ -540,9 +547,10 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     """Cycles the thread spends copying A and B blocks into panels, one batch entry.
 
     A's copy is element-wise, one element per max(store slot, 4 issue slots) cycle or its wait per
-    line; a plain B's copies panel rows as vectors, at its source's bandwidth; a gathered operand
-    pays its table loads and bounds checks per element, or, copied in contiguous runs, a vector
-    per ``lanes`` elements plus the run's set-up.
+    line, which rows walked along k as streams do not have (``_a_rows_stream``); a plain B's
+    copies panel rows as vectors, at its source's bandwidth; a gathered operand pays its table
+    loads and bounds checks per element, or, copied in contiguous runs, a vector per ``lanes``
+    elements plus the run's set-up.
     """
     c, isz, lanes = hw.core, 4, s.lanes
     m_share, n_share, threads = share.m_share, share.n_share, share.threads
@@ -551,15 +559,17 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     cycles = 0.0
     if s.pack_a:
         packs = 1 if s.order == "mkn" else nblocks
-        plain = _strided_pack_cycles_per_elem(
-            hw,
-            per_elem,
-            s.kc if s.a_sk == 1 else 1,
-            m_share * s.K * isz,
-            packs,
-            s.M * s.K * isz,
-            threads,
-        )
+        plain = per_elem  # rows that stream wait for no line
+        if s.a_gather is not None or s.a_sk != 1 or not _a_rows_stream(s, share):
+            plain = _strided_pack_cycles_per_elem(
+                hw,
+                per_elem,
+                s.kc if s.a_sk == 1 else 1,
+                m_share * s.K * isz,
+                packs,
+                s.M * s.K * isz,
+                threads,
+            )
         per_a = _pack_cycles_per_elem(s.a_gather, s.a_pack_run, s.kc, hw, plain, lanes)
         cycles += m_share * s.K * packs * per_a
     if s.pack_b:

@@ -181,6 +181,29 @@ def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in
     assert a_demand_miss_cycles(cached, hw, ThreadShare.of(cached)) == 0.0
 
 
+def test_packs_of_a_block_one_tile_high_stream_and_wait_for_no_line():
+    """A's packs that continue one tile's rows along k (m not innermost) copy at the issue bound;
+    a block of more rows, or m innermost, waits for each line where A lives."""
+    from aotune.analysis.model import ThreadShare, packing_cycles
+
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(4096, 64, 1024), hw)
+    base = "mr=2,nr=64,kc=8,nc=64,pack_a=1,pack_b=0,unroll=1,par=m,threads=2"
+
+    def packing(extra: str) -> float:
+        s = schedule_from_config(space, space.parse_config(f"{base},{extra}"))
+        return packing_cycles(s, hw, ThreadShare.of(s))
+
+    per_elem = max(1.0 / hw.core.store_ports, 4.0 / hw.core.issue_width)
+    rows = 2048  # the thread's rows, each packed once (one n block)
+    assert packing("mc=2,order=nmk") == pytest.approx(rows * 1024 * per_elem)
+    assert packing("mc=2,order=mkn") == pytest.approx(rows * 1024 * per_elem)
+    # a line of 16 elements holds two k blocks' 8: a latency per line, over 16 elements
+    waits = rows * 1024 * hw.caches[-1].latency_cycles / 16
+    assert packing("mc=64,order=nmk") == pytest.approx(waits)
+    assert packing("mc=2,order=nkm") == pytest.approx(waits)
+
+
 def test_batch_entries_that_all_stay_in_the_last_level_cost_no_dram_and_else_each_comes_once():
     from aotune.analysis.model import ThreadShare, dram_bytes_by_tensor
     from aotune.analysis.workload import batch_matmul

@@ -317,20 +317,19 @@ def micro_kernel_cycles(
 
 
 def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
-    """Cycles the thread waits for A's lines from memory when it reads A in place, its rows a
-    page or more apart: each row's next line is met once per sweep down the block's rows, on a
-    page of its own, as a demand miss; those overlap as far as the core keeps misses in flight, so
-    each costs memory's latency over ``memory.misses_in_flight``. A packing copy reads the rows
-    along k, which the prefetchers follow. Under par=n both threads sweep all rows; each line
-    comes from memory once, to whichever thread meets it first, so each waits for about its
-    share. Only an A contiguous along k is priced (a transposed A is another walk), and only
-    where a k block sweeps more rows than one tile's: a block one tile high walks its rows along
-    k call after call, streams the prefetchers follow. A floor: on Zen 4 such kernels waited about
-    twice this (README, "A read in place from DRAM")."""
+    """Cycles the thread waits for A's lines from memory when it reads A in place, its rows a page
+    or more apart: each row's next line is met once per sweep down the block's rows, on a page of
+    its own, as a demand miss; those overlap as far as the core keeps misses in flight, so each
+    costs memory's latency over ``memory.misses_in_flight`` (a packed A waits in its copy instead,
+    ``packing_cycles``). Under par=n both threads sweep all rows; each line comes from memory once,
+    to whichever thread meets it first, so each waits for about its share. Only a plain A contiguous
+    along k is priced (a transposed or gathered A is another walk), and only where a k block sweeps
+    more rows than one tile's: a block one tile high walks its rows along k call after call, streams
+    the prefetchers follow. A floor: on Zen 4 such kernels waited about twice this (README, "A read
+    in place from DRAM")."""
     line = hw.cache(1).line_bytes
-    if s.pack_a or s.a_shared or s.a_gather or s.a_sk != 1 or s.a_sm * 4 < hw.memory.page_bytes:
-        return 0.0
-    if _a_rows_stream(s, share):
+    plain = s.a_gather is None and s.a_sk == 1 and not s.a_shared
+    if s.pack_a or not plain or s.a_sm * 4 < hw.memory.page_bytes or _a_rows_stream(s, share):
         return 0.0
     a_bytes = dram_bytes_by_tensor(s, hw, share)[0]
     own = share.m_share / s.M if s.par == "m" else 1.0 / share.threads
@@ -338,9 +337,12 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
 
 
 def _a_rows_stream(s: CpuSchedule, share: ThreadShare) -> bool:
-    """Whether A's rows are walked along k as streams the prefetchers follow: a k block meets no
-    more rows than one tile's (the block is one tile high and m is not innermost), so each row's
-    next elements come call after call (or pack after pack), not once per sweep down the rows."""
+    """Whether a plain A, contiguous along k, has its rows walked along k as streams the
+    prefetchers follow: a k block meets no more rows than one tile's (the block is one tile high
+    and m is not innermost), so each row's next elements come call after call (or pack after
+    pack), not once per sweep down the rows."""
+    if s.a_gather is not None or s.a_sk != 1:
+        return False
     swept_rows = share.m_share if s.order == "nkm" else min(s.mc, share.m_share)
     return swept_rows <= s.mr
 
@@ -560,7 +562,7 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     if s.pack_a:
         packs = 1 if s.order == "mkn" else nblocks
         plain = per_elem  # rows that stream wait for no line
-        if s.a_gather is not None or s.a_sk != 1 or not _a_rows_stream(s, share):
+        if not _a_rows_stream(s, share):
             plain = _strided_pack_cycles_per_elem(
                 hw,
                 per_elem,

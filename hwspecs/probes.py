@@ -755,6 +755,12 @@ def _link(buf: _Buffer, offsets: np.ndarray) -> int:
     return buf.addr + int(offsets[0])
 
 
+def _tlb_window(s: Session) -> int:
+    """Pages a chase may use at once without missing the first-level TLB: half its entries, at
+    most 32."""
+    return max(1, min(32, int(s.value("memory.dtlb_entries")) // 2))
+
+
 def level_sizes(s: Session, level: int) -> list[int]:
     """Buffer sizes (bytes) whose data lives in cache ``level`` for this core: half of L1 or L2;
     for an outer level, 4x the level inside it and on by doubling up to 3/4 of its size."""
@@ -777,7 +783,7 @@ def probe_cache_latency(s: Session) -> dict[str, Finding]:
     kernels ran as if it answered in 55), and a spec with memory's latency as L3's mispredicts
     every kernel that misses L2."""
     out: dict[str, Finding] = {}
-    window = max(1, min(32, int(s.value("memory.dtlb_entries")) // 2))
+    window = _tlb_window(s)
     page = os.sysconf("SC_PAGE_SIZE")
     previous = 0.0
     s.details["cache_latency"] = {}
@@ -1015,7 +1021,7 @@ def probe_memory_parallelism(s: Session) -> dict[str, Finding]:
     if have is not None and size > have // 4:
         return {p: s.assumed(p, f"{_size(size)} cannot be spared for the probe") for p in paths}
     spacing = 2 * llc.line_bytes  # one line per pair, as the latency probe's
-    window = max(1, min(32, int(s.value("memory.dtlb_entries")) // 2))
+    window = _tlb_window(s)
     buf = s.buffer(size)
     order = chase_order(page // spacing, size // page, window, s.rng) * spacing
     _link(buf, order)
@@ -1075,7 +1081,7 @@ def probe_prefetch_stride(s: Session) -> dict[str, Finding]:
     hit = float(s.value("caches.L1.latency_cycles"))
     miss = float(s.value("caches.L2.latency_cycles"))  # the lines live in L2: 4x L1 of them
     buf = s.buffer(lines * max(strides), huge=False)
-    window = max(1, min(32, int(s.value("memory.dtlb_entries")) // 2))
+    window = _tlb_window(s)
     strided, scattered, timings = {}, {}, []
     for stride in strides:
         offsets = np.arange(lines, dtype=np.int64) * stride

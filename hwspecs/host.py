@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from aotune.errors import HwSpecError
-from aotune.hwspecs.spec import HwSpec, builtin_names, load_target
+from aotune.hwspecs.spec import REFUSED_FEATURES, HwSpec, builtin_names, load_target
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 
@@ -94,11 +94,18 @@ def closest_builtin() -> str:
     import llvmlite.binding as llvm
 
     arch = llvm.get_process_triple().split("-")[0]
-    features = dict(llvm.get_host_cpu_features())
+    features = usable_host_features(dict(llvm.get_host_cpu_features()), arch)
     name, _ = _base_spec_name(
         llvm.get_host_cpu_name(), features, {"arm64": "aarch64"}.get(arch, arch)
     )
     return name
+
+
+def usable_host_features(features: dict[str, bool], arch: str) -> dict[str, bool]:
+    """LLVM's host features, each on or off, with those aotune cannot use (``REFUSED_FEATURES``:
+    APX, whose code capstone cannot read) turned off, so a host spec always loads."""
+    off = {item[1:] for item in REFUSED_FEATURES.get(arch, {}) if item.startswith("+")}
+    return {name: on and name not in off for name, on in features.items()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -110,7 +117,7 @@ def detect_host() -> HwSpec:
     arch = triple.split("-")[0]
     arch = {"arm64": "aarch64"}.get(arch, arch)
     cpu_name = llvm.get_host_cpu_name()
-    features = dict(llvm.get_host_cpu_features())
+    features = usable_host_features(dict(llvm.get_host_cpu_features()), arch)
     base_name, why = _base_spec_name(cpu_name, features, arch)
     base = load_target(base_name)
     cores = (

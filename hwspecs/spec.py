@@ -262,6 +262,22 @@ ARCHES = ("x86_64", "aarch64")  # the ISAs analysis/features.py reads
 # the registers each ISA names (x86-64: zmm0-31 with AVX-512, rax..r15; AArch64: v0-31, x0-x30):
 # a spec promising more makes the model plan tiles whose accumulators the compiler must spill
 ARCH_REGISTERS = {"x86_64": {"vector": 32, "general": 16}, "aarch64": {"vector": 32, "general": 31}}
+_SSE_ABI = "x86-64 passes and returns floats in SSE registers (LLVM stops on it)"
+_APX = "its APX encodings are ones capstone, which reads the kernels' object code, cannot decode"
+_NEON_ABI = "AArch64 passes floats in its FP/SIMD registers and the kernels compute in NEON vectors"
+# LLVM features no kernel can be built or read with, and why: checked before LLVM sees them,
+# since some end the process there (soft-float aborts on the kernels' masked loads)
+REFUSED_FEATURES = {
+    "x86_64": {
+        "-sse": _SSE_ABI,
+        "-sse2": _SSE_ABI,
+        "+soft-float": "soft-float leaves no floating-point registers to compute in",
+        "+egpr": _APX,
+        "+ndd": _APX,
+        "+ppx": _APX,
+    },
+    "aarch64": {"-neon": _NEON_ABI, "-fp-armv8": _NEON_ABI},
+}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -391,6 +407,7 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
             f"use e.g. {isa.arch}-unknown-linux-gnu"
         )
     _check_feature_syntax(isa.llvm_features, where)
+    _check_refused_features(isa, where)
     levels = sorted(c.level for c in spec.caches)
     if levels != list(range(1, len(levels) + 1)) or not levels:
         raise HwSpecError(f"{where}: caches must list levels 1..n once each, got {levels}")
@@ -477,6 +494,18 @@ def _check_feature_syntax(features: str, where: str) -> None:
             raise HwSpecError(
                 f"{where}: isa.llvm_features item {_short(item)} is not +name or -name; "
                 'write e.g. "+avx2,+fma"'
+            )
+
+
+def _check_refused_features(isa: IsaSpec, where: str) -> None:
+    """Refuse a feature of ``REFUSED_FEATURES``: one that takes away the registers every kernel
+    computes in, or gives code aotune cannot read back."""
+    refused = REFUSED_FEATURES[isa.arch]
+    for item in filter(None, (f.strip() for f in isa.llvm_features.split(","))):
+        if item in refused:
+            raise HwSpecError(
+                f"{where}: isa.llvm_features has {item}, which aotune cannot use: {refused[item]}; "
+                "remove it from the list"
             )
 
 

@@ -153,3 +153,38 @@ def test_vector_features_implied_by_others_are_accepted(tmp_path: Path, spec, fe
     path = tmp_path / "s.toml"
     path.write_text(re.sub(r'llvm_features = ".*"', f'llvm_features = "{features}"', text))
     assert load_spec_file(path).isa.llvm_features == features
+
+
+@pytest.mark.parametrize(
+    "spec, feature, why",
+    [
+        ("haswell", "-sse2", "passes and returns floats in SSE registers"),
+        ("haswell", "-sse", "passes and returns floats in SSE registers"),
+        ("haswell", "+soft-float", "no floating-point registers"),  # LLVM aborted the process
+        ("znver4", "+egpr", "capstone"),  # ranked as "no FMA instruction found"
+        ("znver4", "+ndd", "capstone"),
+        ("neoverse-n1", "-neon", "NEON vectors"),
+    ],
+)
+def test_features_no_kernel_can_use_are_refused_by_name(tmp_path: Path, spec, feature, why):
+    text = (SPEC_DIR / f"{spec}.toml").read_text()
+    path = tmp_path / "f.toml"
+    path.write_text(re.sub(r'llvm_features = "(.*)"', rf'llvm_features = "\1,{feature}"', text))
+    with pytest.raises(HwSpecError) as info:
+        load_spec_file(path)
+    said = str(info.value)
+    assert f"isa.llvm_features has {feature}, which aotune cannot use" in said and why in said
+    assert "remove it" in said
+
+
+def test_host_features_aotune_cannot_use_are_left_off():
+    from aotune.hwspecs.host import usable_host_features
+
+    on = {"avx512f": True, "egpr": True, "ndd": False, "fma": True}
+    assert usable_host_features(on, "x86_64") == {
+        "avx512f": True,
+        "egpr": False,
+        "ndd": False,
+        "fma": True,
+    }
+    assert usable_host_features({"neon": True}, "aarch64") == {"neon": True}

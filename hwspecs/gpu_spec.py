@@ -169,14 +169,15 @@ NVIDIA_WARP_SIZE = 32
 # NVPTX backend ends the process on an older one, so a spec naming it is refused on load
 FIRST_PTX_FOR_SM = {
     50: 40, 52: 41, 53: 42, 60: 50, 61: 50, 62: 50, 70: 60, 72: 61, 75: 63, 80: 70, 86: 71,
-    87: 74, 89: 78, 90: 78,
+    87: 74, 89: 78, 90: 78, 100: 86, 101: 86, 103: 88, 110: 90, 120: 87, 121: 88,
 }  # fmt: skip
 # NVIDIA's architecture name for each compute capability it has shipped (CUDA C++ Programming
 # Guide, "Compute Capabilities"); a spec's generation must be its sm's
 GENERATION_OF_SM = {
     50: "maxwell", 52: "maxwell", 53: "maxwell", 60: "pascal", 61: "pascal", 62: "pascal",
     70: "volta", 72: "volta", 75: "turing", 80: "ampere", 86: "ampere", 87: "ampere", 89: "ada",
-    90: "hopper",
+    90: "hopper", 100: "blackwell", 101: "blackwell", 103: "blackwell", 110: "blackwell",
+    120: "blackwell", 121: "blackwell",
 }  # fmt: skip
 
 
@@ -200,6 +201,12 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
             generation is None or spec.arch.generation.lower().split()[:1] == [generation],
             f"arch.generation = {spec.arch.generation!r} is not sm_{spec.arch.sm}'s, which is "
             f"{generation!r}; set generation = {generation!r}, or the sm of the GPU you mean",
+        ),
+        (
+            first_ptx is not None,
+            f"arch.sm = {spec.arch.sm} is not a compute capability aotune knows the PTX ISA "
+            f"of (LLVM may end the process on it); use one of "
+            f"{', '.join(map(str, sorted(FIRST_PTX_FOR_SM)))}",
         ),
         (
             first_ptx is None or spec.arch.ptx_version >= first_ptx,
@@ -259,6 +266,11 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
             f"memory.l1_kib = {m.l1_kib} cannot hold shared.bytes_per_sm ({sh.bytes_per_sm}): "
             f"from sm_{UNIFIED_L1_FROM_SM} on shared memory is carved out of the unified L1; "
             "give the whole L1's size",
+        ),
+        (  # the L2 serves every SM: on every NVIDIA GPU it is many times one SM's L1
+            m.l2_kib >= m.l1_kib,
+            f"memory.l2_kib = {m.l2_kib} is smaller than one SM's L1 (memory.l1_kib = "
+            f"{m.l1_kib}); give the whole chip's L2 in KiB",
         ),
     ]
     relations += [

@@ -81,6 +81,18 @@ def _a100() -> str:
             lambda t: t.replace("sm = 80", "sm = 86"),
             "arch.ptx_version = 70 cannot target sm_86, which PTX 7.1 introduced",
         ),
+        (  # LLVM ended the process on it (exit 1, nothing said)
+            lambda t: t.replace("sm = 80", "sm = 120").replace('"ampere"', '"blackwell"'),
+            "arch.ptx_version = 70 cannot target sm_120, which PTX 8.7 introduced",
+        ),
+        (
+            lambda t: t.replace("sm = 80", "sm = 95"),
+            "arch.sm = 95 is not a compute capability aotune knows the PTX ISA of",
+        ),
+        (
+            lambda t: re.sub(r"l2_kib = \d+", "l2_kib = 1", t),
+            "memory.l2_kib = 1 is smaller than one SM's L1",
+        ),
         (lambda t: t.replace('name = "a100"', 'name = ""'), "name '' must be 1-64 letters"),
         (
             lambda t: re.sub(r"l2_latency_cycles = \d+", "l2_latency_cycles = 10", t),
@@ -190,6 +202,9 @@ def test_real_gpus_the_relations_must_not_refuse(tmp_path: Path):
         re.sub(r"l1_kib = \d+", "l1_kib = 48", text)
         .replace("sm = 80", "sm = 61")
         .replace('generation = "ampere"', 'generation = "pascal"'),
+        text.replace("sm = 80", "sm = 100")  # a B200: PTX 8.6 introduced sm_100
+        .replace("ptx_version = 70", "ptx_version = 86")
+        .replace('generation = "ampere"', 'generation = "blackwell"'),
     ]
     for i, case in enumerate(cases):
         path = tmp_path / f"ok{i}.toml"

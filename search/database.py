@@ -225,6 +225,18 @@ class TuneRecord:
             raise _field_error(
                 "workload.describe", workload["describe"], "give printable text (no escape)"
             )
+        # the key is the definition's hash: a definition edited or lost would be shown, and
+        # reused, as another workload's record
+        definition = workload.get("definition")
+        if not isinstance(definition, dict) or _digest(_canonical(definition)) != d.get(
+            "workload_key"
+        ):
+            raise _field_error(
+                "workload.definition",
+                definition,
+                "give the definition the record was made for (workload_key is its hash); "
+                "export the record again with aotune db export",
+            )
         return TuneRecord(
             workload_key=_text(d, "workload_key"),
             spec_hash=_text(d, "spec_hash"),
@@ -246,7 +258,7 @@ class TuneRecord:
 _MAX_INT = 2**63 - 1
 _IMPORT_LIMIT = 1 << 30  # bytes of a file to import: far beyond any real export
 _LAST_CREATED = 4102444800.0
-_PREDICTED = "give a number of seconds, 0 or more (Infinity: the config cannot run)"
+_PREDICTED = "give a number of seconds above 0 (Infinity: the config cannot run)"
 _CREATED_WANT = "give the seconds since 1970 it was made, from 0 to 4102444800 (the year 2100)"
 
 
@@ -345,14 +357,18 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
     if type(rank) is not int or not 1 <= rank <= _MAX_INT:
         raise _field_error(f"{where}.rank", rank, "give a rank from 1 up")
     config = c["config"]
-    if not isinstance(config, dict) or not all(type(v) is int for v in config.values()):
+    if not isinstance(config, dict) or not all(
+        type(v) is int and 0 <= v <= _MAX_INT for v in config.values()
+    ):
         raise _field_error(
-            f"{where}.config", config, "give an object of decision names and whole numbers"
+            f"{where}.config", config, "give an object of decision names and whole numbers >= 0"
         )
     breakdown = c["breakdown"]
-    if not isinstance(breakdown, dict) or any(_finite(v, True) is None for v in breakdown.values()):
+    if not isinstance(breakdown, dict) or not all(
+        _finite(v, True) is not None and v >= 0 for v in breakdown.values()
+    ):
         raise _field_error(
-            f"{where}.breakdown", breakdown, "give an object of component names and numbers"
+            f"{where}.breakdown", breakdown, "give an object of component names and seconds >= 0"
         )
     correct = c.get("correct")
     if correct is not None and not isinstance(correct, bool):
@@ -362,8 +378,8 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
         rank=rank,
         config=config,
         # a model says infinity for a config that cannot run at all (a GPU block too large)
-        predicted_seconds=_number(c, "predicted_seconds", where, want=_PREDICTED, allow_inf=True),
-        estimate_seconds=_number(c, "estimate_seconds", where, want=_PREDICTED, allow_inf=True),
+        predicted_seconds=_seconds_taken(c, "predicted_seconds", where),
+        estimate_seconds=_seconds_taken(c, "estimate_seconds", where),
         bottleneck=_text(c, "bottleneck", where, empty=True),
         breakdown={k: float(v) for k, v in breakdown.items()},
         measured_seconds=_number(c, "measured_seconds", where, optional=True),
@@ -376,6 +392,14 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
             c, "numpy_gflops", where, want="give a finite number, 0 or more", optional=True
         ),
     )
+
+
+def _seconds_taken(c: dict[str, Any], name: str, where: str) -> float:
+    """A predicted time: more than 0 seconds (no kernel takes none), or infinity."""
+    seconds = _number(c, name, where, want=_PREDICTED, allow_inf=True)
+    if seconds == 0:
+        raise _field_error(where + name, seconds, _PREDICTED)
+    return float(seconds)
 
 
 def default_path() -> Path:

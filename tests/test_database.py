@@ -25,6 +25,8 @@ from aotune.search.database import (
     CandidateRecord,
     TuneRecord,
     open_database,
+    workload_json,
+    workload_key,
 )
 from aotune.search.options import SearchOptions
 from hypothesis import given, settings
@@ -34,12 +36,13 @@ FAST = ["--budget", "16", "--top-k", "1", "--no-verify"]
 
 
 def _record(i: int, n_cands: int = 2) -> TuneRecord:
+    w = matmul(i + 1, 8, 8)
     return TuneRecord(
-        workload_key=f"w{i}",
+        workload_key=workload_key(w),
         spec_hash="s",
         model_version="m",
         options="o",
-        workload={"describe": f"workload {i}"},
+        workload=workload_json(w),
         target="haswell",
         candidates=tuple(
             CandidateRecord(r + 1, {"mr": r + 1, "nr": 16}, 1e-3 * (r + 1), 2e-3, "L1", {"L1": 1.0})
@@ -455,6 +458,10 @@ BAD_FIELDS = [
     ("kernels_compiled", -1),
     ("kernels_compiled", 1.5),
     ("candidates[0].predicted_seconds", -1e-3),
+    ("candidates[0].predicted_seconds", 0),  # no kernel takes no time: tune would show 0 ms
+    ("candidates[0].breakdown", {"L1": -1.0}),
+    ("candidates[0].config", {"mr": -1}),
+    ("workload", {}),  # no definition: the key cannot be checked against it
     ("candidates[0].estimate_seconds", 10**400),
     ("candidates[0].rank", 0),
     ("candidates[0].rank", 2),  # the rank of the second candidate: "field candidates"
@@ -481,6 +488,16 @@ def test_import_checks_every_field(tmp_path, capsys, field, value):
     with open_database(db) as d:
         assert d.count() == 0  # all or nothing
     assert main(["db", "list", "--db", db]) == 0
+
+
+def test_import_refuses_a_definition_its_key_is_not_the_hash_of(tmp_path, capsys):
+    d = json.loads(json.dumps(_record(1).as_dict()))
+    assert d["workload"]["definition"]["shape"][1] == ["N", 8]
+    d["workload"]["definition"]["shape"][1] = ["N", 9]  # another workload under the first's key
+    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
+    assert main(["db", "import", str(tmp_path / "x.jsonl"), "--db", str(tmp_path / "t.db")]) == 2
+    err = _error_line(capsys)
+    assert "field workload.definition" in err and "workload_key is its hash" in err
 
 
 def test_import_of_lines_that_are_no_json_or_files_that_are_no_export(tmp_path, capsys):

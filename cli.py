@@ -8,6 +8,7 @@ prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import re
@@ -923,8 +924,13 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     if args.force and args.plot is None:
         raise ConfigError("--force lets --plot replace its file, and no --plot FILE is given")
     if args.measured is None:
-        if args.plot is not None or args.candidates is not None:
-            raise ConfigError("--plot and --candidates apply to --measured FILE only")
+        only_measured = (("--plot", args.plot), ("--candidates", args.candidates))
+        given = [flag for flag, value in only_measured if value is not None]
+        if given:
+            raise ConfigError(
+                f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} to "
+                "--measured FILE only (a Kernel Tuner file's configs); drop it, or give --measured"
+            )
         args.op = args.op or "matmul"
         w, hw = _problem(args)
         sample = args.sample if args.sample is not None else 64
@@ -1039,6 +1045,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, _on_sigint)
+    if sys.stderr is None:  # started with stderr closed (``2>&-``): errors go nowhere, codes stay
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the whole process
+    if sys.stdout is None:  # started with stdout closed (``>&-``): nothing printed would show
+        sys.stderr.write("error: standard output is closed; give aotune somewhere to print\n")
+        return EXIT_ERROR
     _running_command = True
     try:
         return _run(argv)
@@ -1065,6 +1076,8 @@ def _flush_and_exit(code: int) -> None:
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = _join_values(list(sys.argv[1:] if argv is None else argv))
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        argv = ["tune", *argv]  # tune is the command run without one: its options come alone
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["tune", *(argv or [])])
@@ -1090,6 +1103,18 @@ def _report_error() -> int:
         # pointing stdout at devnull keeps the interpreter's exit flush from failing again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:
+        if e.errno not in _FULL_OR_FAILING_DEVICE:
+            return _report_internal(e)
+        # stdout on a full disk (``> /dev/full``) or a failing device: the user's to fix; what is
+        # still buffered goes nowhere, so the interpreter's exit flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        where = f" {e.filename}" if e.filename else " the output"
+        sys.stderr.write(
+            f"error: cannot write{where}: {e.strerror}; free some space, or send the output "
+            "to another file or device\n"
+        )
+        return EXIT_ERROR
     except MemoryError:
         sys.stderr.write(
             "error: ran out of memory; use a smaller shape, or --no-verify to get the kernel "
@@ -1099,11 +1124,20 @@ def _report_error() -> int:
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as e:  # noqa: BLE001 -- the last resort: one line, never a traceback
-        sys.stderr.write(
-            f"error: internal error ({type(e).__name__}: {_one_line(str(e))[:300]}); this is a "
-            "bug in aotune: please report it with the command that caused it\n"
-        )
-        return EXIT_INTERNAL
+        return _report_internal(e)
+
+
+# what writing fails with when the disk or device is full or broken: never aotune's bug
+_FULL_OR_FAILING_DEVICE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def _report_internal(e: BaseException) -> int:
+    """An exception that is aotune's bug, as one line; the exit code for it."""
+    sys.stderr.write(
+        f"error: internal error ({type(e).__name__}: {_one_line(str(e))[:300]}); this is a "
+        "bug in aotune: please report it with the command that caused it\n"
+    )
+    return EXIT_INTERNAL
 
 
 # a word of an error message longer than this (an operator name, a shape or a name the user

@@ -96,6 +96,9 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
             raise error(f"cannot write {_shown(p)}: folder {_shown(parent)} does not exist")
         if not os.access(parent, os.W_OK):
             raise error(f"cannot write {_shown(p)}: folder {_shown(parent)} is not writable")
+        # os.access says yes to root everywhere, /proc and read-only mounts too: try it
+        with tempfile.TemporaryFile(dir=parent):
+            pass
     except OSError as e:
         raise error(f"cannot write {_shown(p)}: {e.strerror}") from None
 

@@ -70,6 +70,31 @@ def assert_overwrites_out(
     np.testing.assert_array_equal(dirty, want)
 
 
+def test_read_only_masked_and_misplaced_operands():
+    """Addresses come from ctypes' buffer view, which refuses read-only arrays: those take
+    numpy's route and compute the same; a mask is honoured or refused, never dropped."""
+    hw = load_target("host")
+    space = build_cpu_space(matmul(13, 21, 9), hw)
+    (cfg,) = space.sample(1, seed=3)
+    hk = HostKernel(compile_kernel(schedule_from_config(space, cfg), hw), hw)
+    a, b, _ = random_operands(hk.kernel.schedule, 3)
+    want = hk(a, b)
+    np.testing.assert_allclose(want, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    ro_a, ro_b = a.copy(), b.copy()
+    ro_a.flags.writeable = ro_b.flags.writeable = False
+    np.testing.assert_array_equal(hk(ro_a, ro_b), want)
+    np.testing.assert_array_equal(hk(np.ma.masked_array(a), b), want)  # nothing masked
+    with pytest.raises(FinalCheckError, match="mask cannot be honoured"):
+        hk(np.ma.masked_array(a, mask=np.eye(13, 9, dtype=bool)), b)
+    ro_out = np.zeros_like(want)
+    ro_out.flags.writeable = False
+    with pytest.raises(FinalCheckError, match="read-only"):
+        hk(a, b, out=ro_out)
+    odd = np.zeros(want.size * 4 + 1, np.uint8)[1:].view(np.float32).reshape(want.shape)
+    with pytest.raises(FinalCheckError, match="not aligned"):
+        hk(a, b, out=odd)
+
+
 class _OneElementOff(HostKernel):
     """A kernel whose output is finite but wrong in one element."""
 

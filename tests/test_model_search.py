@@ -246,6 +246,29 @@ def test_compute_and_traffic_overlap_as_a_4_norm():
     assert max(terms) + extra <= p.seconds < sum(terms) + extra
 
 
+@pytest.mark.parametrize("pack_b", [1, 0])
+def test_b_panels_each_used_by_one_tile_add_their_traffic(pack_b):
+    """With one row of tiles (M <= mr, as in a depthwise convolution's groups), a packed panel is
+    copied for its one tile, so nothing overlaps the traffic and the terms add; read in place,
+    B streams beside the FMAs and the terms overlap as a 4-norm."""
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(1, 4096, 512), hw)
+    cfg = (
+        f"mr=1,nr=64,kc=64,mc=1,nc=512,order=mkn,pack_a=0,pack_b={pack_b},unroll=1,par=n,threads=2"
+    )
+    (p,) = AnalyticalCpuModel(hw).estimate_batch(
+        [schedule_from_config(space, space.parse_config(cfg))]
+    )
+    parts = dict(p.breakdown)
+    terms = [parts[k] for k in ("compute", "L2", "L3", "memory")]
+    extra = parts["packing"] + parts["overhead"]
+    assert min(terms[:2]) > 0.1 * max(terms)  # close enough that the two rules differ
+    if pack_b:
+        assert p.seconds == pytest.approx(sum(terms) + extra)
+    else:
+        assert p.seconds == pytest.approx(sum(t**4 for t in terms) ** 0.25 + extra)
+
+
 def test_ga_children_are_valid_and_search_is_deterministic(space):
     import random
 

@@ -315,13 +315,14 @@ def micro_kernel_cycles(
             _c_store_miss_cycles(s, hw, rows, cols),
             _store_alias_cycles(s, hw, rows),
         )
-        call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
-        call_cycles += (
+        # both are waits for C lines from afar, which the calls in flight wait for together
+        pair_wait = (
             pair_shared
             * rows
             * -(-cols * isz // hw.cache(1).line_bytes)
             * hw.caches[-1].latency_cycles
         )
+        call_cycles += (c_fetch + pair_wait) / _calls_in_flight(tile_mix, hw, s.kc)
         step = _overlapped(cyc_k, conflict)
         # the C lines B evicts are waited for beside B's own misses: only the excess adds
         evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc
@@ -1040,11 +1041,14 @@ def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, ranges: Sequence[tuple[int,
     writes, when the threads split the rows' contiguous axis (par=n).
 
     The L2 fetches the adjacent line of a pair along with a miss, so a pair written by two cores
-    moves between their caches on every write, and each such store waits about a last-level
-    latency (stores commit in order). A pair is shared where a thread's columns, or a row, end in
-    the middle of one. Measured on Zen 4: NHWC depthwise with 32 channels split 16 + 16 per thread
+    moves between their caches on every write, and each such line waits about a last-level
+    latency for ownership; the calls in flight wait for theirs together, as for a C tile's fetch
+    (``micro_kernel_cycles``). A pair is shared where a thread's columns, or a row, end in the
+    middle of one. Measured on Zen 4: NHWC depthwise with 32 channels split 16 + 16 per thread
     (every pair shared) ran at 29-36 GFLOP/s where the model without this said 46-56; split by
-    pixels, 63-86.
+    pixels, 63-86. Charged in full per call, it over-priced the par=n kernels of the 7x7 and
+    14x14 NCHW convolutions (re-scored on two days' Zen 4 samples, Spearman 0.70-0.74 ->
+    0.73-0.80 and 0.84 -> 0.89 over the calls in flight).
     """
     threads = len(ranges)
     if s.par != "n" or threads < 2:

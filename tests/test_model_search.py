@@ -584,6 +584,34 @@ def test_threads_writing_one_line_pair_and_warm_last_level():
     assert _c_line_pair_sharing(aligned, hw, aligned.thread_ranges()) == 0.0
 
 
+def test_shared_line_pairs_wait_a_last_level_latency_over_the_calls_in_flight(monkeypatch):
+    """Each C line whose pair the other thread writes waits for ownership about a last-level
+    latency; the calls in flight wait for theirs together, as for a C tile's fetch."""
+    import aotune.analysis.model as model_module
+    from aotune.analysis.workload import depthwise_conv2d
+
+    hw = load_target("znver4")
+    space = build_cpu_space(depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1, layout="NHWC"), hw)
+    s = schedule_from_config(
+        space,
+        space.parse_config(
+            "mr=12,nr=16,kc=9,mc=660,nc=32,order=nkm,pack_a=0,pack_b=0,unroll=2,threads=2,"
+            "pad_copy=1,par=n"
+        ),
+    )
+    mix = model_module.mix_from_schedule(s, hw)
+    share = model_module.ThreadShare.of(s)
+    shared, _ = model_module.micro_kernel_cycles(s, hw, mix, share)
+    monkeypatch.setattr(model_module, "_c_line_pair_sharing", lambda *args: 0.0)
+    alone, _ = model_module.micro_kernel_cycles(s, hw, mix, share)
+    # every tile's C row is one 64-byte line (16 channels), in a pair the other thread writes
+    assert s.nr * 4 == hw.cache(1).line_bytes and share.n_tiles == 1
+    in_flight = model_module._calls_in_flight(mix, hw, s.kc)
+    assert in_flight > 1.5
+    per_call = s.mr * hw.caches[-1].latency_cycles / in_flight
+    assert shared - alone == pytest.approx(share.calls * per_call, rel=0.02)
+
+
 def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():
     """7 x 7 images give 49-wide rows, so nr=64 compiles a 1 x 49 tile, and LLVM unrolls its loop
     8 k steps deep: the mix per k step is still 4 FMAs (one per vector), not 32."""

@@ -15,7 +15,7 @@ import llvmlite.binding as llvm
 from aotune.codegen.llvm_cpu import generate_ir
 from aotune.codegen.schedule import CpuSchedule
 from aotune.errors import CodegenError, HwSpecError
-from aotune.hwspecs.spec import HwSpec
+from aotune.hwspecs.spec import X86_APX_FEATURES, HwSpec
 
 _LLVM_LOCK = threading.Lock()  # LLVM's global state is not thread-safe during init/compile
 
@@ -100,13 +100,22 @@ def target_machine(hw: HwSpec, jit: bool = False) -> llvm.TargetMachine:
         raise CodegenError(
             f"LLVM cannot target {hw.isa.triple!r} ({e}); fix isa.triple in the {hw.name} spec"
         ) from None
+    features = _usable_features(hw)
     if jit:
-        return target.create_target_machine(
-            cpu=hw.isa.llvm_cpu, features=hw.isa.llvm_features, opt=3
-        )
+        return target.create_target_machine(cpu=hw.isa.llvm_cpu, features=features, opt=3)
     return target.create_target_machine(
-        cpu=hw.isa.llvm_cpu, features=hw.isa.llvm_features, opt=3, reloc="pic", codemodel="small"
+        cpu=hw.isa.llvm_cpu, features=features, opt=3, reloc="pic", codemodel="small"
     )
+
+
+def _usable_features(hw: HwSpec) -> str:
+    """The spec's LLVM features, with x86's APX switched off where this LLVM knows it: a CPU name
+    such as diamondrapids turns it on, and capstone cannot read the code it gives."""
+    if hw.isa.arch != "x86_64":
+        return hw.isa.llvm_features
+    known = llvm_target_names(hw.isa.triple)[1]
+    off = [f"-{feature}" for feature in X86_APX_FEATURES if feature in known]
+    return ",".join(filter(None, [hw.isa.llvm_features, *off]))
 
 
 def optimize(ir_text: str, tm: llvm.TargetMachine) -> llvm.ModuleRef:

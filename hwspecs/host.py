@@ -94,10 +94,9 @@ def closest_builtin() -> str:
     import llvmlite.binding as llvm
 
     arch = llvm.get_process_triple().split("-")[0]
+    arch = {"arm64": "aarch64"}.get(arch, arch)
     features = usable_host_features(dict(llvm.get_host_cpu_features()), arch)
-    name, _ = _base_spec_name(
-        llvm.get_host_cpu_name(), features, {"arm64": "aarch64"}.get(arch, arch)
-    )
+    name, _ = _base_spec_name(llvm.get_host_cpu_name(), features, arch)
     return name
 
 

@@ -1047,11 +1047,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGINT, _on_sigint)
     if sys.stderr is None:  # started with stderr closed (``2>&-``): errors go nowhere, codes stay
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the whole process
-    if sys.stdout is None:  # started with stdout closed (``>&-``): nothing printed would show
-        sys.stderr.write("error: standard output is closed; give aotune somewhere to print\n")
-        return EXIT_ERROR
     _running_command = True
     try:
+        if sys.stdout is None:  # started with stdout closed (``>&-``): nothing printed would show
+            sys.stderr.write("error: standard output is closed; give aotune somewhere to print\n")
+            return EXIT_ERROR
         return _run(argv)
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
@@ -1106,13 +1106,12 @@ def _report_error() -> int:
     except OSError as e:
         if e.errno not in _FULL_OR_FAILING_DEVICE:
             return _report_internal(e)
-        # stdout on a full disk (``> /dev/full``) or a failing device: the user's to fix; what is
-        # still buffered goes nowhere, so the interpreter's exit flush does not fail again
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        where = f" {e.filename}" if e.filename else " the output"
+        # a full disk (``> /dev/full``) or a failing device: the user's to fix, not a bug
+        _stdout_failed()
+        what = e.filename or "the output, or a file aotune writes on the way"
         sys.stderr.write(
-            f"error: cannot write{where}: {e.strerror}; free some space, or send the output "
-            "to another file or device\n"
+            f"error: cannot write {what}: {e.strerror}; free some space or check the device, "
+            "or send the output to another file\n"
         )
         return EXIT_ERROR
     except MemoryError:
@@ -1129,6 +1128,20 @@ def _report_error() -> int:
 
 # what writing fails with when the disk or device is full or broken: never aotune's bug
 _FULL_OR_FAILING_DEVICE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+def _stdout_failed() -> bool:
+    """Whether stdout cannot be written; if so what it still buffers is sent nowhere, so the
+    interpreter's flush at exit does not fail again."""
+    try:
+        sys.stdout.flush()
+        return False
+    except OSError:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout with no file descriptor (a caller's StringIO)
+            pass
+        return True
 
 
 def _report_internal(e: BaseException) -> int:

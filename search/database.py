@@ -227,10 +227,9 @@ class TuneRecord:
             )
         # the key is the definition's hash: a definition edited or lost would be shown, and
         # reused, as another workload's record
+        key = _text(d, "workload_key")
         definition = workload.get("definition")
-        if not isinstance(definition, dict) or _digest(_canonical(definition)) != d.get(
-            "workload_key"
-        ):
+        if not isinstance(definition, dict) or _digest(_canonical(definition)) != key:
             raise _field_error(
                 "workload.definition",
                 definition,
@@ -238,7 +237,7 @@ class TuneRecord:
                 "export the record again with aotune db export",
             )
         return TuneRecord(
-            workload_key=_text(d, "workload_key"),
+            workload_key=key,
             spec_hash=_text(d, "spec_hash"),
             model_version=_text(d, "model_version"),
             options=_text(d, "options"),

@@ -238,8 +238,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         packing  copies into panels and the zero-padded input
         overhead the call and the threads' hand-over
     seconds = 4-norm(compute, L2, L3, memory) + packing + overhead (L1's load cycles are in
-    compute already); their plain sum where B's panels are each used by one tile
-    (``_panels_serve_one_tile``).
+    compute already); their plain sum where each packed B panel serves one tile whatever the
+    tile (``panels_serve_one_tile``).
     """
     freq = hw.core.frequency_ghz * 1e9
     share = ThreadShare.of(s)
@@ -262,7 +262,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     overhead = hw.overhead.call_seconds + (share.threads - 1) * hw.overhead.thread_seconds
     body = (
         sum(v for k, v in parts.items() if k != "L1")
-        if _panels_serve_one_tile(s)
+        if panels_serve_one_tile(s)
         else _overlapped_terms(parts)
     )
     seconds = body + packing + overhead
@@ -275,13 +275,15 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
 
 
-def _panels_serve_one_tile(s: CpuSchedule) -> bool:
-    """Whether each packed B panel is used by one tile only (M <= mr: a depthwise convolution's
-    one output row per group): the panel's source lines arrive during its copy, and its tile
-    needs the copy done, so no FMAs run beside that traffic and the terms add (Zen 4, NCHW
-    depthwise rows: measured at a median 1.21-1.27x the overlapped prediction, 0.89-0.95x the
-    sum)."""
-    return s.pack_b and s.M <= s.mr
+def panels_serve_one_tile(s: CpuSchedule) -> bool:
+    """Whether each packed B panel serves one tile, whatever the tile: C has one row per batch
+    entry (M = 1: a depthwise convolution's groups, a matrix-vector product). The panel's source
+    lines arrive during its copy and its tile needs the copy done, so no FMAs run beside that
+    traffic and the terms add (Zen 4, NCHW depthwise rows: measured at a median 1.21-1.27x the
+    overlapped prediction, 0.89-0.95x the sum). Only M = 1 is claimed: with more rows, tiles of
+    fewer rows than M would share a panel and keep the overlap, and how much of it is not
+    measured; a rule on the tile would rank them apart by that alone."""
+    return s.pack_b and s.M == 1
 
 
 def micro_kernel_cycles(

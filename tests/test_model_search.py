@@ -248,7 +248,7 @@ def test_compute_and_traffic_overlap_as_a_4_norm():
 
 @pytest.mark.parametrize("pack_b", [1, 0])
 def test_b_panels_each_used_by_one_tile_add_their_traffic(pack_b):
-    """With one row of tiles (M <= mr, as in a depthwise convolution's groups), a packed panel is
+    """With one row of C (M = 1, as in a depthwise convolution's groups), a packed panel is
     copied for its one tile, so nothing overlaps the traffic and the terms add; read in place,
     B streams beside the FMAs and the terms overlap as a 4-norm."""
     hw = load_target("znver4")
@@ -267,6 +267,19 @@ def test_b_panels_each_used_by_one_tile_add_their_traffic(pack_b):
         assert p.seconds == pytest.approx(sum(terms) + extra)
     else:
         assert p.seconds == pytest.approx(sum(t**4 for t in terms) ** 0.25 + extra)
+
+
+def test_tiles_as_tall_as_c_keep_the_overlap_where_c_has_more_rows():
+    """The sum is claimed for M = 1 only: at M = 8, 8-row tiles (one per panel) and 7-row ones
+    (a panel shared with a 1-row tail) are priced by the same rule."""
+    from aotune.analysis.model import panels_serve_one_tile
+
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(8, 2048, 512), hw)
+    rest = "kc=64,nc=512,order=mkn,pack_a=0,pack_b=1,unroll=1,par=n,threads=2"
+    for mr in (7, 8):
+        s = schedule_from_config(space, space.parse_config(f"mr={mr},nr=16,mc={mr},{rest}"))
+        assert not panels_serve_one_tile(s)
 
 
 def test_ga_children_are_valid_and_search_is_deterministic(space):

@@ -1076,11 +1076,9 @@ def _flush_and_exit(code: int) -> None:
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = _join_values(list(sys.argv[1:] if argv is None else argv))
-    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["tune", *argv]  # tune is the command run without one: its options come alone
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["tune", *(argv or [])])
     if args.command == "hw" and args.hw_command is None:
         args.hw_command = "list"
     try:
@@ -1107,7 +1105,7 @@ def _report_error() -> int:
         if e.errno not in _FULL_OR_FAILING_DEVICE:
             return _report_internal(e)
         # a full disk (``> /dev/full``) or a failing device: the user's to fix, not a bug
-        _stdout_failed()
+        _silence_stdout_if_failed()
         what = e.filename or "the output, or a file aotune writes on the way"
         sys.stderr.write(
             f"error: cannot write {what}: {e.strerror}; free some space or check the device, "
@@ -1130,18 +1128,16 @@ def _report_error() -> int:
 _FULL_OR_FAILING_DEVICE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
-def _stdout_failed() -> bool:
-    """Whether stdout cannot be written; if so what it still buffers is sent nowhere, so the
-    interpreter's flush at exit does not fail again."""
+def _silence_stdout_if_failed() -> None:
+    """Where stdout cannot be written, send what it still buffers nowhere, so the interpreter's
+    flush at exit does not fail again; a working stdout (a caller's) is left alone."""
     try:
         sys.stdout.flush()
-        return False
     except OSError:
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except (OSError, ValueError):  # a stdout with no file descriptor (a caller's StringIO)
             pass
-        return True
 
 
 def _report_internal(e: BaseException) -> int:

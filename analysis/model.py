@@ -166,11 +166,10 @@ CALL_INSTRUCTIONS = (
 )
 
 
-def _overlapped_terms(parts: dict[str, float]) -> float:
+def _overlapped_terms(terms: Sequence[float]) -> float:
     """Seconds of the micro-kernels' work and the traffic of each level beyond L1, which overlap
-    as the L1 misses do with issue (``_overlapped``'s 4-norm); L1's load cycles are part of
-    compute already."""
-    return sum(v**4 for k, v in parts.items() if k != "L1") ** 0.25
+    as the L1 misses do with issue (``_overlapped``'s 4-norm)."""
+    return sum(v**4 for v in terms) ** 0.25
 
 
 def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
@@ -260,11 +259,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     }
     packing = (nb * packing_cycles(s, hw, share) + pad_copy_cycles(s, hw, share)) / freq
     overhead = hw.overhead.call_seconds + (share.threads - 1) * hw.overhead.thread_seconds
-    body = (
-        sum(v for k, v in parts.items() if k != "L1")
-        if panels_serve_one_tile(s)
-        else _overlapped_terms(parts)
-    )
+    beyond_l1 = [v for k, v in parts.items() if k != "L1"]  # L1's are in compute already
+    body = sum(beyond_l1) if panels_serve_one_tile(s) else _overlapped_terms(beyond_l1)
     seconds = body + packing + overhead
     breakdown = {**parts, "packing": packing, "overhead": overhead}
     bottleneck = max(

@@ -93,10 +93,11 @@ def _address(x: np.ndarray) -> int:
         return int(x.ctypes.data)
 
 
-def _checked_out(out: object, shape: tuple[int, ...], inputs: tuple[np.ndarray, ...]) -> np.ndarray:
-    """``out`` if the kernel can write its result there: a writeable, C-contiguous float32 array
-    of ``shape``, apart from the inputs; a FinalCheckError naming what is wrong otherwise (the
-    kernel writes through a raw pointer: a wrong buffer would be corrupted or silently wrong)."""
+def _checked_out(out: object, shape: tuple[int, ...], inputs: tuple[np.ndarray, ...]) -> int:
+    """Where ``out``'s data starts, if the kernel can write its result there: a writeable,
+    C-contiguous float32 array of ``shape``, apart from the inputs; a FinalCheckError naming what
+    is wrong otherwise (the kernel writes through a raw pointer: a wrong buffer would be corrupted
+    or silently wrong)."""
     if not isinstance(out, np.ndarray):
         raise FinalCheckError(f"out must be a numpy array, got {type(out).__name__}")
     if out.dtype != np.float32:
@@ -107,11 +108,12 @@ def _checked_out(out: object, shape: tuple[int, ...], inputs: tuple[np.ndarray, 
         raise FinalCheckError("out must be C-contiguous; pass np.ascontiguousarray(out) or None")
     if not out.flags.writeable:
         raise FinalCheckError("out is read-only; pass a writeable array")
-    if _address(out) % out.itemsize:
+    address = _address(out)
+    if address % out.itemsize:
         raise FinalCheckError("out is not aligned to its 4-byte elements; allocate it with numpy")
     if any(np.may_share_memory(out, x) for x in inputs):
         raise FinalCheckError("out overlaps an input; the kernel needs a separate output buffer")
-    return out
+    return address
 
 
 class HostKernel:
@@ -180,8 +182,12 @@ class HostKernel:
                     f"{None if bias is None else bias.shape}"
                 )
             bias = np.ascontiguousarray(bias, dtype=np.float32)
-        c = _checked_out(out, c_shape, (a, b)) if out is not None else _aligned(c_shape)
-        pa, pb, pc = _address(a), _address(b), _address(c)
+        if out is None:
+            c = _aligned(c_shape)
+            pc = _address(c)
+        else:
+            c, pc = out, _checked_out(out, c_shape, (a, b))
+        pa, pb = _address(a), _address(b)
         pbias = _address(bias) if s.bias else 0  # checked above: present when the kernel adds it
         operands = [(pa, pb)] * len(self._ranges)
         if (

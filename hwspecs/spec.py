@@ -469,13 +469,18 @@ def _gives_vectors(feature: str, bits: int) -> bool:
     return feature.startswith("avx") or feature in ("fma", "f16c", "fma4", "xop")
 
 
+def feature_items(features: str) -> list[str]:
+    """The +name / -name items of an LLVM feature string, blanks dropped."""
+    return [item for item in (f.strip() for f in features.split(",")) if item]
+
+
 def _check_vector_features(isa: IsaSpec, where: str) -> None:
     """On x86-64, a spec whose features disable the vectors of its width, or enable ISA
     extensions of which none gives them (an AVX2 CPU said to have 512-bit vectors gets ymm code
     the model mis-times), is refused; a list with no extension leaves it to the CPU name."""
     if isa.arch != "x86_64" or isa.vector_bits < 256:
         return
-    listed = [f.strip() for f in isa.llvm_features.split(",") if f.strip()]
+    listed = feature_items(isa.llvm_features)
     needed = "avx512f" if isa.vector_bits == 512 else "avx"
     enabled = [f[1:] for f in listed if f.startswith("+")]
     if f"-{needed}" in listed or (
@@ -490,7 +495,7 @@ def _check_vector_features(isa: IsaSpec, where: str) -> None:
 
 def _check_feature_syntax(features: str, where: str) -> None:
     """LLVM aborts the whole process on a feature item without a sign: check before it sees one."""
-    for item in filter(None, (f.strip() for f in features.split(","))):
+    for item in feature_items(features):
         if not re.fullmatch(r"[+-][A-Za-z0-9_.-]+", item):
             raise HwSpecError(
                 f"{where}: isa.llvm_features item {_short(item)} is not +name or -name; "
@@ -502,7 +507,7 @@ def _check_refused_features(isa: IsaSpec, where: str) -> None:
     """Refuse a feature of ``REFUSED_FEATURES``: one that takes away the registers every kernel
     computes in, or gives code aotune cannot read back."""
     refused = REFUSED_FEATURES[isa.arch]
-    for item in filter(None, (f.strip() for f in isa.llvm_features.split(","))):
+    for item in feature_items(isa.llvm_features):
         if item in refused:
             raise HwSpecError(
                 f"{where}: isa.llvm_features has {item}, which aotune cannot use: {refused[item]}; "
@@ -527,7 +532,7 @@ def check_llvm_names(spec: HwSpec, where: str) -> HwSpec:
             f"{where}: isa.llvm_cpu {_short(spec.isa.llvm_cpu)} is not a CPU LLVM knows for "
             f"{spec.isa.arch}{hint}"
         )
-    for item in filter(None, (f.strip() for f in spec.isa.llvm_features.split(","))):
+    for item in feature_items(spec.isa.llvm_features):
         if item[1:] not in features:
             close = difflib.get_close_matches(item[1:], sorted(features), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""

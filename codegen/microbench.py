@@ -20,7 +20,8 @@ once (``codegen/workers.py``).
 
 Nothing here decides what a result means; ``hwspecs/calibrate.py`` does. Integer chains pass
 through an empty inline-asm statement after every add (no instruction, any ISA: the ``r``
-constraint), which hides the value from LLVM so it cannot fold a chain of adds into one multiply;
+constraint), which hides the value from LLVM so it cannot fold a chain of adds into one multiply
+(the step added is such a value too: some renamers fold chains of adds of an immediate);
 loads and stores whose values nobody uses are volatile, so each one is issued.
 """
 
@@ -198,12 +199,14 @@ class Mix:
         store_value = _broadcast(b, c, mem_ty)
         accs = [_broadcast(b, c, float_type(w)) for w in self.fmas]
         ints = [b.add(iters, c64(k)) for k in range(self.adds)]
+        # a register, not an immediate: Golden Cove's renamer folds chains of `add reg, imm`
+        one = _opaque(b, c64(1))
 
         def step(_i: ir.Value, values: list[ir.Value]) -> list[ir.Value]:
             fmas, adds = values[: len(accs)], values[len(accs) :]
             loads = stores = 0
             for _ in range(self.unroll):
-                adds = [_opaque(b, b.add(x, c64(1))) for x in adds]
+                adds = [_opaque(b, b.add(x, one)) for x in adds]
                 fmas = [
                     b.call(_fma(mod, float_type(w)), [*coef[w], x]) for x, w in zip(fmas, self.fmas)
                 ]

@@ -41,6 +41,7 @@ from aotune.codegen.workers import workers
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import ConfigError, FinalCheckError
 from aotune.hwspecs.host import detect_host, host_can_run
+from aotune.hwspecs.probes import clock_now_ghz
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.search import driver
 from aotune.search.driver import Verified
@@ -196,18 +197,20 @@ def model_accuracy(
         runs.append(host.call_on(a, b, bias, out))
         if log and (i % 16 == 0 or i == len(configs)):
             log(f"accuracy: compiled and checked against numpy: {i}/{len(configs)}")
-    handoff = [_handoff_ns(hw)]
+    handoff, clocks = [_handoff_ns(hw)], [clock_now_ghz(hw)]
     use_before = machine_load.cpu_use()
     if log:
         log(f"accuracy: timing them in interleaved rounds (up to {sweep_seconds:.0f} s)")
     swept, sweep_rounds = _timed(runs, ACCURACY_ROUNDS, sweep_seconds)
     t = np.array(swept)
     handoff.append(_handoff_ns(hw))
+    clocks.append(clock_now_ghz(hw))
     p = np.array(predicted)
     finalists = sorted(set(np.argsort(p)[:5]) | set(np.argsort(t)[:8]))
     final, finalist_rounds = _timed([runs[i] for i in finalists], FINALIST_ROUNDS, finalist_seconds)
     t[finalists] = np.minimum(t[finalists], final)
     handoff.append(_handoff_ns(hw))
+    clocks.append(clock_now_ghz(hw))
     shared = machine_load.sharing(use_before, machine_load.cpu_use())
     return {
         "n": len(p),
@@ -220,6 +223,8 @@ def model_accuracy(
         "incorrect": incorrect,
         "best_sampled_gflops": w.flops / t.min() / 1e9,
         "core_to_core_ns": [h for h in handoff if h is not None],
+        # the core's clock at the same moments: predictions are cycles at the spec's clock
+        "clock_ghz": clocks,
         # what other processes and guests used of the machine while the samples were timed
         "sharing": shared.as_dict() if shared else None,
         "rounds": {"sweep": sweep_rounds, "finalists": finalist_rounds},
@@ -489,6 +494,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
         "top-5",
         "|pred/meas-1|",
         "core-to-core ns",
+        "clock GHz",
     ):
         table.add_column(col)
     for r in result["rows"]:
@@ -509,6 +515,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
             f"{a['top5']:.2f}",
             f"{a['median_abs_error']:.2f}" if "median_abs_error" in a else "-",
             " ".join(f"{ns:.0f}" for ns in a.get("core_to_core_ns", [])) or "-",
+            " ".join(f"{g:.2f}" for g in a.get("clock_ghz", [])) or "-",
         )
     console.print(table)
     if result.get("gpu_measured"):

@@ -489,6 +489,31 @@ class Session:
         return [w for w in (128, 256, 512, 1024) if w <= self.vector_bits]
 
 
+_CLOCK_CHAIN = Mix(adds=1, unroll=64)
+_clock_benches: dict[HwSpec, MicroBench] = {}
+
+
+def clock_now_ghz(hw: HwSpec, runs: int = 7, adds: int = 1 << 20) -> float:
+    """The core's clock right now, read as ``probe_clock`` reads it (a dependent chain of adds,
+    one per cycle), the fastest of ``runs`` runs of ``adds`` adds (about 0.5 ms each at 2 GHz).
+
+    A few milliseconds: the bench reads it beside its timings, since a cloud CPU's clock moves
+    with its neighbours' load and every prediction is cycles at the spec's clock."""
+    bench = _clock_benches.get(hw)
+    if bench is None:
+        bench = _clock_benches.setdefault(hw, MicroBench([_CLOCK_CHAIN], hw))
+    params = np.zeros(4, np.float32)
+    out = np.zeros(OUT_BYTES // 8, np.int64)
+    iters = max(1, adds // _CLOCK_CHAIN.unroll)
+
+    def run(n: int) -> None:
+        bench.call(_CLOCK_CHAIN, n, params.ctypes.data, 0, out.ctypes.data)
+
+    run(iters)  # warm-up
+    best = min(_timed(run, iters) for _ in range(max(1, runs)))
+    return iters * _CLOCK_CHAIN.unroll / best / 1e9
+
+
 # ---- the probes --------------------------------------------------------------------------------
 
 

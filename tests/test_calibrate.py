@@ -739,3 +739,15 @@ def test_a_last_level_that_reads_like_memory_is_not_taken_as_its_latency():
     assert steps_to_memory(55.0, 400.0)
     assert not steps_to_memory(451.0, 460.0)
     assert not steps_to_memory(300.0, 400.0)
+
+
+@ON_HOST
+def test_the_clock_read_beside_timings_is_the_clock_probes_reading():
+    """``clock_now_ghz`` (the bench's reading beside its timings) reads what ``probe_clock``
+    reads, within what a shared machine's clock moves between two readings."""
+    host, base = cal.check_can_calibrate()
+    s = probes.Session(host, base, probes.QUICK)
+    probed = probes.probe_clock(s)["core.frequency_ghz"].value
+    now = probes.clock_now_ghz(HOST)
+    assert 0.2 < now < 7.0
+    assert abs(now / probed - 1) < 0.25

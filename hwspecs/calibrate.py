@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aotune.codegen.microbench import Mix
 from aotune.errors import AotuneError, CalibrationError
 from aotune.files import check_writable, has_control_character, write_new_file
 from aotune.hwspecs.probes import (
+    CLOCK_CHAIN,
     Effort,
     Finding,
     Session,
@@ -447,9 +447,8 @@ def _settled_run(probe: Probe, s: Session) -> tuple[dict[str, Finding], dict[str
 
 
 def _clock_again(s: Session) -> tuple[float, Timing]:
-    k = Mix(adds=1, unroll=64)
-    t, n = s.best_sized(lambda n: s.mix(k, n))
-    return n * 64 / t.seconds / 1e9, t
+    t, n = s.best_sized(lambda n: s.mix(CLOCK_CHAIN, n))
+    return n * CLOCK_CHAIN.unroll / t.seconds / 1e9, t
 
 
 def _load_average() -> str:

@@ -315,6 +315,11 @@ class _Buffer:
 # ---- a calibration run -------------------------------------------------------------------------
 
 
+# the clock's chain: one dependent add per step, 64 steps a loop iteration (warm-up, probe_clock,
+# clock_now_ghz and calibrate's reading at the end all run it)
+CLOCK_CHAIN = Mix(adds=1, unroll=64)
+
+
 class Session:
     """The state of one calibration run: the host as detected, the built-in spec it is closest
     to, compiled kernels, buffers, the clock once measured, and what each probe found."""
@@ -391,7 +396,7 @@ class Session:
     def warm_up(self) -> None:
         """Spin for a while so the core reaches its sustained clock, and measure what an empty
         kernel call costs (taken off every reading)."""
-        k = Mix(adds=1, unroll=64)
+        k = CLOCK_CHAIN
         start = time.perf_counter()
         while time.perf_counter() - start < self.effort.warmup_seconds:
             self.mix(k, 2000)
@@ -489,7 +494,6 @@ class Session:
         return [w for w in (128, 256, 512, 1024) if w <= self.vector_bits]
 
 
-_CLOCK_CHAIN = Mix(adds=1, unroll=64)
 _clock_benches: dict[HwSpec, MicroBench] = {}
 
 
@@ -499,19 +503,19 @@ def clock_now_ghz(hw: HwSpec, runs: int = 7, adds: int = 1 << 20) -> float:
 
     A few milliseconds: the bench reads it beside its timings, since a cloud CPU's clock moves
     with its neighbours' load and every prediction is cycles at the spec's clock."""
-    bench = _clock_benches.get(hw)
-    if bench is None:
-        bench = _clock_benches.setdefault(hw, MicroBench([_CLOCK_CHAIN], hw))
+    if hw not in _clock_benches:
+        _clock_benches[hw] = MicroBench([CLOCK_CHAIN], hw)
+    bench = _clock_benches[hw]
     params = np.zeros(4, np.float32)
     out = np.zeros(OUT_BYTES // 8, np.int64)
-    iters = max(1, adds // _CLOCK_CHAIN.unroll)
+    iters = max(1, adds // CLOCK_CHAIN.unroll)
 
     def run(n: int) -> None:
-        bench.call(_CLOCK_CHAIN, n, params.ctypes.data, 0, out.ctypes.data)
+        bench.call(CLOCK_CHAIN, n, params.ctypes.data, 0, out.ctypes.data)
 
     run(iters)  # warm-up
     best = min(_timed(run, iters) for _ in range(max(1, runs)))
-    return iters * _CLOCK_CHAIN.unroll / best / 1e9
+    return iters * CLOCK_CHAIN.unroll / best / 1e9
 
 
 # ---- the probes --------------------------------------------------------------------------------
@@ -519,13 +523,13 @@ def clock_now_ghz(hw: HwSpec, runs: int = 7, adds: int = 1 << 20) -> float:
 
 def probe_clock(s: Session) -> dict[str, Finding]:
     """Cycles per second: a dependent chain of 1-cycle integer adds runs one add per cycle."""
-    k = Mix(adds=1, unroll=64)
+    k = CLOCK_CHAIN
     s.compile([k])
     # three readings, the fastest kept: the clock every later reading is converted with must not
     # be one that a burst of other work slowed
     readings = [s.best_sized(lambda n: s.mix(k, n)) for _ in range(3)]
     t, n = min(readings, key=lambda r: r[0].seconds / r[1])
-    ghz = n * 64 / t.seconds / 1e9
+    ghz = n * k.unroll / t.seconds / 1e9
     if not 0.2 <= ghz <= 7.0:
         raise CalibrationError(
             f"the clock probe read {ghz:.2f} GHz, which no CPU runs at; is the machine "
@@ -535,7 +539,7 @@ def probe_clock(s: Session) -> dict[str, Finding]:
     return {
         "core.frequency_ghz": Finding(
             round(ghz, 3),
-            f"measured: a dependent chain of 1-cycle integer adds ({n * 64:,} per run), the "
+            f"measured: a dependent chain of 1-cycle integer adds ({n * k.unroll:,} per run), the "
             f"fastest of 3 readings, {t.describe()}: {ghz:.3f} billion adds per second",
         )
     }

@@ -308,6 +308,7 @@ def micro_kernel_cycles(
         call_cycles = c.call_cycles + _c_tile_port_cycles(
             tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
         )
+        call_cycles += rows * _masked_store_extra_cycles(hw) * _c_row_store_masked(cols, lanes)
         # both wait for the same in-order drain of the last call's C stores: the longer counts
         call_cycles += max(
             _c_store_miss_cycles(s, hw, rows, cols),
@@ -328,6 +329,19 @@ def micro_kernel_cycles(
         compute_cycles += tiles * (s.K * (step + dtlb) + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles
+
+
+def _masked_store_extra_cycles(hw: HwSpec) -> float:
+    """Cycles a full-width store with a lane mask takes beyond a plain store's slot (microcoded
+    AVX2 masked stores on AMD cores take ~20: they stall the decoders, so nothing overlaps)."""
+    return max(0.0, hw.core.masked_store_cycles - 1.0 / hw.core.store_ports)
+
+
+def _c_row_store_masked(cols: int, lanes: int) -> bool:
+    """Whether a C tile row of ``cols`` columns ends in a masked store: its last vector, of the
+    power-of-two width ``column_vector_widths`` picks, overhangs the tile."""
+    widths = column_vector_widths(cols, lanes)
+    return cols - (len(widths) - 1) * lanes < widths[-1]
 
 
 def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
@@ -828,7 +842,7 @@ def _row_run_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec) -> float:
     width."""
     g = s.b_gather
     assert g is not None
-    elems, vectors = _run_pieces(s.b_pack_run, s.nr, s.lanes)
+    elems, vectors, masked = _run_pieces(s.b_pack_run, s.nr, s.lanes)
     lane_guarded = g.lane_guard_dim is not None
     row_guards = len(g.guarded) - lane_guarded
     per_vector = ROW_RUN_VECTOR_INSTRUCTIONS + ROW_RUN_LANE_GUARD_INSTRUCTIONS * lane_guarded
@@ -838,13 +852,15 @@ def _row_run_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec) -> float:
         + ROW_RUN_GUARD_INSTRUCTIONS * row_guards
         + ROW_RUN_PIECE_INSTRUCTIONS / min(s.kc, s.K)
     )
-    return per_row / hw.core.issue_width / elems
+    # a piece's last vector, where partial, is a masked store
+    return (per_row / hw.core.issue_width + masked * _masked_store_extra_cycles(hw)) / elems
 
 
 @functools.lru_cache(maxsize=512)
-def _run_pieces(run: int, panel: int, lanes: int) -> tuple[float, float]:
-    """(elements, vectors of ``lanes``) per copied piece, on average, when panels of ``panel``
-    elements, starting at multiples of ``panel``, are cut at multiples of ``run``."""
+def _run_pieces(run: int, panel: int, lanes: int) -> tuple[float, float, float]:
+    """(elements, vectors of ``lanes``, partial last vectors) per copied piece, on average, when
+    panels of ``panel`` elements, starting at multiples of ``panel``, are cut at multiples of
+    ``run``."""
     lengths: list[int] = []
     for start in range(0, run * panel // math.gcd(run, panel), panel):
         pos, end = start, start + panel
@@ -852,7 +868,12 @@ def _run_pieces(run: int, panel: int, lanes: int) -> tuple[float, float]:
             cut = min(end, (pos // run + 1) * run)
             lengths.append(cut - pos)
             pos = cut
-    return sum(lengths) / len(lengths), sum(-(-n // lanes) for n in lengths) / len(lengths)
+    n = len(lengths)
+    return (
+        sum(lengths) / n,
+        sum(-(-k // lanes) for k in lengths) / n,
+        sum(k % lanes != 0 for k in lengths) / n,
+    )
 
 
 def _effective_run(run: int, panel: int) -> float:

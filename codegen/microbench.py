@@ -143,6 +143,23 @@ def _loop(
     return finals
 
 
+def _lane_mask(b: ir.IRBuilder, ty: ir.Type) -> ir.Value:
+    """A mask of every lane of vector type ``ty`` but the last, from a count the compiler cannot
+    see (a constant mask may be lowered to something other than a masked store)."""
+    lanes = ty.count
+    last = b.trunc(_opaque(b, c64(lanes - 1)), I32)
+    ids = ir.Constant(ir.VectorType(I32, lanes), list(range(lanes)))
+    return b.icmp_signed("<", ids, splat(b, last, ids.type))
+
+
+def _masked_store(mod: ir.Module, ty: ir.Type) -> ir.Function:
+    """``llvm.masked.store`` of vector type ``ty``."""
+    mask_ty = ir.VectorType(ir.IntType(1), ty.count)
+    fn_ty = ir.FunctionType(ir.VoidType(), [ty, ty.as_pointer(), I32, mask_ty])
+    name = f"llvm.masked.store.v{ty.count}f32.p0"
+    return mod.globals.get(name) or ir.Function(mod, fn_ty, name=name)
+
+
 def _entry(mod: ir.Module, name: str) -> tuple[ir.IRBuilder, list[ir.Argument]]:
     fn = ir.Function(mod, _ENTRY, name=name)
     return ir.IRBuilder(fn.append_basic_block("entry")), list(fn.args)
@@ -169,13 +186,18 @@ class Mix:
     stores: int = 0
     mem_bits: int = 32
     unroll: int = 1
+    # stores with a lane mask (all lanes but the last, a mask the compiler cannot see), in the
+    # stores' half of the buffer after the plain ones
+    masked_stores: int = 0
 
     @property
     def name(self) -> str:
         """The function's name (unique per description)."""
         fmas = ".".join(map(str, self.fmas)) or "0"
+        masked = f"_k{self.masked_stores}" if self.masked_stores else ""
         return (
-            f"mix_a{self.adds}_f{fmas}_l{self.loads}_s{self.stores}_m{self.mem_bits}_u{self.unroll}"
+            f"mix_a{self.adds}_f{fmas}_l{self.loads}_s{self.stores}{masked}_m{self.mem_bits}"
+            f"_u{self.unroll}"
         )
 
     @property
@@ -201,6 +223,7 @@ class Mix:
         ints = [b.add(iters, c64(k)) for k in range(self.adds)]
         # a register, not an immediate: Golden Cove's renamer folds chains of `add reg, imm`
         one = _opaque(b, c64(1))
+        mask = _lane_mask(b, mem_ty) if self.masked_stores else None
 
         def step(_i: ir.Value, values: list[ir.Value]) -> list[ir.Value]:
             fmas, adds = values[: len(accs)], values[len(accs) :]
@@ -217,6 +240,10 @@ class Mix:
                 for _ in range(self.stores):
                     at = b.add(scratch, c64(half + stores * mem_bytes % half))
                     volatile_store(b, store_value, _ptr(b, at, mem_ty), mem_bytes)
+                    stores += 1
+                for _ in range(self.masked_stores):
+                    at = _ptr(b, b.add(scratch, c64(half + stores * mem_bytes % half)), mem_ty)
+                    b.call(_masked_store(mod, mem_ty), [store_value, at, ir.Constant(I32, 4), mask])
                     stores += 1
             return fmas + adds
 

@@ -37,6 +37,7 @@ from aotune.hwspecs.probes import (
     probe_handover,
     probe_issue,
     probe_loads,
+    probe_masked_stores,
     probe_memory_bandwidth,
     probe_memory_parallelism,
     probe_mixed_width,
@@ -118,6 +119,12 @@ PROBES: tuple[Probe, ...] = (
         "independent loads per width",
     ),
     Probe("store ports", ("core.store_ports",), probe_stores, "independent stores per width"),
+    Probe(
+        "masked stores",
+        ("core.masked_store_cycles",),
+        probe_masked_stores,
+        "independent full-width stores with a lane mask",
+    ),
     Probe("issue width", ("core.issue_width",), probe_issue, "mixed independent work"),
     Probe(
         "TLB",

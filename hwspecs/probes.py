@@ -673,6 +673,27 @@ def probe_stores(s: Session) -> dict[str, Finding]:
     }
 
 
+def probe_masked_stores(s: Session) -> dict[str, Finding]:
+    """Cycles per full-width store with a lane mask into an L1-resident buffer (AVX2's
+    ``vmaskmovps``, AVX-512's masked ``vmovups``, the per-lane stores of an ISA without one)."""
+    w = s.vector_bits
+    kernel = Mix(masked_stores=16, mem_bits=w, unroll=2)
+    s.compile([kernel])
+    per_store, t = s.cycles_per(lambda n: s.mix(kernel, n), 32)
+    s.details["masked stores"] = {"cycles": per_store}
+    path = "core.masked_store_cycles"
+    return {
+        path: s.checked(
+            path,
+            round(per_store, 2),
+            0.1,
+            1000.0,
+            f"independent {w}-bit stores with a lane mask (all lanes but the last) to a 2 KiB "
+            f"buffer: {per_store:.2f} cycles each; {_spread([t])}",
+        )
+    }
+
+
 def issue_mixes(s: Session) -> list[Mix]:
     """Loops of independent work for several kinds of unit at once (integer adds, FMAs at a width
     every FMA pipe takes whole, scalar float loads and stores), each kind below what its units

@@ -81,6 +81,10 @@ class CoreSpec:
     # cycles a load waits per older store whose address matches it only in the page-offset bits
     # (the bits the store queue compares before translation): "4K aliasing"
     store_alias_cycles: float = _in(0.0, 100.0)
+    # cycles one full-width vector store with a lane mask takes (a tile's or a copied run's last,
+    # partial vector): about a store slot where the ISA masks stores natively, more where the
+    # store is microcoded (AVX2's vmaskmovps on AMD cores) or split into per-lane stores
+    masked_store_cycles: float = _in(0.0, 1000.0)
 
 
 @dataclass(frozen=True)

@@ -557,6 +557,25 @@ def test_the_kernels_compile_for_every_cpu_target_with_the_loops_they_say(target
     assert len(by_register) >= 3 * 4
 
 
+@pytest.mark.parametrize(
+    "target, masked",
+    [("haswell", "vmaskmovps"), ("znver3", "vmaskmovps"), ("znver4", "{%k"), ("neoverse-n1", "")],
+)
+def test_the_masked_store_probe_issues_the_isas_masked_store(target, masked):
+    """AVX2 has ``vmaskmovps``, AVX-512 masks a plain ``vmovups`` with a k register, and NEON
+    has none: there LLVM tests each lane and stores it alone (about 4 stores per vector)."""
+    hw = load_target(target)
+    mix = Mix(masked_stores=8, mem_bits=hw.isa.vector_bits, unroll=2)
+    asm = assembly_for([mix], hw)
+    body = asm[asm.index(f"{mix.name}:") : asm.index(".Lfunc_end", asm.index(f"{mix.name}:"))]
+    if masked:
+        assert body.count(masked) == 16  # the mask is not a constant: none became plain
+    else:
+        lanes = hw.isa.vector_bits // 32
+        stores = [ln for ln in body.splitlines() if ln.split()[:1] in (["str"], ["st1"])]
+        assert len(stores) >= 16 * (lanes - 1)  # the mask keeps every lane but the last
+
+
 @pytest.mark.parametrize("target", builtin_names("cpu"))
 def test_the_call_probes_time_what_they_say_on_every_cpu_target(target):
     """The call probes' kernels exist in every CPU target's space and keep their C tiles in L1 and
@@ -671,6 +690,8 @@ def test_the_quickest_probes_read_physical_values_here():
         }.items():
             assert lo <= fma[path].value <= hi
             assert fma[path].origin.startswith(("measured:", "assumed:"))
+        masked = probes.probe_masked_stores(s)["core.masked_store_cycles"]
+        assert 0.1 <= masked.value <= 1000 and masked.origin.startswith("measured:")
     finally:
         s.close()
 

@@ -354,9 +354,10 @@ def test_run_pieces_match_cutting_every_panel(run: int, panel: int, lanes: int) 
         inner = range(-(-start // run) * run, start + panel, run)  # run boundaries inside
         cuts = sorted({start, start + panel, *inner})
         lengths += [b - a for a, b in zip(cuts, cuts[1:]) if b > a]
-    elems, vectors = _run_pieces(run, panel, lanes)
+    elems, vectors, partial = _run_pieces(run, panel, lanes)
     assert elems == pytest.approx(sum(lengths) / len(lengths))
     assert vectors == pytest.approx(sum(-(-n // lanes) for n in lengths) / len(lengths))
+    assert partial == pytest.approx(sum(n % lanes > 0 for n in lengths) / len(lengths))
 
 
 def _depthwise_pack_cycles(hw, cfg: str) -> tuple[float, float]:
@@ -386,6 +387,54 @@ def test_pixel_row_copy_pays_per_piece_per_vector_and_per_lane_guard():
     in_place, no_copy = _depthwise_pack_cycles(hw, cfg.format(nr=224) + "pad_copy=0")
     assert narrow > 1.5 * wide
     assert in_place > 1.2 * wide and no_copy == 0.0 and narrow_copy > 0.0
+
+
+def test_masked_stores_cost_what_the_spec_says_where_the_code_has_them():
+    """A copied pixel run whose pieces end in a partial vector (7-pixel rows, 16-wide panels)
+    pays ``core.masked_store_cycles`` per piece beyond a store slot; 112-pixel rows cut into
+    pieces of whole vectors pay none. A C tile row ending in a masked vector (13 columns: 8 + a
+    masked 8, at N's edge) pays it per row and call; 12 columns (8 + a 4-wide vector) do not."""
+
+    from aotune.analysis.workload import depthwise_conv2d
+
+    base = load_target("znver3")
+    slow = dataclasses.replace(base, core=dataclasses.replace(base.core, masked_store_cycles=40.0))
+    cheap = dataclasses.replace(base, core=dataclasses.replace(base.core, masked_store_cycles=0.5))
+    cfg = "mr=1,nr=16,kc=9,mc=1,nc=16,order=nkm,pack_a=0,pack_b=1,unroll=2,par=m,threads=1,"
+    cfg += "pad_copy=1"
+    from aotune.analysis.model import _row_run_pack_cycles_per_elem, _run_pieces
+
+    def pack(hw, w):
+        space = build_cpu_space(w, hw)
+        return _row_run_pack_cycles_per_elem(
+            schedule_from_config(space, space.parse_config(cfg)), hw
+        )
+
+    short = depthwise_conv2d(1, 64, 7, 7, 3, 3, pad=1)  # a 7-pixel row: one partial vector
+    elems, _, partial = _run_pieces(7, 16, 8)  # pieces of 7 and less: all partial
+    assert partial == 1.0
+    assert pack(slow, short) - pack(cheap, short) == pytest.approx(
+        39.0 / elems
+    )  # 40 less a store slot
+    wide = depthwise_conv2d(1, 32, 112, 112, 3, 3, pad=1)  # 16-pixel pieces: two whole vectors
+    assert pack(slow, wide) == pack(cheap, wide)
+
+    def predicted(hw, n: int) -> float:
+        space = build_cpu_space(matmul(6, n, 64), hw)
+        sched = schedule_from_config(
+            space,
+            space.parse_config(
+                "mr=6,nr=16,kc=64,mc=6,nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=1"
+            ),
+        )
+        kernel = compile_kernel(sched, hw)
+        (p,) = AnalyticalCpuModel(hw).predict_batch(
+            [sched], [kernel_features(kernel, "x86_64").loop]
+        )
+        return dict(p.breakdown)["compute"] * hw.core.frequency_ghz * 1e9
+
+    assert predicted(slow, 13) - predicted(cheap, 13) == pytest.approx(6 * 39.0, rel=0.01)
+    assert predicted(slow, 12) == pytest.approx(predicted(cheap, 12))
 
 
 def test_padded_copy_reads_at_the_bandwidth_of_where_it_lives():

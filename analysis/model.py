@@ -290,9 +290,9 @@ def micro_kernel_cycles(
     Per tile class (full tiles and the m, n and corner tails): its k steps at the bound of
     ``_cycles_per_kstep`` overlapped with the L1 misses of an unpacked operand, plus DTLB misses,
     plus per call the call itself, the C tile's loads and stores beyond the ports' idle cycles,
-    C stores that miss L1, a C tile fetched from beyond L2, and C lines whose 128-byte pair
-    another thread writes. Plus, once, the wait for A's lines from DRAM read in place
-    (``a_demand_miss_cycles``).
+    masked C stores where a tile row ends in a partial vector, C stores that miss L1, a C tile
+    fetched from beyond L2, and C lines whose 128-byte pair another thread writes. Plus, once, the
+    wait for A's lines from DRAM read in place (``a_demand_miss_cycles``).
     """
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = _vector_load_rate(hw)
@@ -332,8 +332,9 @@ def micro_kernel_cycles(
 
 
 def _masked_store_extra_cycles(hw: HwSpec) -> float:
-    """Cycles a full-width store with a lane mask takes beyond a plain store's slot (microcoded
-    AVX2 masked stores on AMD cores take ~20: they stall the decoders, so nothing overlaps)."""
+    """Cycles a full-width store with a lane mask takes beyond a plain store's slot, added whole:
+    AVX2's masked store is microcoded on AMD cores (12-17 cycles each on a Zen 3 slice), and
+    microcode holds the decoders, so nothing else issues beside it."""
     return max(0.0, hw.core.masked_store_cycles - 1.0 / hw.core.store_ports)
 
 
@@ -839,7 +840,7 @@ ROW_RUN_PIECE_INSTRUCTIONS = 45.0
 def _row_run_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec) -> float:
     """Cycles per element of B's pack when it copies runs of pixels (NCHW, stride 1): each piece
     of a run that a panel holds is copied down the block's k rows as masked vectors, at the issue
-    width."""
+    width, and a piece that ends in a partial vector stores it with a mask."""
     g = s.b_gather
     assert g is not None
     elems, vectors, masked = _run_pieces(s.b_pack_run, s.nr, s.lanes)

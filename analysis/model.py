@@ -41,7 +41,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from aotune.analysis.features import LoopFeatures, tile_of_function
-from aotune.codegen.schedule import CpuSchedule, Gather, column_vector_widths
+from aotune.codegen.schedule import (
+    CpuSchedule,
+    Gather,
+    column_vector_widths,
+    last_vector_lanes_used,
+)
 from aotune.hwspecs.spec import CacheSpec, HwSpec
 
 
@@ -308,7 +313,9 @@ def micro_kernel_cycles(
         call_cycles = c.call_cycles + _c_tile_port_cycles(
             tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
         )
-        call_cycles += rows * _masked_store_extra_cycles(hw) * _c_row_store_masked(cols, lanes)
+        # a row whose last vector overhangs the tile stores it with a mask
+        masked = last_vector_lanes_used(cols, lanes) < column_vector_widths(cols, lanes)[-1]
+        call_cycles += rows * _masked_store_extra_cycles(hw) * masked
         # both wait for the same in-order drain of the last call's C stores: the longer counts
         call_cycles += max(
             _c_store_miss_cycles(s, hw, rows, cols),
@@ -336,13 +343,6 @@ def _masked_store_extra_cycles(hw: HwSpec) -> float:
     AVX2's masked store is microcoded on AMD cores (12-17 cycles each on a Zen 3 slice), and
     microcode holds the decoders, so nothing else issues beside it."""
     return max(0.0, hw.core.masked_store_cycles - 1.0 / hw.core.store_ports)
-
-
-def _c_row_store_masked(cols: int, lanes: int) -> bool:
-    """Whether a C tile row of ``cols`` columns ends in a masked store: its last vector, of the
-    power-of-two width ``column_vector_widths`` picks, overhangs the tile."""
-    widths = column_vector_widths(cols, lanes)
-    return cols - (len(widths) - 1) * lanes < widths[-1]
 
 
 def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:

@@ -35,7 +35,12 @@ from contextlib import contextmanager
 
 import llvmlite.ir as ir
 import numpy as np
-from aotune.codegen.schedule import CpuSchedule, Gather, column_vector_widths
+from aotune.codegen.schedule import (
+    CpuSchedule,
+    Gather,
+    column_vector_widths,
+    last_vector_lanes_used,
+)
 
 F32 = ir.FloatType()
 I1 = ir.IntType(1)
@@ -157,7 +162,7 @@ class CpuKernelBuilder:
         lanes = s.lanes
         widths = column_vector_widths(cols, lanes)
         nvec = len(widths)
-        tail = cols - (nvec - 1) * lanes  # lanes used in the last vector
+        tail = last_vector_lanes_used(cols, lanes)
         vtys = [ir.VectorType(F32, w) for w in widths]
         # the last vector is masked only where its power-of-two width overhangs the tile
         mask = (

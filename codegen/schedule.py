@@ -256,6 +256,13 @@ def column_vector_widths(cols: int, lanes: int) -> tuple[int, ...]:
     return (lanes,) * full + ((min(lanes, 1 << (tail - 1).bit_length()),) if tail else ())
 
 
+def last_vector_lanes_used(cols: int, lanes: int) -> int:
+    """Lanes of the last of ``column_vector_widths(cols, lanes)`` that hold columns: fewer than
+    its width where it overhangs the tile, and its loads and stores are masked."""
+    widths = column_vector_widths(cols, lanes)
+    return cols - (len(widths) - 1) * lanes
+
+
 def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
     """Lower a valid config of ``space`` to a schedule (invalid configs are refused, with
     reasons)."""

@@ -688,8 +688,9 @@ def read_export(path: Path) -> list[TuneRecord]:
 
 def open_database(path: Path | str | None = None, create: bool = True) -> TuningDatabase:
     """Open the tuning database at ``path`` or the default path; with ``create``, a missing file
-    (and its folder) is made a new, empty database, else it is a DatabaseError (the commands
-    that only read must not leave files behind).
+    is made a new, empty database, else it is a DatabaseError (the commands that only read must
+    not leave files behind). The default path's folder is made where missing; a given path's
+    must exist, as ``--emit-*`` files' must: a mistyped folder is an error, not a new tree.
 
     A file that is not an SQLite database, an SQLite file of another program (whose tables are
     left as they are), or one written by a newer aotune (a higher schema version), raises a
@@ -709,6 +710,11 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
             raise DatabaseError(
                 f"there is no tuning database at {p} (no such file): nothing is stored there "
                 "yet; check --db, or run 'aotune tune' or 'aotune build' to make one"
+            )
+        if create and path is not None and not p.parent.is_dir():
+            raise DatabaseError(
+                f"cannot create the database {p}: folder {p.parent} does not exist; create it "
+                "first, or give --db a file in an existing folder"
             )
         if create:
             p.parent.mkdir(parents=True, exist_ok=True)

@@ -424,9 +424,12 @@ def test_read_only_commands_need_an_existing_database(tmp_path, capsys):
     assert main(["db", "import", str(blank), "--db", str(missing)]) == 0
     assert "holds no records" in capsys.readouterr().out and not missing.exists()
     blank.unlink()
-    # import (like tune and build) makes a new database where there is none
+    # import (like tune and build) makes a new database where there is none, in its folder
     jsonl = tmp_path / "x.jsonl"
     jsonl.write_text(json.dumps(_record(1).as_dict()) + "\n")
+    assert main(["db", "import", str(jsonl), "--db", str(missing)]) == 2
+    assert "folder" in _error_line(capsys) and not missing.parent.exists()
+    missing.parent.mkdir(parents=True)
     assert main(["db", "import", str(jsonl), "--db", str(missing)]) == 0
     assert "imported 1 records" in capsys.readouterr().out
     assert main(["db", "list", "--db", str(missing)]) == 0
@@ -585,13 +588,33 @@ def test_a_database_given_to_import_or_missing_a_table_says_what_to_do(tmp_path,
     assert "table candidates is missing" in err and "pass --db with a new file" in err
 
 
+def test_a_given_database_path_needs_its_folder_and_the_default_makes_its_own(
+    tmp_path, capsys, monkeypatch
+):
+    typo = tmp_path / "runz" / "t.db"
+    records = tmp_path / "r.jsonl"
+    records.write_text(json.dumps(_record(1).as_dict()) + "\n")
+    for argv in (
+        ["db", "import", str(records), "--db", str(typo)],
+        ["tune", "matmul", "--shape", "8x8x8", "--budget", "8", "--no-verify", "--db", str(typo)],
+    ):
+        assert main(argv) == 2
+        err = _error_line(capsys)
+        assert f"folder {typo.parent} does not exist" in err and "create it first" in err
+    assert not typo.parent.exists()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with open_database() as db:  # the default's folder is made
+        assert len(list(db.all())) == 0
+    assert (tmp_path / "cache" / "aotune" / "tuning.db").is_file()
+
+
 def test_a_refused_import_leaves_no_new_database_and_keeps_an_old_one(tmp_path, capsys):
     bad = tmp_path / "x.jsonl"
     bad.write_text("not json\n")
-    new = tmp_path / "sub" / "new.db"
+    new = tmp_path / "new.db"
     assert main(["db", "import", str(bad), "--db", str(new)]) == 2
     assert "x.jsonl line 1 is not" in _error_line(capsys)
-    assert not new.exists() and not new.parent.exists()
+    assert not new.exists()
     old = tmp_path / "old.db"
     good = tmp_path / "good.jsonl"
     good.write_text(json.dumps(_record(1).as_dict()) + "\n")

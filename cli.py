@@ -209,6 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument(
         "--json", action="store_true", help="print the values, their origins and the readings"
     )
+    cal.add_argument(
+        "--repeat",
+        type=_int_arg,
+        default=1,
+        metavar="N",
+        help="calibrate N times and keep each measured value's median: on a shared machine one "
+        "run's probe can catch a neighbour's burst (default 1)",
+    )
     b = sub.add_parser("bench", help="run the benchmark suite")
     b.add_argument("--quick", action="store_true", help="a subset in under 2 minutes")
     b.add_argument("--json", action="store_true")
@@ -809,11 +817,16 @@ def cmd_hw(args: argparse.Namespace) -> int:
 
 
 def cmd_hw_calibrate(args: argparse.Namespace) -> int:
-    """``aotune hw calibrate [-o FILE] [--force] [--name NAME] [--json]``."""
+    """``aotune hw calibrate [-o FILE] [--force] [--name NAME] [--json] [--repeat N]``."""
     from aotune.hwspecs import calibrate as cal
     from aotune.hwspecs.spec_toml import value_at
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    if not 1 <= args.repeat <= cal.REPEAT_LIMIT:
+        raise ConfigError(
+            f"--repeat {args.repeat}: give 1 to {cal.REPEAT_LIMIT} runs (each takes about 2 "
+            "minutes; 3 keep one noisy run out of the medians)"
+        )
     name = cal.spec_name_for(args.output, args.name)
     if args.force and args.output is None:  # before minutes of measuring, not after
         raise ConfigError("--force lets -o replace its file, and no -o FILE is given")
@@ -830,12 +843,19 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
         transient=True,
         disable=args.json or not err.is_terminal,
     ) as bar:
-        task = bar.add_task("calibrating", total=len(cal.PROBES) + 1)
+        runs, steps = args.repeat, len(cal.PROBES) + 1
+        task = bar.add_task("calibrating", total=runs * steps)
+        results: list[cal.Calibration] = []
+        for run in range(runs):
 
-        def progress(stage: str, done: int, total: int) -> None:
-            bar.update(task, description=stage, completed=done, total=total)
+            def progress(stage: str, done: int, total: int, run: int = run) -> None:
+                label = f"{run + 1}/{runs} {stage}" if runs > 1 else stage
+                bar.update(
+                    task, description=label, completed=run * total + done, total=runs * total
+                )
 
-        result = cal.named(cal.calibrate(progress), name)
+            results.append(cal.calibrate(progress))
+        result = cal.named(results[0] if runs == 1 else cal.median_of_runs(results), name)
     for warning in result.warnings:
         sys.stderr.write(f"warning: {warning}\n")
     text = cal.spec_text(result)

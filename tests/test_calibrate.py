@@ -217,6 +217,98 @@ def test_a_feature_list_too_long_for_a_spec_string_keeps_the_features_that_are_o
         cal.spec_features(",".join(f"+feature{i}" for i in range(200)))
 
 
+def run_reading(
+    ghz: float, l2: int, call: float, kind: str = "measured: a probe"
+) -> cal.Calibration:
+    """A hand-made run whose clock, L2 latency and call cycles read as given (origin ``kind``)."""
+    c = hand_made(core__frequency_ghz=ghz, caches__L2__latency_cycles=l2, core__call_cycles=call)
+    paths = ("core.frequency_ghz", "caches.L2.latency_cycles", "core.call_cycles")
+    origin = {**c.origin, **{p: f"{kind} reading {i}" for i, p in enumerate(paths)}}
+    origin["core.cores"] = f"os: sysfs, {ghz}"  # not measured: the first run's stays
+    return dataclasses.replace(c, origin=origin, notes=(f"Calibrated at {ghz}.", "Origins."))
+
+
+def test_repeated_runs_keep_each_measured_values_median_and_list_the_readings(tmp_path):
+    runs = [run_reading(3.1, 16, 20.6), run_reading(3.4, 14, 15.4), run_reading(3.2, 15, 17.7)]
+    c = cal.named(cal.median_of_runs(runs), "three")
+    assert c.spec.core.frequency_ghz == 3.2 and c.spec.caches[1].latency_cycles == 15
+    assert c.spec.core.call_cycles == 17.7 and isinstance(c.spec.caches[1].latency_cycles, int)
+    assert c.origin["core.frequency_ghz"] == (
+        "measured: a probe reading 0 (the median of 3 runs' readings: 3.1, 3.4, 3.2)"
+    )
+    assert c.origin["caches.L2.latency_cycles"].endswith("readings: 16, 14, 15)")
+    assert c.origin["core.cores"] == "os: sysfs, 3.1"  # read from the OS: the first run's
+    assert "3.2 GHz under load" in c.spec.description
+    assert c.notes[0].startswith("3 runs of `aotune hw calibrate`")
+    assert c.notes[1:4] == (
+        "Run 1: Calibrated at 3.1.",
+        "Run 2: Calibrated at 3.4.",
+        "Run 3: Calibrated at 3.2.",
+    )
+    assert c.notes.count("Origins.") == 1
+    path = tmp_path / "three.toml"
+    cal.write_spec(c, str(path), force=False)
+    assert load_spec_file(path) == c.spec  # and the file says where each median came from
+    assert "the median of 3 runs' readings: 3.1, 3.4, 3.2" in path.read_text()
+
+
+def test_an_even_count_keeps_the_lower_middle_and_assumed_readings_do_not_vote():
+    runs = [
+        run_reading(3.0, 14, 20.0, kind="assumed: from znver4"),
+        run_reading(3.6, 18, 30.0),
+        run_reading(3.2, 15, 10.0),
+    ]
+    c = cal.median_of_runs(runs)
+    assert (c.spec.core.frequency_ghz, c.spec.caches[1].latency_cycles) == (3.2, 15)
+    assert c.origin["core.call_cycles"] == (
+        "measured: a probe reading 2 (the median of 2 of 3 runs' readings: 30, 10)"
+    )
+    only_assumed = [run_reading(3.0, 14, 20.0, kind="assumed: x") for _ in range(2)]
+    assert cal.median_of_runs(only_assumed).origin["core.frequency_ghz"] == "assumed: x reading 0"
+    with pytest.raises(CalibrationError, match="no calibration runs"):
+        cal.median_of_runs([])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.5, 6.0), st.integers(5, 40)), min_size=1, max_size=7))
+def test_a_median_is_a_reading_with_half_the_runs_on_each_side(readings):
+    runs = [run_reading(ghz, l2, 12.0) for ghz, l2 in readings]
+    c = cal.median_of_runs(runs)
+    for got, values in (
+        (c.spec.core.frequency_ghz, [g for g, _ in readings]),
+        (c.spec.caches[1].latency_cycles, [x for _, x in readings]),
+    ):
+        assert got in values
+        assert 2 * sum(v <= got for v in values) >= len(values)
+        assert 2 * sum(v >= got for v in values) >= len(values) - 1  # the lower middle of even
+
+
+def test_the_cli_calibrates_as_often_as_asked_and_writes_the_medians(tmp_path, monkeypatch, capsys):
+    made = iter(
+        [run_reading(3.1, 16, 20.6), run_reading(3.4, 14, 15.4), run_reading(3.2, 15, 17.7)]
+    )
+    calls = []
+
+    def fake(progress=None, *args):
+        calls.append(progress)
+        progress("clock", 1, 2)
+        return next(made)
+
+    monkeypatch.setattr(cal, "check_can_calibrate", lambda: (HOST, HOST))
+    monkeypatch.setattr(cal, "calibrate", fake)
+    path = tmp_path / "mine.toml"
+    assert main(["hw", "calibrate", "--repeat", "3", "-o", str(path)]) == 0
+    assert len(calls) == 3
+    spec = load_spec_file(path)
+    assert spec.name == "mine" and spec.core.frequency_ghz == 3.2
+    capsys.readouterr()
+    for bad in ("0", "10", "-1"):
+        assert main(["hw", "calibrate", "--repeat", bad, "-o", str(tmp_path / "x.toml")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: --repeat {bad}: give 1 to 9 runs") and err.count("\n") == 1
+    assert len(calls) == 3 and not (tmp_path / "x.toml").exists()
+
+
 def test_the_cli_refuses_bad_output_paths_and_names_before_measuring(tmp_path, capsys):
     existing = tmp_path / "mine.toml"
     existing.write_text("keep")

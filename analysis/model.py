@@ -20,8 +20,9 @@ Cost of one thread (the slowest one, since threads split the parallel loop):
                 beyond the ports' idle cycles, C stores that miss, or whose line pair another
                 thread writes; calls in flight are bounded by the reorder window and by the
                 FMAs the schedulers hold; unpacked B rows that the micro-kernel prefetches pay no
-                first-touch or translation wait; plus A's lines from DRAM, when A is read in
-                place with rows a page apart, at memory latency over the misses in flight
+                first-touch or translation wait, but a page walk per row where a sweep over
+                their pages outruns the second-level TLB; plus A's lines from DRAM, when A is
+                read in place with rows a page apart, at memory latency over the misses in flight
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
     memory    = bytes from DRAM (all threads) / DRAM bandwidth: each tensor once, and on each
                 sweep that comes back to it after more than the last level holds (the loop
@@ -303,6 +304,7 @@ def micro_kernel_cycles(
     vload_rate = _vector_load_rate(hw)
     conflict = _conflict_miss_cycles(s, hw, share.m_share, mix)
     dtlb = _dtlb_miss_cycles(s, hw, share.m_share)
+    walks = _page_walk_cycles(s, hw, share.m_share, share.n_share)
     pair_shared = _c_line_pair_sharing(s, hw, share.ranges)
     c_fetch = _c_tile_fetch_cycles(s, hw, share.m_share, share.n_share)  # every tile class's
     compute_cycles = load_cycles = 0.0
@@ -333,7 +335,7 @@ def micro_kernel_cycles(
         # the C lines B evicts are waited for beside B's own misses: only the excess adds
         evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc
         step += max(0.0, evicted - (step - cyc_k))
-        compute_cycles += tiles * (s.K * (step + dtlb) + share.k_blocks * call_cycles)
+        compute_cycles += tiles * (s.K * (step + dtlb + walks) + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles
 
@@ -1054,6 +1056,40 @@ def _dtlb_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
     if -(-s.kc // rows_per_page) <= hw.memory.dtlb_entries:
         return 0.0
     return hw.memory.tlb_miss_cycles / rows_per_page / _sweep_calls(s, m_share)
+
+
+def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) -> float:
+    """Cycles per k step that plain unpacked B rows a page or more apart add where a sweep over
+    a panel comes back to its rows after more pages than the second-level TLB holds: the first
+    call of each sweep walks the page tables for every row again (``memory.page_walk_cycles``),
+    prefetched or not, on top of the k step's work. Between two sweeps come the rows of every
+    k block (nmk, mkn) or of the panel's own (nkm), each over the pages its block's columns span
+    (mkn: the thread's whole width, its n blocks come in between). Zen 3 slice, 6 x 16 tiles,
+    one call per panel: 2048 rows 4032 bytes apart 10.6-11.1 cycles per k step, 6 FMA cycles;
+    1024 such rows 7-8."""
+    page, stride = hw.memory.page_bytes, s.b_sk * 4
+    if s.pack_b or s.a_shared or s.b_gather is not None:
+        return 0.0
+    rows = s.kc if s.order == "nkm" else s.K
+    cols = n_share if s.order == "mkn" else min(s.nc, n_share)
+    # rows less than a page apart share pages: a row meets a new one that often
+    new_page = min(1.0, stride / page)
+    row_pages = -(-cols * 4 // page)
+    pages = rows * (new_page if stride < page else row_pages)
+    # the TLB keeps its reach's worth of a sweep too large for it (as the last cache level does)
+    walked = last_level_miss_share(pages, stlb_reach(hw, stride, row_pages))
+    return walked * hw.memory.page_walk_cycles * new_page / _sweep_calls(s, m_share)
+
+
+def stlb_reach(hw: HwSpec, stride_bytes: int, row_pages: int = 1) -> float:
+    """Pages a walk over rows ``stride_bytes`` apart, ``row_pages`` consecutive pages each,
+    keeps in the second-level TLB: its sets are indexed by the page number, so rows a power of
+    two pages apart use that share of them, or more where each row spans several pages (Zen 3
+    slice: rows 1, 2 and 4 pages apart walked beyond about 2048, 1024 and 512 rows; 8 pages
+    apart, 512 rows still did not)."""
+    entries = hw.memory.stlb_entries
+    apart = max(1, stride_bytes // hw.memory.page_bytes)
+    return min(entries, entries / math.gcd(apart, entries) * max(1, row_pages))
 
 
 def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, ranges: Sequence[tuple[int, int]]) -> float:

@@ -42,6 +42,7 @@ from aotune.hwspecs.probes import (
     probe_memory_parallelism,
     probe_mixed_width,
     probe_overhead,
+    probe_page_walks,
     probe_prefetch_ahead,
     probe_prefetch_stride,
     probe_scheduler,
@@ -131,6 +132,12 @@ PROBES: tuple[Probe, ...] = (
         ("memory.dtlb_entries", "memory.tlb_miss_cycles"),
         probe_tlb,
         "a chase over one line per page",
+    ),
+    Probe(
+        "page walks",
+        ("memory.stlb_entries", "memory.page_walk_cycles"),
+        probe_page_walks,
+        "a row walk over rows on more and more pages",
     ),
     Probe(
         "cache latency",

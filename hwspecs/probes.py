@@ -796,6 +796,102 @@ def probe_tlb(s: Session) -> dict[str, Finding]:
     }
 
 
+# rows a page and a line apart walked over by the page-walk probe: around every second-level TLB
+WALK_ROW_COUNTS = (256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+WALK_BISECTIONS = 3  # readings between the last count in the TLB and the first beyond it
+
+
+def probe_page_walks(s: Session) -> dict[str, Finding]:
+    """The second-level TLB's reach and what a page walk adds to a walk over operand rows: the
+    micro-kernel-like row walk of ``Rows`` (one vector per row, no FMAs) over rows a page and a
+    line apart (each on its own page, their lines in distinct L1 sets, all in L2 or nearer),
+    repeated over the same rows, for growing row counts. While the pages fit the TLB a row
+    costs its load; beyond, each row waits for a walk. The entries are the most rows read at
+    the fast speed; the walk, how much slower the largest counts read. The buffer asks for huge
+    pages, as large arrays get them (numpy advises it): where they are huge and the TLB keeps
+    them, no count slows and the walk is measured at 0."""
+    from aotune.hwspecs.host import available_memory_bytes
+
+    paths = ("memory.stlb_entries", "memory.page_walk_cycles")
+    page, line = int(s.value("memory.page_bytes")), s.host.cache(1).line_bytes
+    stride = page + line
+    counts = list(WALK_ROW_COUNTS)
+    have = available_memory_bytes()
+    if have is not None:
+        counts = [n for n in counts if n * stride <= have // 4]
+    if len(counts) < 3:
+        return {p: s.assumed(p, "the rows' memory cannot be spared for the probe") for p in paths}
+    k = Rows(s.vector_bits, 0)
+    s.compile([k])
+    buf = s.buffer(max(counts) * stride + stride)
+    out = s.buffer(OUT_BYTES * Rows.ACCUMULATORS, huge=False)
+    params = np.array([0.999, 0.001], dtype=np.float32)
+    timings: list[Timing] = []
+
+    def per_row(rows: int) -> float:
+        def run(passes: int) -> None:
+            s.bench_of(k).call(
+                k, passes, buf.addr, stride, 0, rows, 1, params.ctypes.data, out.addr
+            )
+
+        c, t = s.cycles_per(run, rows)
+        timings.append(t)
+        return c
+
+    points = {n: per_row(n) for n in counts}
+    base = min(points[n] for n in counts[:2])
+    walked = statistics.median(points[n] for n in counts[-2:])
+    kept = lines_a_set_keeps(points, base, walked)  # the same half-way rule, over pages
+    if kept is not None and kept < max(counts):  # refine up to the next count read
+        lo, hi = kept, min(n for n in points if n > kept)
+        for _ in range(WALK_BISECTIONS):
+            if hi - lo <= max(1, lo // 16):
+                break
+            mid = (lo + hi) // 2
+            points[mid] = per_row(mid)
+            lo, hi = (mid, hi) if points[mid] < base + (walked - base) / 2 else (lo, mid)
+        kept = lo
+    s.release(buf)
+    s.release(out)
+    s.details["page_walks"] = {"cycles_per_row": dict(sorted(points.items()))}
+    shown = ", ".join(f"{n}: {points[n]:.1f}" for n in sorted(points))
+    how = (
+        f"a walk reading one {s.vector_bits}-bit vector per row from rows {stride} bytes apart, "
+        f"repeated; cycles per row by rows: {shown}; {_spread(timings)}"
+    )
+    if kept is None or kept >= max(counts) or walked - base < WALK_MIN_STEP_CYCLES:
+        found = {
+            "memory.stlb_entries": s.assumed(
+                "memory.stlb_entries", f"no count read slower than the fewest rows ({how})"
+            ),
+            "memory.page_walk_cycles": Finding(
+                0.0, f"measured: no count read slower than the fewest rows, so no walks: {how}"
+            ),
+        }
+        return found
+    return {
+        "memory.stlb_entries": s.checked(
+            "memory.stlb_entries",
+            kept,
+            int(s.value("memory.dtlb_entries")),
+            1 << 24,
+            f"the most rows read at {base:.1f} cycles per row (under half-way to {walked:.1f}): "
+            f"{how}",
+        ),
+        "memory.page_walk_cycles": s.checked(
+            "memory.page_walk_cycles",
+            round(walked - base, 1),
+            0.0,
+            100_000.0,
+            f"the largest counts' {walked:.1f} cycles per row less the fewest rows' {base:.1f}: "
+            f"{how}",
+        ),
+    }
+
+
+WALK_MIN_STEP_CYCLES = 1.0  # a step smaller than this is noise, not walks
+
+
 def _link(buf: _Buffer, offsets: np.ndarray) -> int:
     """Write a cyclic chain through ``offsets`` (bytes into ``buf``, in visiting order, multiples
     of 8); the address of its first link."""

@@ -126,6 +126,13 @@ class MemorySpec:
     # extra latency of an access whose page misses the first-level data TLB
     tlb_miss_cycles: int = _in(0, 10_000)
     dtlb_entries: int = _in(1, 1 << 20)  # pages the first-level data TLB holds
+    # pages the second-level TLB holds: a page met again after more distinct pages than this
+    # is walked for again
+    stlb_entries: int = _in(1, 1 << 24)
+    # cycles each row of a walk over rows on distinct pages adds once the pages outnumber the
+    # second-level TLB: a page-table walk per row (on a VM, through the host's tables too),
+    # added to the loop's work; prefetching the rows does not shorten it
+    page_walk_cycles: float = _in(0.0, 100_000.0)
     # how far ahead software prefetches of strided operand rows are issued
     prefetch_ahead_cycles: int = _in(1, 100_000)
     # whether a software prefetch meant for L2 (x86 prefetcht1) fills L1 too, as on AMD cores

@@ -1403,3 +1403,42 @@ def test_b_rows_met_once_in_one_set_are_fetched_only_as_far_ahead_as_the_schedul
         loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
         (p,) = model.predict_batch([s], [loop])
         assert 0.8 * seconds < p.seconds < 1.15 * seconds
+
+
+def test_a_sweep_past_the_tlbs_reach_pays_the_specs_walk_per_row_and_one_within_it_none():
+    """Unpacked B rows a page or more apart pay ``memory.page_walk_cycles`` per k step on the
+    first call of each sweep, times the share of the pages between two sweeps the second-level
+    TLB cannot keep (``stlb_reach``: fewer sets for rows a power of two pages apart); nmk and
+    mkn come back to a panel after every k block's rows, nkm after its own; packed B and a B
+    whose rows between sweeps fit pay nothing. Rows less than a page apart share pages."""
+    from aotune.analysis.model import ThreadShare, _page_walk_cycles, stlb_reach
+
+    hw = load_target("znver3")
+    assert stlb_reach(hw, 4096 + 64) == 2048 and stlb_reach(hw, 8192) == 1024
+    assert stlb_reach(hw, 3 * 4096) == 2048 and stlb_reach(hw, 16384 + 64) == 512
+    walk = hw.memory.page_walk_cycles
+
+    def walks(shape: tuple[int, int, int], cfg: str) -> float:
+        space = build_cpu_space(matmul(*shape), hw)
+        s = schedule_from_config(space, space.parse_config(cfg))
+        share = ThreadShare.of(s)
+        return _page_walk_cycles(s, hw, share.m_share, share.n_share)
+
+    one_call = "mr=6,nr=16,kc=256,mc=6,nc=16,order={o},pack_a=0,pack_b={p},unroll=1,par=n,threads=1"
+    # 4096 rows 8 KiB apart: 4096 pages against 1024 kept, every k block's rows in between;
+    # mkn's n blocks come in between too: both pages of each row, every set in use
+    got = walks((60, 2048, 4096), one_call.format(o="nmk", p=0))
+    assert got == pytest.approx(walk * (1 - 1024 / 4096))
+    got = walks((60, 2048, 4096), one_call.format(o="mkn", p=0))
+    assert got == pytest.approx(walk * (1 - 2048 / 8192))
+    assert stlb_reach(hw, 8192, 2) == 2048 and stlb_reach(hw, 16384, 2) == 1024
+    assert walks((60, 2048, 4096), one_call.format(o="nkm", p=0)) == 0.0  # 256 rows: kept
+    assert walks((60, 2048, 4096), one_call.format(o="nmk", p=1)) == 0.0  # packed
+    assert walks((60, 1008, 1024), one_call.format(o="nmk", p=0)) == 0.0  # 1024 pages: kept
+    # rows 4000 bytes apart meet a new page at 4000 / 4096 of them
+    got = walks((60, 1000, 4096), one_call.format(o="nmk", p=0))
+    pages = 4096 * 4000 / 4096
+    assert got == pytest.approx(walk * (1 - 2048 / pages) * 4000 / 4096)
+    # a sweep of 5 calls over each panel walks on its first call only
+    swept = "mr=6,nr=16,kc=256,mc=30,nc=16,order=nmk,pack_a=0,pack_b=0,unroll=1,par=n,threads=1"
+    assert walks((60, 2048, 4096), swept) == pytest.approx(walk * 0.75 / 5)

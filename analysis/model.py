@@ -1065,8 +1065,8 @@ def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) ->
     prefetched or not, on top of the k step's work. Between two sweeps come the rows of every
     k block (nmk, mkn) or of the panel's own (nkm), each over the pages its block's columns span
     (mkn: the thread's whole width, its n blocks come in between). Zen 3 slice, 6 x 16 tiles,
-    one call per panel: 2048 rows 4032 bytes apart 10.6-11.1 cycles per k step, 6 FMA cycles;
-    1024 such rows 7-8."""
+    one call per panel over 2048 rows 4032 bytes apart: 10.6-11.1 cycles per k step against 6
+    FMA cycles, prefetched 64 rows ahead or not at all."""
     page, stride = hw.memory.page_bytes, s.b_sk * 4
     if s.pack_b or s.a_shared or s.b_gather is not None:
         return 0.0
@@ -1077,8 +1077,8 @@ def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) ->
     row_pages = -(-cols * 4 // page)
     pages = rows * (new_page if stride < page else row_pages)
     # the TLB keeps its reach's worth of a sweep too large for it (as the last cache level does)
-    walked = last_level_miss_share(pages, stlb_reach(hw, stride, row_pages))
-    return walked * hw.memory.page_walk_cycles * new_page / _sweep_calls(s, m_share)
+    missed = last_level_miss_share(pages, stlb_reach(hw, stride, row_pages))
+    return missed * hw.memory.page_walk_cycles * new_page / _sweep_calls(s, m_share)
 
 
 def stlb_reach(hw: HwSpec, stride_bytes: int, row_pages: int = 1) -> float:

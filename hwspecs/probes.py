@@ -799,6 +799,7 @@ def probe_tlb(s: Session) -> dict[str, Finding]:
 # rows a page and a line apart walked over by the page-walk probe: around every second-level TLB
 WALK_ROW_COUNTS = (256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 WALK_BISECTIONS = 3  # readings between the last count in the TLB and the first beyond it
+WALK_MIN_STEP_CYCLES = 1.0  # a step smaller than this is noise, not walks
 
 
 def probe_page_walks(s: Session) -> dict[str, Finding]:
@@ -860,7 +861,7 @@ def probe_page_walks(s: Session) -> dict[str, Finding]:
         f"repeated; cycles per row by rows: {shown}; {_spread(timings)}"
     )
     if kept is None or kept >= max(counts) or walked - base < WALK_MIN_STEP_CYCLES:
-        found = {
+        return {
             "memory.stlb_entries": s.assumed(
                 "memory.stlb_entries", f"no count read slower than the fewest rows ({how})"
             ),
@@ -868,7 +869,6 @@ def probe_page_walks(s: Session) -> dict[str, Finding]:
                 0.0, f"measured: no count read slower than the fewest rows, so no walks: {how}"
             ),
         }
-        return found
     return {
         "memory.stlb_entries": s.checked(
             "memory.stlb_entries",
@@ -887,9 +887,6 @@ def probe_page_walks(s: Session) -> dict[str, Finding]:
             f"{how}",
         ),
     }
-
-
-WALK_MIN_STEP_CYCLES = 1.0  # a step smaller than this is noise, not walks
 
 
 def _link(buf: _Buffer, offsets: np.ndarray) -> int:

@@ -814,6 +814,8 @@ def test_a_whole_calibration_writes_a_spec_that_tune_uses(tmp_path, capsys, monk
     assert spec.cache(1).latency_cycles < spec.cache(2).latency_cycles
     assert spec.origin_of("memory.misses_in_flight").startswith("measured:")
     assert spec.memory.latency_cycles > 1.5 * spec.caches[-1].latency_cycles
+    assert spec.origin_of("memory.page_walk_cycles").startswith("measured:")
+    assert spec.memory.stlb_entries >= spec.memory.dtlb_entries
     assert set(origin_from_toml(path.read_text())) == set(field_paths(spec))
     capsys.readouterr()
     argv = ["tune", "matmul", "--shape", "64x48x32", "--target", str(path), "--json"]

@@ -712,9 +712,10 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
                 "yet; check --db, or run 'aotune tune' or 'aotune build' to make one"
             )
         if create and path is not None and not p.parent.is_dir():
+            what = "is not a folder" if p.parent.exists() else "does not exist"
             raise DatabaseError(
-                f"cannot create the database {p}: folder {p.parent} does not exist; create it "
-                "first, or give --db a file in an existing folder"
+                f"cannot create the database {p}: {p.parent} {what}; give --db a file in an "
+                "existing folder, or create the folder first"
             )
         if create:
             p.parent.mkdir(parents=True, exist_ok=True)

@@ -600,8 +600,12 @@ def test_a_given_database_path_needs_its_folder_and_the_default_makes_its_own(
     ):
         assert main(argv) == 2
         err = _error_line(capsys)
-        assert f"folder {typo.parent} does not exist" in err and "create it first" in err
+        assert f"{typo.parent} does not exist" in err and "create the folder first" in err
     assert not typo.parent.exists()
+    (tmp_path / "file").write_text("mine")
+    assert main(["db", "import", str(records), "--db", str(tmp_path / "file" / "t.db")]) == 2
+    assert f"{tmp_path / 'file'} is not a folder" in _error_line(capsys)
+    assert (tmp_path / "file").read_text() == "mine"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     with open_database() as db:  # the default's folder is made
         assert len(list(db.all())) == 0

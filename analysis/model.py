@@ -1275,7 +1275,16 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     ):
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads
     kt = -(-s.K // s.kc)
-    return hw.cache(3).latency_cycles * (kt - 1) / kt
+    return _c_tile_wait_cycles(s, hw) * (kt - 1) / kt
+
+
+def _c_tile_wait_cycles(s: CpuSchedule, hw: HwSpec) -> float:
+    """What a call waits for a C tile from beyond L2: an L3 hit, or less where a prefetcher
+    follows the calls' stride from L3 into L2 (``memory.far_prefetch_*``, measured)."""
+    l3 = float(hw.cache(3).latency_cycles)
+    if s.mr * s.c_sm * 4 <= hw.memory.far_prefetch_stride_bytes:
+        return min(l3, hw.memory.far_prefetch_wait_cycles)
+    return l3
 
 
 def _calls_step_down_rows(s: CpuSchedule) -> bool:

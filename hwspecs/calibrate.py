@@ -33,6 +33,7 @@ from aotune.hwspecs.probes import (
     probe_cache_latency,
     probe_call_cycles,
     probe_clock,
+    probe_far_prefetch,
     probe_fma,
     probe_handover,
     probe_issue,
@@ -174,6 +175,12 @@ PROBES: tuple[Probe, ...] = (
         ("memory.prefetch_stride_bytes",),
         probe_prefetch_stride,
         "fixed-stride walks against random ones",
+    ),
+    Probe(
+        "far prefetch",
+        ("memory.far_prefetch_stride_bytes", "memory.far_prefetch_wait_cycles"),
+        probe_far_prefetch,
+        "fixed-stride walks a page and more apart over lines in the last level",
     ),
     Probe(
         "prefetch distance",

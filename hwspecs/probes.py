@@ -199,6 +199,25 @@ def followed_strides(
     return best
 
 
+def far_followed_stride(
+    walk: Mapping[int, float], l2_hit: float, last_hit: float
+) -> tuple[int, float] | None:
+    """(largest stride, cycles per step over the followed strides) at which a prefetcher brings
+    a walk's lines from beyond L2 ahead of it: a dependent walk at a fixed stride (``walk``: bytes
+    -> cycles per step) whose lines live in the last level is followed where a step takes less
+    than half-way from an L2 hit (``l2_hit``) to a last-level hit (``last_hit``), both with
+    whatever the walk pays for its pages. Strides count from the smallest up; the first one not
+    followed ends the run. None when even the smallest is not followed."""
+    followed = []
+    for stride in sorted(walk):
+        if walk[stride] >= l2_hit + 0.5 * (last_hit - l2_hit):
+            break
+        followed.append(stride)
+    if not followed:
+        return None
+    return followed[-1], statistics.median(walk[st] for st in followed)
+
+
 def lead_needed(per_row: Mapping[int, float], reference: float, slack: float = 0.1) -> int | None:
     """The fewest rows ahead a software prefetch must be issued for a row walk to run within
     ``slack`` of ``reference`` (cycles per row when every row hits): ``per_row`` rows ahead ->
@@ -1262,6 +1281,80 @@ def probe_prefetch_stride(s: Session) -> dict[str, Finding]:
         "memory.prefetch_stride_bytes": s.checked(
             "memory.prefetch_stride_bytes", stride, l1.line_bytes, page, how
         )
+    }
+
+
+FAR_STRIDE_PAGES = (1, 2, 3, 4, 6, 8, 12, 16)  # strides of the far-prefetch walk, in pages
+
+
+def far_walk_shape(page: int, l2_bytes: int, last_bytes: int, stlb: int) -> tuple[int, list[int]]:
+    """(lines, strides in bytes) of the far-prefetch walk: twice the lines L2 holds at a page's
+    stride (its few sets cannot keep them), on fewer pages than half the second-level TLB, and
+    only strides at which the last level keeps twice those lines whatever its set mapping."""
+    lines = max(64, min(2 * l2_bytes // page, stlb // 2))
+    return lines, [n * page for n in FAR_STRIDE_PAGES if n * page * 2 * lines <= last_bytes]
+
+
+def probe_far_prefetch(s: Session) -> dict[str, Finding]:
+    """How far apart accesses may be and still have a prefetcher bring their lines from the last
+    level into L2 ahead of a walk: a dependent walk at fixed strides of a page and more over lines
+    that live in the last level (``far_walk_shape``), each on its own page, so that every step
+    pays the same first-level TLB miss. Followed where a step costs less than half-way from an L2
+    hit to a last-level hit, each plus that miss (``far_followed_stride``); the wait is the
+    followed steps' median."""
+    paths = ("memory.far_prefetch_stride_bytes", "memory.far_prefetch_wait_cycles")
+    if len(s.host.caches) < 3:
+        return {p: s.assumed(p, "no level beyond L2 for a walk to come from") for p in paths}
+    page = int(s.value("memory.page_bytes"))
+    lines, strides = far_walk_shape(
+        page,
+        s.host.cache_bytes_per_core(2),
+        s.host.caches[-1].size_kib * 1024,
+        int(s.value("memory.stlb_entries")),
+    )
+    if not strides:
+        return {p: s.assumed(p, "the last level is too small for the walk") for p in paths}
+    buf = s.buffer(lines * max(strides), huge=False)
+    walk, timings = {}, []
+    for stride in strides:
+        start = _link(buf, np.arange(lines, dtype=np.int64) * stride)
+        walk[stride], t = s.cycles_per(lambda n, a=start: s.chase(a, 16 * n), 16)
+        timings.append(t)
+    s.release(buf)
+    tlb = float(s.value("memory.tlb_miss_cycles"))
+    l2_hit = float(s.value("caches.L2.latency_cycles")) + tlb
+    last_hit = float(s.value(f"caches.L{len(s.host.caches)}.latency_cycles")) + tlb
+    s.details["far_prefetch"] = {"walk": walk, "l2_hit": l2_hit, "last_hit": last_hit}
+    shown = ", ".join(f"{st}: {walk[st]:.1f}" for st in strides)
+    how = (
+        f"a dependent walk over {lines} lines at a fixed stride, each on its own page; cycles "
+        f"per step by stride in bytes: {shown}; followed where a step takes less than half-way "
+        f"from an L2 hit ({l2_hit:g}) to a last-level hit ({last_hit:g}), each with a "
+        f"first-level TLB miss; {_spread(timings)}"
+    )
+    found = far_followed_stride(walk, l2_hit, last_hit)
+    if found is None:
+        near = int(s.value("memory.prefetch_stride_bytes"))
+        return {
+            "memory.far_prefetch_stride_bytes": Finding(
+                near, f"measured: no stride of a page or more followed, so the near one: {how}"
+            ),
+            "memory.far_prefetch_wait_cycles": Finding(
+                last_hit, f"measured: not followed, so a last-level hit: {how}"
+            ),
+        }
+    stride, wait = found
+    return {
+        "memory.far_prefetch_stride_bytes": s.checked(
+            "memory.far_prefetch_stride_bytes", stride, page, 1 << 20, how
+        ),
+        "memory.far_prefetch_wait_cycles": s.checked(
+            "memory.far_prefetch_wait_cycles",
+            round(wait, 1),
+            1.0,
+            100_000.0,
+            f"the median step of the followed strides: {how}",
+        ),
     }
 
 

@@ -123,6 +123,11 @@ class MemorySpec:
     page_bytes: int = _pow2(1024, 1 << 30)
     # largest stride between accesses that the stride prefetcher follows
     prefetch_stride_bytes: int = _in(1, 1 << 20)
+    # largest stride between accesses at which a prefetcher still brings lines from the last
+    # level into L2 ahead of a walk (the near stride where none farther is), and what a step
+    # of such a walk waits, load to use
+    far_prefetch_stride_bytes: int = _in(1, 1 << 20)
+    far_prefetch_wait_cycles: float = _in(1.0, 100_000.0)
     # extra latency of an access whose page misses the first-level data TLB
     tlb_miss_cycles: int = _in(0, 10_000)
     dtlb_entries: int = _in(1, 1 << 20)  # pages the first-level data TLB holds

@@ -462,6 +462,31 @@ def test_a_stride_is_followed_only_when_its_walk_is_nearer_an_l1_hit_than_an_l2_
     assert probes.followed_strides(walk_before, random, 4.0, 14.5) == 512
 
 
+def test_far_prefetched_strides_are_the_run_from_the_smallest_up():
+    """A Zen 3 slice's far walk: steps near an L2 hit up to 24 KiB, an L3 hit at 32 KiB; 48 KiB
+    read fast again (lines in one or two L2 sets), which does not count: the run has ended."""
+    walk = {4096: 25.6, 8192: 25.8, 12288: 25.7, 16384: 27.0, 24576: 26.3, 32768: 49.9}
+    found = probes.far_followed_stride({**walk, 49152: 25.7}, 27.0, 57.0)
+    assert found == (24576, pytest.approx(25.8))
+    assert probes.far_followed_stride({4096: 45.0, 8192: 25.0}, 27.0, 57.0) is None
+    # the half-way line: 42 of 27..57 is not followed
+    assert probes.far_followed_stride({4096: 41.9, 8192: 42.0}, 27.0, 57.0) == (4096, 41.9)
+
+
+@pytest.mark.parametrize(
+    "l2_kib,last_mib,stlb", [(512, 32, 2048), (1024, 32, 3072), (256, 8, 1024), (2048, 4, 64)]
+)
+def test_the_far_walk_is_beyond_l2_within_the_last_level_and_the_tlb(l2_kib, last_mib, stlb):
+    page = 4096
+    lines, strides = probes.far_walk_shape(page, l2_kib * 1024, last_mib << 20, stlb)
+    assert lines <= max(64, stlb // 2)
+    if lines > 64:
+        assert lines * page > l2_kib * 1024  # more lines than L2's sets keep at a page's stride
+    assert strides == sorted(strides) and all(st % page == 0 for st in strides)
+    assert all(st * 2 * lines <= last_mib << 20 for st in strides)
+    assert strides  # every case above leaves strides to walk
+
+
 def test_a_set_keeps_the_lines_its_sweep_still_hits():
     # a Zen 3 slice's readings, lines 4 KiB apart (one L1 set of 8 ways): LRU keeps 8, not 9
     zen3 = {4: 4.3, 5: 4.4, 6: 4.4, 7: 4.1, 8: 4.0, 9: 17.8}
@@ -816,6 +841,7 @@ def test_a_whole_calibration_writes_a_spec_that_tune_uses(tmp_path, capsys, monk
     assert spec.memory.latency_cycles > 1.5 * spec.caches[-1].latency_cycles
     assert spec.origin_of("memory.page_walk_cycles").startswith("measured:")
     assert spec.memory.stlb_entries >= spec.memory.dtlb_entries
+    assert spec.origin_of("memory.far_prefetch_stride_bytes").startswith("measured:")
     assert set(origin_from_toml(path.read_text())) == set(field_paths(spec))
     capsys.readouterr()
     argv = ["tune", "matmul", "--shape", "64x48x32", "--target", str(path), "--json"]

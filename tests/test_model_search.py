@@ -12,6 +12,7 @@ from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import ConfigError, UnsatisfiableError
 from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec_toml import with_value
 from aotune.search import cga
 from aotune.search.driver import tune
 from aotune.search.options import SearchOptions
@@ -758,6 +759,32 @@ def test_c_tiles_fetched_from_l3_down_a_strided_column_wait_each_call():
         ),
     )
     assert _c_tile_fetch_cycles(small, hw, 256, 128) == 0.0  # 256 KiB of C stays in L2
+
+
+def test_c_tiles_a_far_prefetcher_follows_wait_its_measured_step_not_an_l3_hit():
+    """Where a prefetcher follows the calls' stride from L3 into L2 (a Zen 3 slice: up to 24 KiB,
+    26 cycles a step against an L3 hit's 51), a C tile from beyond L2 waits that step; a stride
+    beyond it waits an L3 hit, and a spec that claims no far stride predicts as before."""
+    from aotune.analysis.model import _c_tile_fetch_cycles
+
+    hw = load_target("znver4")
+    far = with_value(
+        with_value(hw, "memory.far_prefetch_stride_bytes", 24576),
+        "memory.far_prefetch_wait_cycles",
+        26.0,
+    )
+    base = "kc=24,nc=672,order=nkm,pack_a=1,pack_b=0,unroll=1,par=n,threads=2"
+    one_row = _sched_2048(hw, f"mr=1,nr=16,mc=1743,{base}")  # 8 KiB from call to call
+    seven_rows = _sched_2048(hw, f"mr=7,nr=16,mc=1743,{base}")  # 56 KiB
+    kt = -(-one_row.K // one_row.kc)
+    l3 = hw.cache(3).latency_cycles * (kt - 1) / kt
+    assert hw.memory.far_prefetch_stride_bytes == hw.memory.prefetch_stride_bytes
+    assert _c_tile_fetch_cycles(one_row, hw, 2048, 1024) == pytest.approx(l3)
+    assert _c_tile_fetch_cycles(one_row, far, 2048, 1024) == pytest.approx(26.0 * (kt - 1) / kt)
+    assert _c_tile_fetch_cycles(seven_rows, far, 2048, 1024) == pytest.approx(l3)
+    # a measured step above an L3 hit (a noisy reading) never makes the followed stride dearer
+    slow = with_value(far, "memory.far_prefetch_wait_cycles", 80.0)
+    assert _c_tile_fetch_cycles(one_row, slow, 2048, 1024) == pytest.approx(l3)
 
 
 def test_c_tiles_leave_l2_when_the_a_rows_between_their_visits_fill_it():

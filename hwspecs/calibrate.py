@@ -433,11 +433,13 @@ def median_of_runs(runs: Sequence[Calibration]) -> Calibration:
         raise CalibrationError("no calibration runs to take medians of")
     first = runs[0]
     spec, origin = first.spec, dict(first.origin)
+    spread = []
     for path in field_paths(first.spec):
         read = [(value_at(c.spec, path), c.origin[path]) for c in runs]
         measured = sorted((r for r in read if r[1].startswith(MEASURED)), key=lambda r: r[0])
         if not measured:
             continue
+        spread += spread_warning(path, [v for v, _ in measured])
         value, how = measured[(len(measured) - 1) // 2]
         of = f"{len(runs)}" if len(measured) == len(runs) else f"{len(measured)} of {len(runs)}"
         readings = ", ".join(_shown(v) for v, o in read if o.startswith(MEASURED))
@@ -449,12 +451,30 @@ def median_of_runs(runs: Sequence[Calibration]) -> Calibration:
         "runs' readings, which its comment lists; the rest is the first run's.",
         *(f"Run {i + 1}: {c.notes[0]}" for i, c in enumerate(runs) if c.notes),
         *dict.fromkeys(n for c in runs for n in c.notes[1:]),
+        *(f"Warning: {w}" for w in spread),
     ]
-    warnings = tuple(dict.fromkeys(w for c in runs for w in c.warnings))
+    warnings = tuple(dict.fromkeys([*(w for c in runs for w in c.warnings), *spread]))
     shared = [c.sharing for c in runs if c.sharing is not None]
     busiest = max(shared, key=lambda x: x.others_cpus + x.stolen_share * x.cpus, default=None)
     details = {"runs": [dict(c.details) for c in runs]}
     return Calibration(spec, origin, details, tuple(notes), warnings, busiest)
+
+
+SPREAD_LIMIT = 2.0  # readings of one field further apart than this are not one machine's noise
+
+
+def spread_warning(path: str, readings: Sequence[Any]) -> list[str]:
+    """A warning where the runs' readings of one measured number are more than SPREAD_LIMIT
+    apart (a Zen 3 slice once read 66, 24 and 26 waiting FMAs: the median was a neighbour's)."""
+    numbers = [v for v in readings if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) < 2 or min(numbers) <= 0 or max(numbers) <= SPREAD_LIMIT * min(numbers):
+        return []
+    shown = ", ".join(_shown(v) for v in numbers)
+    return [
+        f"{path}: the runs read {shown}, more than {SPREAD_LIMIT:g}x apart, so a neighbour's "
+        "load may have moved some of them; the file has their median: check it, or calibrate "
+        "again with more runs when the machine is quieter"
+    ]
 
 
 def _shown(value: Any) -> str:

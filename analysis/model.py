@@ -737,7 +737,8 @@ def _vector_pack_cycles_per_elem(
     pages before the next panel, over the same rows, comes back to them; a shallower block's
     rows keep theirs to the next pack over them only if the pages touched in between fit too
     (``_pages_between_b_packs``), else each pack pays one miss per row (on Zen 3, 2 x 24 tiles
-    over rows 4 KiB apart, kc = 64, 64 DTLB entries: packing ~0.3 of the time, 0.15 predicted).
+    over rows 4 KiB apart, kc = 64, 64 DTLB entries: packing ~0.3 of the time, 0.15 predicted);
+    where they outrun the second-level TLB too, the share it cannot keep walks (``stlb_reach``).
     """
     isz = 4
     whole = source_bytes == s.K * s.N * isz  # every thread reads all of it: held once where shared
@@ -756,10 +757,14 @@ def _vector_pack_cycles_per_elem(
         )
     per_elem = max(1.0 / (hw.core.store_ports * s.lanes), isz * per_byte)
     if s.b_sk * isz >= hw.memory.page_bytes:
+        between = _pages_between_b_packs(s, hw, share)
         if s.kc > hw.memory.dtlb_entries:
             per_elem += hw.memory.tlb_miss_cycles / s.nr
-        elif _pages_between_b_packs(s, hw, share) > hw.memory.dtlb_entries:
+        elif between > hw.memory.dtlb_entries:
             per_elem += hw.memory.tlb_miss_cycles / min(s.nc, share.n_share)
+        # as ``_page_walk_cycles`` charges the micro-kernel's rows
+        walked = last_level_miss_share(between, stlb_reach(hw, s.b_sk * isz))
+        per_elem += walked * hw.memory.page_walk_cycles / min(s.nc, share.n_share)
     return per_elem
 
 

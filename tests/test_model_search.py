@@ -1260,7 +1260,8 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
     """Panel rows copied as vectors keep many lines in flight: the cost per element is the source
     level's bandwidth (halved: the copy shares it with the kernel's own traffic), whatever the
     panel width, plus a translation per row when a panel is deeper than the DTLB, or per row of a
-    block when the pages touched before the next pack over its rows do not fit the DTLB."""
+    block when the pages touched before the next pack over its rows do not fit the DTLB, and a
+    walk per row where they do not fit the second-level TLB."""
     from aotune.analysis.model import ThreadShare, _pages_between_b_packs
     from aotune.analysis.model import _vector_pack_cycles_per_elem as per_elem
 
@@ -1309,6 +1310,13 @@ def test_b_packing_streams_at_the_bandwidth_of_the_level_it_comes_from():
     assert _vector_pack_cycles_per_elem(s16_64, hw, 4 << 20, 1) == pytest.approx(
         from_l3 + hw.memory.tlb_miss_cycles / 512
     )
+    # where the pages in between also outrun the second-level TLB (here 96 entries, 120 pages),
+    # each row pays the share of a walk the TLB cannot keep; none while they fit it
+    walks = with_value(with_value(hw, "memory.page_walk_cycles", 13.0), "memory.stlb_entries", 96)
+    assert _vector_pack_cycles_per_elem(s16_64, walks, 4 << 20, 1) == pytest.approx(
+        from_l3 + hw.memory.tlb_miss_cycles / 512 + (1 - 96 / 120) * 13.0 / 512
+    )
+    assert _vector_pack_cycles_per_elem(s16, walks, 4 << 20, 1) == pytest.approx(from_l3)
 
 
 def test_issue_and_miss_waits_overlap_imperfectly_when_close():

@@ -439,7 +439,7 @@ def median_of_runs(runs: Sequence[Calibration]) -> Calibration:
         measured = sorted((r for r in read if r[1].startswith(MEASURED)), key=lambda r: r[0])
         if not measured:
             continue
-        spread += spread_warning(path, [v for v, _ in measured])
+        spread += spread_warning(path, [v for v, o in read if o.startswith(MEASURED)])
         value, how = measured[(len(measured) - 1) // 2]
         of = f"{len(runs)}" if len(measured) == len(runs) else f"{len(measured)} of {len(runs)}"
         readings = ", ".join(_shown(v) for v, o in read if o.startswith(MEASURED))
@@ -460,20 +460,25 @@ def median_of_runs(runs: Sequence[Calibration]) -> Calibration:
     return Calibration(spec, origin, details, tuple(notes), warnings, busiest)
 
 
-SPREAD_LIMIT = 2.0  # readings of one field further apart than this are not one machine's noise
+SPREAD_LIMIT = 2.0  # a median that one run more or less moves further than this is not settled
 
 
 def spread_warning(path: str, readings: Sequence[Any]) -> list[str]:
-    """A warning where the runs' readings of one measured number are more than SPREAD_LIMIT
-    apart (a Zen 3 slice once read 66, 24 and 26 waiting FMAs: the median was a neighbour's)."""
-    numbers = [v for v in readings if isinstance(v, int | float) and not isinstance(v, bool)]
-    if len(numbers) < 2 or min(numbers) <= 0 or max(numbers) <= SPREAD_LIMIT * min(numbers):
+    """A warning where one run more or less would move the median of a measured number by more
+    than SPREAD_LIMIT: the readings next to it disagree that much (a Zen 3 slice once read 66,
+    24 and 26 waiting FMAs: the median was a neighbour's). One outlier among five does not."""
+    numbers = sorted(v for v in readings if isinstance(v, int | float) and not isinstance(v, bool))
+    if len(numbers) < 2:
         return []
-    shown = ", ".join(_shown(v) for v in numbers)
+    middle = (len(numbers) - 1) // 2
+    low, high = numbers[max(0, middle - 1)], numbers[min(len(numbers) - 1, middle + 1)]
+    if low <= 0 or high <= SPREAD_LIMIT * low:
+        return []
+    shown = ", ".join(_shown(v) for v in readings)
     return [
-        f"{path}: the runs read {shown}, more than {SPREAD_LIMIT:g}x apart, so a neighbour's "
-        "load may have moved some of them; the file has their median: check it, or calibrate "
-        "again with more runs when the machine is quieter"
+        f"{path}: the runs read {shown}, and one run more or less would move the median "
+        f"more than {SPREAD_LIMIT:g}x, so a neighbour's load may have decided it; check it, or "
+        "calibrate again with more runs when the machine is quieter"
     ]
 
 

@@ -758,13 +758,14 @@ def _vector_pack_cycles_per_elem(
     per_elem = max(1.0 / (hw.core.store_ports * s.lanes), isz * per_byte)
     if s.b_sk * isz >= hw.memory.page_bytes:
         between = _pages_between_b_packs(s, hw, share)
+        row_elems = min(s.nc, share.n_share)  # of a block's row: what one translation serves
         if s.kc > hw.memory.dtlb_entries:
             per_elem += hw.memory.tlb_miss_cycles / s.nr
         elif between > hw.memory.dtlb_entries:
-            per_elem += hw.memory.tlb_miss_cycles / min(s.nc, share.n_share)
+            per_elem += hw.memory.tlb_miss_cycles / row_elems
         # as ``_page_walk_cycles`` charges the micro-kernel's rows
         walked = last_level_miss_share(between, stlb_reach(hw, s.b_sk * isz))
-        per_elem += walked * hw.memory.page_walk_cycles / min(s.nc, share.n_share)
+        per_elem += walked * hw.memory.page_walk_cycles / row_elems
     return per_elem
 
 

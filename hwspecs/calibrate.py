@@ -439,10 +439,11 @@ def median_of_runs(runs: Sequence[Calibration]) -> Calibration:
         measured = sorted((r for r in read if r[1].startswith(MEASURED)), key=lambda r: r[0])
         if not measured:
             continue
-        spread += spread_warning(path, [v for v, o in read if o.startswith(MEASURED)])
+        in_run_order = [v for v, o in read if o.startswith(MEASURED)]
+        spread += spread_warning(path, in_run_order)
         value, how = measured[(len(measured) - 1) // 2]
         of = f"{len(runs)}" if len(measured) == len(runs) else f"{len(measured)} of {len(runs)}"
-        readings = ", ".join(_shown(v) for v, o in read if o.startswith(MEASURED))
+        readings = ", ".join(_shown(v) for v in in_run_order)
         spec = with_value(spec, path, value)
         origin[path] = f"{how} (the median of {of} runs' readings: {readings})"
     spec = dataclasses.replace(spec, description=_description(spec))

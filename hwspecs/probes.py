@@ -382,6 +382,10 @@ class Session:
         k = Chase(16)
         self.bench_of(k).call(k, steps // 16, start, self._scratch.addr + SCRATCH_BYTES)
 
+    def cycles_per_link(self, start: int) -> tuple[float, Timing]:
+        """(cycles per link, reading) of following the chain from address ``start``."""
+        return self.cycles_per(lambda n: self.chase(start, 16 * n), 16)
+
     def chases(self, heads: int, chains: int, steps: int) -> None:
         """Follow ``steps`` links on each of ``chains`` chains whose current links are the 64-bit
         words at address ``heads``, and leave each chain's last link there: the next call goes on
@@ -773,7 +777,7 @@ def probe_tlb(s: Session) -> dict[str, Finding]:
         order = s.rng.permutation(pages)
         offsets = order * page + (order % lines_per_page) * l1.line_bytes
         start = _link(buf, offsets)
-        c, t = s.cycles_per(lambda n: s.chase(start, 16 * n), 16)
+        c, t = s.cycles_per_link(start)
         timings.append(t)
         return c
 
@@ -1005,7 +1009,7 @@ def _chase_cycles(s: Session, size: int, spacing: int, window: int) -> tuple[flo
     buf = s.buffer(size)
     order = chase_order(page // spacing, size // page, window, s.rng)
     start = _link(buf, order * spacing)
-    reading = s.cycles_per(lambda n, a=start: s.chase(a, 16 * n), 16)
+    reading = s.cycles_per_link(start)
     s.release(buf)
     return reading
 
@@ -1057,7 +1061,7 @@ def probe_set_capacity(s: Session) -> dict[str, Finding]:
     for lines in range(max(2, ways // 2), 3 * ways + 1):
         order = s.rng.permutation(lines) * way_bytes
         start = _link(buf, order)
-        readings[lines], t = s.cycles_per(lambda n, a=start: s.chase(a, 16 * n), 16)
+        readings[lines], t = s.cycles_per_link(start)
         timings.append(t)
         if readings[lines] >= miss and lines > ways:
             break  # past the knee: every access misses
@@ -1253,7 +1257,7 @@ def probe_prefetch_stride(s: Session) -> dict[str, Finding]:
         shuffled = offsets[chase_order(per_page, lines // per_page, window, s.rng)]
         for order, into in ((offsets, strided), (shuffled, scattered)):
             start = _link(buf, order)
-            into[stride], t = s.cycles_per(lambda n, a=start: s.chase(a, 16 * n), 16)
+            into[stride], t = s.cycles_per_link(start)
             timings.append(t)
     s.release(buf)
     s.details["prefetch_stride"] = {
@@ -1318,7 +1322,7 @@ def probe_far_prefetch(s: Session) -> dict[str, Finding]:
     walk, timings = {}, []
     for stride in strides:
         start = _link(buf, np.arange(lines, dtype=np.int64) * stride)
-        walk[stride], t = s.cycles_per(lambda n, a=start: s.chase(a, 16 * n), 16)
+        walk[stride], t = s.cycles_per_link(start)
         timings.append(t)
     s.release(buf)
     tlb = float(s.value("memory.tlb_miss_cycles"))

@@ -277,6 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="--measured: tier-1 best kernels tier 2 re-ranks for the top-k picks (default 320)",
     )
+    acc.add_argument(
+        "--config",
+        action="append",
+        default=None,
+        help="time this config side by side with its prediction instead of a sample (repeat it "
+        "for more); each line shows the model's terms",
+    )
     acc.add_argument("--seed", type=_int_arg, default=0, help="seed of the sample (default 0)")
     acc.add_argument("--plot", metavar="FILE", help="--measured: write predicted vs measured (PNG)")
     acc.add_argument("--force", action="store_true", help="overwrite an existing --plot file")
@@ -943,6 +950,17 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         raise ConfigError(f"--seed {args.seed}: give a seed in 0..{SEED_LIMIT}")
     if args.force and args.plot is None:
         raise ConfigError("--force lets --plot replace its file, and no --plot FILE is given")
+    if args.config is not None:
+        clashing = [
+            flag
+            for flag, value in (("--measured", args.measured), ("--sample", args.sample))
+            if value is not None
+        ]
+        if clashing:
+            raise ConfigError(
+                f"--config times the configs given, on this host; {' and '.join(clashing)} "
+                f"{'does' if len(clashing) == 1 else 'do'} something else: drop one or the other"
+            )
     if args.measured is None:
         only_measured = (("--plot", args.plot), ("--candidates", args.candidates))
         given = [flag for flag, value in only_measured if value is not None]
@@ -953,6 +971,21 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
             )
         args.op = args.op or "matmul"
         w, hw = _problem(args)
+        if args.config is not None:
+            timed = measured.host_configs(
+                w,
+                hw,
+                args.config,
+                args.seed,
+                log,
+                warn=lambda text: sys.stderr.write(f"warning: {text}\n"),
+            )
+            if args.json:
+                print(json_text(timed, indent=1))
+            else:
+                for line in measured.config_lines(timed):
+                    print(line)
+            return 0
         sample = args.sample if args.sample is not None else 64
         result = measured.host_accuracy(
             w, hw, sample, args.seed, log, warn=lambda text: sys.stderr.write(f"warning: {text}\n")

@@ -554,6 +554,107 @@ def write_plot(r: MeasuredAccuracy, path: str, force: bool) -> None:
     write_new_file(path, plot_png(r), force, ConfigError)
 
 
+def _check_host_runs(hw: Any) -> None:
+    """Refuse a target whose kernels this machine cannot time."""
+    from aotune.hwspecs.host import host_can_run
+
+    if target_for(hw).kind != "cpu":
+        raise ConfigError(
+            f"accuracy WORKLOAD times kernels on this machine, which cannot run {hw.name}'s; for "
+            f"a GPU give --measured FILE with timings made on one (a Kernel Tuner cache)"
+        )
+    runs, why = host_can_run(hw)
+    if not runs:
+        raise ConfigError(f"accuracy WORKLOAD times kernels here, and {why}; use --target host")
+
+
+def _kernel_name(w: Any) -> str:
+    """The workload as the JSON's "kernel" names it: operator and sizes."""
+    return f"{w.op} {'x'.join(str(x) for _, x in w.shape)}"
+
+
+def _warn_if_shared(
+    acc: Mapping[str, Any], warn: Callable[[str], None] | None, when: str, so: str
+) -> None:
+    """Tell ``warn`` when others used enough of the machine ``when`` timings ran to slow them."""
+    shared = acc["sharing"] and machine_load.Sharing(**acc["sharing"]).warning(when, so)
+    if warn and shared:
+        warn(shared)
+
+
+MAX_GIVEN_CONFIGS = 64  # each is compiled, checked and timed in every round
+
+
+def host_configs(
+    w: Any,
+    hw: Any,
+    texts: Sequence[str],
+    seed: int,
+    log: Log = None,
+    warn: Callable[[str], None] | None = None,
+    seconds: float | None = None,
+) -> dict[str, Any]:
+    """``aotune accuracy WORKLOAD --config C ...``: the given configs predicted, checked against
+    numpy and timed side by side on this host (``suite.configs_side_by_side``): where the model
+    misses on a kernel of the user's choosing, and by which terms."""
+    from aotune.benchmarks.suite import ACCURACY_SWEEP_SECONDS, configs_side_by_side
+    from aotune.constraints.cpu import build_cpu_space
+
+    _check_host_runs(hw)
+    if not 1 <= len(texts) <= MAX_GIVEN_CONFIGS:
+        raise ConfigError(
+            f"{len(texts)} --config given: each is compiled and timed here; give 1 to "
+            f"{MAX_GIVEN_CONFIGS}"
+        )
+    space = build_cpu_space(w, hw)
+    configs = []
+    for text in texts:
+        cfg = space.parse_config(text)
+        bad = space.violations(cfg)
+        if bad:
+            raise ConfigError(
+                f"--config {text!r} is not valid for {space.title}: " + "; ".join(map(str, bad))
+            )
+        configs.append(cfg)
+    start = time.perf_counter()
+    acc = configs_side_by_side(
+        w, hw, configs, seed=seed, log=log, seconds=seconds or ACCURACY_SWEEP_SECONDS / 3
+    )
+    _warn_if_shared(acc, warn, "while the configs were timed", "their times may read slow")
+    return {
+        "target": hw.name,
+        "kernel": _kernel_name(w),
+        "configs": acc["configs"],
+        "clock_ghz": [round(g, 3) for g in acc["clock_ghz"]],
+        "spec_clock_ghz": hw.core.frequency_ghz,
+        "rounds": acc["rounds"],
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def config_lines(result: Mapping[str, Any]) -> list[str]:
+    """``host_configs``' result as text: one line per config, its largest terms under it."""
+    clocks = ", ".join(f"{g:.2f}" for g in result["clock_ghz"])
+    lines = [
+        f"{result['kernel']} on {result['target']}: the clock read {clocks} GHz (the spec says "
+        f"{result['spec_clock_ghz']:g}); {result['rounds']} rounds, {result['seconds']} s"
+    ]
+    for c in result["configs"]:
+        flag = "" if c["correct"] else "  WRONG RESULT against numpy"
+        lines.append(
+            f"  measured {c['measured_s'] * 1e3:9.3f} ms  predicted {c['predicted_s'] * 1e3:9.3f} "
+            f"ms  x{c['measured_over_predicted']:.2f}  {c['gflops']:7.1f} GFLOP/s  "
+            f"{c['config']}{flag}"
+        )
+        terms = sorted(c["breakdown_s"].items(), key=lambda kv: -kv[1])
+        lines.append(
+            "      "
+            + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in terms if v > 0)
+            + f" ms; bound by {c['bottleneck']}"
+        )
+    return lines
+
+
 def host_accuracy(
     w: Any,
     hw: Any,
@@ -574,16 +675,8 @@ def host_accuracy(
         MAX_SAMPLES,
         model_accuracy,
     )
-    from aotune.hwspecs.host import host_can_run
 
-    if target_for(hw).kind != "cpu":
-        raise ConfigError(
-            f"accuracy WORKLOAD times kernels on this machine, which cannot run {hw.name}'s; for "
-            f"a GPU give --measured FILE with timings made on one (a Kernel Tuner cache)"
-        )
-    runs, why = host_can_run(hw)
-    if not runs:
-        raise ConfigError(f"accuracy WORKLOAD times kernels here, and {why}; use --target host")
+    _check_host_runs(hw)
     if samples < 2 * max(TOP_K):  # of 10 configs, the model's top 10 hold the best by force
         raise ConfigError(
             f"--sample {samples}: the top-{max(TOP_K)} score needs twice as many configs to "
@@ -599,14 +692,12 @@ def host_accuracy(
     acc = model_accuracy(
         w, hw, samples, seed=seed, log=log, sweep_seconds=sweep, finalist_seconds=finalists
     )
-    shared = acc["sharing"] and machine_load.Sharing(**acc["sharing"]).warning(
-        "while the samples were timed", "their times may read slow and their order move"
+    _warn_if_shared(
+        acc, warn, "while the samples were timed", "their times may read slow and their order move"
     )
-    if warn and shared:
-        warn(shared)
     return {
         "target": hw.name,
-        "kernel": f"{w.op} {'x'.join(str(x) for _, x in w.shape)}",
+        "kernel": _kernel_name(w),
         "configs": acc["n"],
         "mapped": acc["n"],
         "rejected_by_space": 0,

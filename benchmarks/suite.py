@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from aotune import machine_load
 from aotune.analysis.features import kernel_features
-from aotune.analysis.model import AnalyticalCpuModel
+from aotune.analysis.model import AnalyticalCpuModel, Prediction
 from aotune.analysis.workload import (
     LAYOUTS,
     Workload,
@@ -39,6 +39,7 @@ from aotune.codegen.runner import (
 from aotune.codegen.schedule import schedule_from_config
 from aotune.codegen.workers import workers
 from aotune.constraints.cpu import build_cpu_space
+from aotune.constraints.space import Space
 from aotune.errors import ConfigError, FinalCheckError
 from aotune.hwspecs.host import detect_host, host_can_run
 from aotune.hwspecs.probes import clock_now_ghz
@@ -156,6 +157,32 @@ def _timed(
     return best, rounds
 
 
+def _checked_runs(
+    space: Space, hw: HwSpec, configs: list[Any], seed: int, log: Log
+) -> tuple[list[Prediction], list[bool], list[Callable[[], object]]]:
+    """Each config of ``space`` compiled, predicted from its assembly and checked against numpy
+    once: (the predictions, whether each matched numpy, a call of each on shared operands to
+    time)."""
+    model = AnalyticalCpuModel(hw)
+    first = schedule_from_config(space, space.solve())  # every config has the same operand shapes
+    a, b, bias = random_operands(first, seed)
+    out = aligned_copy(np.zeros(first.shapes[2], np.float32))  # one output buffer for all
+    predicted: list[Prediction] = []
+    correct: list[bool] = []
+    runs: list[Callable[[], object]] = []
+    for i, cfg in enumerate(configs, 1):
+        sched = schedule_from_config(space, cfg)
+        kernel = compile_kernel(sched, hw)
+        (pred,) = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
+        predicted.append(pred)
+        host = HostKernel(kernel, hw)
+        correct.append(check_against_numpy(host, a, b, bias)[0])
+        runs.append(host.call_on(a, b, bias, out))
+        if log and (i % 16 == 0 or i == len(configs)):
+            log(f"accuracy: compiled and checked against numpy: {i}/{len(configs)}")
+    return predicted, correct, runs
+
+
 def model_accuracy(
     w: Workload,
     hw: HwSpec,
@@ -176,27 +203,12 @@ def model_accuracy(
     fastest round of all. ``rounds`` in the result says how many of each ran.
     """
     space = build_cpu_space(w, hw)
-    model = AnalyticalCpuModel(hw)
-    first = schedule_from_config(space, space.solve())  # every config has the same operand shapes
-    a, b, bias = random_operands(first, seed)
-    out = aligned_copy(np.zeros(first.shapes[2], np.float32))  # one output buffer for all
-    predicted: list[float] = []
-    runs: list[Callable[[], object]] = []
-    incorrect = 0
     configs = space.sample(samples, seed=seed)
     if log:
         log(f"accuracy: {w.describe()}: {len(configs)} sampled kernels to compile, check and time")
-    for i, cfg in enumerate(configs, 1):
-        sched = schedule_from_config(space, cfg)
-        kernel = compile_kernel(sched, hw)
-        (pred,) = model.predict_batch([sched], [kernel_features(kernel, hw.isa.arch).loop])
-        predicted.append(pred.seconds)
-        host = HostKernel(kernel, hw)
-        correct, _, _ = check_against_numpy(host, a, b, bias)
-        incorrect += not correct
-        runs.append(host.call_on(a, b, bias, out))
-        if log and (i % 16 == 0 or i == len(configs)):
-            log(f"accuracy: compiled and checked against numpy: {i}/{len(configs)}")
+    predictions, correct, runs = _checked_runs(space, hw, configs, seed, log)
+    predicted = [pred.seconds for pred in predictions]
+    incorrect = correct.count(False)
     handoff, clocks = [_handoff_ns(hw)], [clock_now_ghz(hw)]
     use_before = machine_load.cpu_use()
     if log:
@@ -233,6 +245,48 @@ def model_accuracy(
             {"config": space.describe_config(c), "predicted_s": pi, "measured_s": ti}
             for c, pi, ti in zip(configs, p.tolist(), t.tolist())
         ],
+    }
+
+
+def configs_side_by_side(
+    w: Workload,
+    hw: HwSpec,
+    configs: list[Any],
+    seed: int = 2026,
+    log: Log = None,
+    seconds: float = ACCURACY_SWEEP_SECONDS,
+) -> dict[str, Any]:
+    """Given configs, each predicted from its assembly, checked against numpy and timed as the
+    accuracy rows time their samples (interleaved rounds, a config's fastest round), side by side:
+    the model's miss on each, with its breakdown, and the core's clock before and after."""
+    if log:
+        log(f"accuracy: {w.describe()}: {len(configs)} given kernels to compile, check and time")
+    space = build_cpu_space(w, hw)
+    predictions, correct, runs = _checked_runs(space, hw, configs, seed, log)
+    clocks = [clock_now_ghz(hw)]
+    use_before = machine_load.cpu_use()
+    if log:
+        log(f"accuracy: timing them in interleaved rounds (up to {seconds:.0f} s)")
+    times, rounds = _timed(runs, ACCURACY_ROUNDS, seconds)
+    clocks.append(clock_now_ghz(hw))
+    shared = machine_load.sharing(use_before, machine_load.cpu_use())
+    return {
+        "configs": [
+            {
+                "config": space.describe_config(cfg),
+                "predicted_s": pred.seconds,
+                "measured_s": t,
+                "measured_over_predicted": t / pred.seconds,
+                "gflops": w.flops / t / 1e9,
+                "correct": ok,
+                "bottleneck": pred.bottleneck,
+                "breakdown_s": dict(pred.breakdown),
+            }
+            for cfg, pred, t, ok in zip(configs, predictions, times, correct)
+        ],
+        "clock_ghz": clocks,
+        "sharing": shared.as_dict() if shared else None,
+        "rounds": rounds,
     }
 
 

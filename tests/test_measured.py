@@ -513,3 +513,55 @@ def test_accuracy_on_this_host_warns_when_others_shared_its_timing(host, monkeyp
     assert list(doc) == JSON_FIELDS  # the fields of --measured, unchanged
     assert len(said) == 1 and "other processes kept 0.9 of the 2 CPUs busy" in said[0]
     assert "hypervisor gave 15%" in said[0] and "while the samples were timed" in said[0]
+
+
+def test_given_configs_are_timed_side_by_side_with_their_predictions(host):
+    """``accuracy WORKLOAD --config C ...``: each config checked, predicted and timed, in order,
+    with the model's terms; the runs go through the counted path."""
+    from aotune.benchmarks.measured import config_lines, host_configs
+    from aotune.codegen.executions import executions
+    from aotune.constraints.cpu import build_cpu_space
+
+    w = matmul(37, 24, 29)  # primes and a size under a tile
+    space = build_cpu_space(w, host)
+    texts = [space.describe_config(c) for c in space.sample(2, seed=3)]
+    before = executions()
+    doc = host_configs(w, host, texts, seed=1, seconds=0.0)
+    assert executions() > before
+    assert [c["config"] for c in doc["configs"]] == texts
+    for c in doc["configs"]:
+        assert c["correct"] and c["measured_s"] > 0 and c["predicted_s"] > 0
+        assert c["measured_over_predicted"] == pytest.approx(c["measured_s"] / c["predicted_s"])
+        assert c["bottleneck"] in c["breakdown_s"]
+    assert len(doc["clock_ghz"]) == 2 and doc["spec_clock_ghz"] == host.core.frequency_ghz
+    lines = config_lines(doc)
+    assert len(lines) == 1 + 2 * len(texts) and texts[0] in lines[1]
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("--config", "mr=1"), "config is missing nr"),
+        (("--config", "mr=1", "--sample", "20"), "--sample does something else"),
+        (("--config", "mr=1", "--target", "t4"), "--measured FILE"),
+        (
+            (
+                "--config",
+                "mr=1,nr=8,kc=8,mc=1,nc=8,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,"
+                "threads=1,nope=2",
+            ),
+            "unknown decision 'nope'",
+        ),
+        (
+            (
+                "--config",
+                "mr=99,nr=8,kc=8,mc=1,nc=8,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=1",
+            ),
+            "is not valid for matmul 16x16x16",
+        ),
+    ],
+)
+def test_given_configs_that_cannot_be_timed_are_one_line_errors(args, says):
+    proc = run_cli("accuracy", "matmul", "--shape", "16x16x16", *args)
+    assert proc.returncode == 2, proc.stdout
+    assert says in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -595,8 +595,9 @@ def host_configs(
     seconds: float | None = None,
 ) -> dict[str, Any]:
     """``aotune accuracy WORKLOAD --config C ...``: the given configs predicted, checked against
-    numpy and timed side by side on this host (``suite.configs_side_by_side``): where the model
-    misses on a kernel of the user's choosing, and by which terms."""
+    numpy and timed side by side on this host (``suite.configs_side_by_side``, in rounds for
+    ``seconds``, a third of the bench's sweep unless given): where the model misses on a kernel of
+    the user's choosing, and by which terms."""
     from aotune.benchmarks.suite import ACCURACY_SWEEP_SECONDS, configs_side_by_side
     from aotune.constraints.cpu import build_cpu_space
 
@@ -618,7 +619,12 @@ def host_configs(
         configs.append(cfg)
     start = time.perf_counter()
     acc = configs_side_by_side(
-        w, hw, configs, seed=seed, log=log, seconds=seconds or ACCURACY_SWEEP_SECONDS / 3
+        w,
+        hw,
+        configs,
+        seed=seed,
+        log=log,
+        seconds=ACCURACY_SWEEP_SECONDS / 3 if seconds is None else seconds,
     )
     _warn_if_shared(acc, warn, "while the configs were timed", "their times may read slow")
     return {

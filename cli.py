@@ -971,15 +971,12 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
             )
         args.op = args.op or "matmul"
         w, hw = _problem(args)
+
+        def warn(text: str) -> None:
+            sys.stderr.write(f"warning: {text}\n")
+
         if args.config is not None:
-            timed = measured.host_configs(
-                w,
-                hw,
-                args.config,
-                args.seed,
-                log,
-                warn=lambda text: sys.stderr.write(f"warning: {text}\n"),
-            )
+            timed = measured.host_configs(w, hw, args.config, args.seed, log, warn=warn)
             if args.json:
                 print(json_text(timed, indent=1))
             else:
@@ -987,9 +984,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
                     print(line)
             return 0
         sample = args.sample if args.sample is not None else 64
-        result = measured.host_accuracy(
-            w, hw, sample, args.seed, log, warn=lambda text: sys.stderr.write(f"warning: {text}\n")
-        )
+        result = measured.host_accuracy(w, hw, sample, args.seed, log, warn=warn)
         if args.json:
             print(json_text(result, indent=1))
         else:

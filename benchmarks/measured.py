@@ -621,6 +621,7 @@ def host_configs(
     acc = configs_side_by_side(
         w,
         hw,
+        space,
         configs,
         seed=seed,
         log=log,

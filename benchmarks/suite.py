@@ -251,17 +251,18 @@ def model_accuracy(
 def configs_side_by_side(
     w: Workload,
     hw: HwSpec,
+    space: Space,
     configs: list[Any],
     seed: int = 2026,
     log: Log = None,
     seconds: float = ACCURACY_SWEEP_SECONDS,
 ) -> dict[str, Any]:
-    """Given configs, each predicted from its assembly, checked against numpy and timed as the
-    accuracy rows time their samples (interleaved rounds, a config's fastest round), side by side:
-    the model's miss on each, with its breakdown, and the core's clock before and after."""
+    """Given configs of ``space`` (``w``'s on ``hw``), each predicted from its assembly, checked
+    against numpy and timed as the accuracy rows time their samples (interleaved rounds, a
+    config's fastest round), side by side: the model's miss on each, with its breakdown, and the
+    core's clock before and after."""
     if log:
         log(f"accuracy: {w.describe()}: {len(configs)} given kernels to compile, check and time")
-    space = build_cpu_space(w, hw)
     predictions, correct, runs = _checked_runs(space, hw, configs, seed, log)
     clocks = [clock_now_ghz(hw)]
     use_before = machine_load.cpu_use()

@@ -294,11 +294,12 @@ def micro_kernel_cycles(
     """(cycles, of which load-port cycles) of the thread's micro-kernel calls, one batch entry.
 
     Per tile class (full tiles and the m, n and corner tails): its k steps at the bound of
-    ``_cycles_per_kstep`` overlapped with the L1 misses of an unpacked operand, plus DTLB misses,
-    plus per call the call itself, the C tile's loads and stores beyond the ports' idle cycles,
-    masked C stores where a tile row ends in a partial vector, C stores that miss L1, a C tile
-    fetched from beyond L2, and C lines whose 128-byte pair another thread writes. Plus, once, the
-    wait for A's lines from DRAM read in place (``a_demand_miss_cycles``).
+    ``_cycles_per_kstep`` overlapped with the L1 misses of an unpacked operand, plus DTLB misses
+    and page walks beyond that wait for the misses, plus per call the call itself, the C tile's
+    loads and stores beyond the ports' idle cycles, masked C stores where a tile row ends in a
+    partial vector, C stores that miss L1, a C tile fetched from beyond L2, and C lines whose
+    128-byte pair another thread writes. Plus, once, the wait for A's lines from DRAM read in
+    place (``a_demand_miss_cycles``).
     """
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = _vector_load_rate(hw)
@@ -332,10 +333,12 @@ def micro_kernel_cycles(
         )
         call_cycles += (c_fetch + pair_wait) / _calls_in_flight(tile_mix, hw, s.kc)
         step = _overlapped(cyc_k, conflict)
-        # the C lines B evicts are waited for beside B's own misses: only the excess adds
+        # the C lines B evicts, and B's rows' translations, are waited for beside B's own
+        # misses: only the excess adds
         evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc
         step += max(0.0, evicted - (step - cyc_k))
-        compute_cycles += tiles * (s.K * (step + dtlb + walks) + share.k_blocks * call_cycles)
+        step += max(0.0, dtlb + walks - (step - cyc_k))
+        compute_cycles += tiles * (s.K * step + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles
 
@@ -979,7 +982,13 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       by one call 105-137 GFLOP/s, swept by 10 calls 62-90). Rows met
       for the first time, on the first call of each sweep over the mr-row tiles, are independent
       loads many k steps ahead in the reorder window, so their misses overlap (a 9 x 16 tile that
-      never reuses its panel, at a 2 or 4 KiB stride, ran at FMA speed, 176-206 GFLOP/s). Strides
+      never reuses its panel, at a 2 or 4 KiB stride, ran at FMA speed, 176-206 GFLOP/s), but no
+      faster than their sets take refills (``memory.set_refill_cycles``, where measured), for
+      rows of one line or less: met once by each call, those of one set wait one refill apart,
+      first touches and rows evicted by the rows ahead alike (Zen 3 slice, rows 4 and 8 KiB
+      apart, 1 x 8, 5 x 8, 5 x 16 and 6 x 16 tiles: 8.2-11.7 cycles per k step, the probe 9.8;
+      4160 bytes apart 3.3-7.6). Rows of more lines are not claimed: two lines took 12.8-13.8
+      there, three 15.8, four 13.5 (neither one refill per row nor per line). Strides
       within ``memory.prefetch_stride_bytes`` are prefetched by the hardware; rows the micro-kernel
       prefetches itself (``b_prefetch_rows``) arrive before their first touch, leaving only the
       transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched, 105-155 without).
@@ -1018,13 +1027,17 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         # sets do so side by side, so a k step waits for its row's lines over those sets
         sets = _panel_sets(b_stride, s.kc, s.nr * isz, line, _sets(hw.cache(1)))
         side_by_side = min(sets / row_lines, rows_in_flight)  # rows whose refetches overlap
-        extra += thrash * max(l2.latency_cycles / side_by_side, transfer)
+        refill = hw.memory.set_refill_cycles if row_lines == 1 else 0.0
+        # a panel swept call after call refetches an L2 round trip apart (its refills measured
+        # slower than the probe's); one met once refills at the set's pace
+        refetch = refill if refill > 0 and sweeps == 1 else l2.latency_cycles
+        extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:
             wait = 0.0 if s.b_prefetch_level == 1 else l2.latency_cycles / rows_in_flight
         else:
             wait = (l2.latency_cycles + tlb) / rows_in_flight
-        extra += first_touch * max(wait, transfer)
+        extra += first_touch * max(wait, refill / side_by_side, transfer)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;
         # otherwise only the panel's reuse across calls is lost, one miss per line
@@ -1068,7 +1081,8 @@ def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) ->
     """Cycles per k step that plain unpacked B rows a page or more apart add where a sweep over
     a panel comes back to its rows after more pages than the second-level TLB holds: the first
     call of each sweep walks the page tables for every row again (``memory.page_walk_cycles``),
-    prefetched or not, on top of the k step's work. Between two sweeps come the rows of every
+    prefetched or not, on top of the k step's issue (the part beyond its wait for the rows'
+    refills: ``micro_kernel_cycles``). Between two sweeps come the rows of every
     k block (nmk, mkn) or of the panel's own (nkm), each over the pages its block's columns span
     (mkn: the thread's whole width, its n blocks come in between). Zen 3 slice, 6 x 16 tiles,
     one call per panel over 2048 rows 4032 bytes apart: 10.6-11.1 cycles per k step against 6

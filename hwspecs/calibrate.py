@@ -48,6 +48,7 @@ from aotune.hwspecs.probes import (
     probe_prefetch_stride,
     probe_scheduler,
     probe_set_capacity,
+    probe_set_refills,
     probe_store_alias,
     probe_stores,
     probe_tlb,
@@ -151,6 +152,12 @@ PROBES: tuple[Probe, ...] = (
         ("caches.*.conflict_slack",),
         probe_set_capacity,
         "a chase over more and more lines of one L1 set",
+    ),
+    Probe(
+        "set refills",
+        ("memory.set_refill_cycles",),
+        probe_set_refills,
+        "a sweep over more rows of one L1 set than it keeps, against fewer",
     ),
     Probe(
         "cache bandwidth",

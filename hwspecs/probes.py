@@ -822,6 +822,49 @@ def probe_tlb(s: Session) -> dict[str, Finding]:
 # rows a page and a line apart walked over by the page-walk probe: around every second-level TLB
 WALK_ROW_COUNTS = (256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 WALK_BISECTIONS = 3  # readings between the last count in the TLB and the first beyond it
+
+
+class RowSweep:
+    """The ``Rows`` kernel (one vector per row, ``fmas`` FMAs on it) over rows ``stride`` bytes
+    apart in one buffer of up to ``max_rows`` rows: ``per_row(n)`` times a sweep over the first
+    n, in cycles per row, and keeps each reading's timing in ``timings``."""
+
+    def __init__(self, s: Session, fmas: int, stride: int, max_rows: int) -> None:
+        self.s, self.stride = s, stride
+        self.kernel = Rows(s.vector_bits, fmas)
+        s.compile([self.kernel])
+        self.buf = s.buffer(max_rows * stride + stride)
+        self.out = s.buffer(OUT_BYTES * Rows.ACCUMULATORS, huge=False)
+        self.params = np.array([0.999, 0.001], dtype=np.float32)
+        self.timings: list[Timing] = []
+
+    def per_row(self, rows: int) -> float:
+        """Cycles per row of sweeps over the first ``rows`` rows."""
+        s, k = self.s, self.kernel
+
+        def run(passes: int) -> None:
+            s.bench_of(k).call(
+                k,
+                passes,
+                self.buf.addr,
+                self.stride,
+                0,
+                rows,
+                1,
+                self.params.ctypes.data,
+                self.out.addr,
+            )
+
+        c, t = s.cycles_per(run, rows)
+        self.timings.append(t)
+        return c
+
+    def release(self) -> None:
+        """Give the buffers back."""
+        self.s.release(self.buf)
+        self.s.release(self.out)
+
+
 WALK_MIN_STEP_CYCLES = 1.0  # a step smaller than this is noise, not walks
 
 
@@ -845,23 +888,8 @@ def probe_page_walks(s: Session) -> dict[str, Finding]:
         counts = [n for n in counts if n * stride <= have // 4]
     if len(counts) < 3:
         return {p: s.assumed(p, "the rows' memory cannot be spared for the probe") for p in paths}
-    k = Rows(s.vector_bits, 0)
-    s.compile([k])
-    buf = s.buffer(max(counts) * stride + stride)
-    out = s.buffer(OUT_BYTES * Rows.ACCUMULATORS, huge=False)
-    params = np.array([0.999, 0.001], dtype=np.float32)
-    timings: list[Timing] = []
-
-    def per_row(rows: int) -> float:
-        def run(passes: int) -> None:
-            s.bench_of(k).call(
-                k, passes, buf.addr, stride, 0, rows, 1, params.ctypes.data, out.addr
-            )
-
-        c, t = s.cycles_per(run, rows)
-        timings.append(t)
-        return c
-
+    sweep = RowSweep(s, 0, stride, max(counts))
+    per_row, timings = sweep.per_row, sweep.timings
     points = {n: per_row(n) for n in counts}
     base = min(points[n] for n in counts[:2])
     walked = statistics.median(points[n] for n in counts[-2:])
@@ -875,8 +903,7 @@ def probe_page_walks(s: Session) -> dict[str, Finding]:
             points[mid] = per_row(mid)
             lo, hi = (mid, hi) if points[mid] < base + (walked - base) / 2 else (lo, mid)
         kept = lo
-    s.release(buf)
-    s.release(out)
+    sweep.release()
     s.details["page_walks"] = {"cycles_per_row": dict(sorted(points.items()))}
     shown = ", ".join(f"{n}: {points[n]:.1f}" for n in sorted(points))
     how = (
@@ -1080,6 +1107,60 @@ def probe_set_capacity(s: Session) -> dict[str, Finding]:
     slack = round(kept / ways, 3)
     out[path] = s.checked(path, slack, 1.0, 16.0, how)
     return out
+
+
+SET_REFILL_SLACK = 1.25  # a sweep this much slower than its lines in L1 waits on the refills
+
+
+def set_refill_reading(in_l1: float, swept: float) -> tuple[float, bool]:
+    """(cycles between refills of one set, whether the sweep showed them) from cycles per row of a
+    sweep whose rows one set keeps (``in_l1``) and of one over more rows than it keeps
+    (``swept``): the swept rows' cost where it stands out, else the in-L1 step, which the
+    refills then kept pace with (so at most that)."""
+    if swept > in_l1 * SET_REFILL_SLACK:
+        return swept, True
+    return in_l1, False
+
+
+def probe_set_refills(s: Session) -> dict[str, Finding]:
+    """How far apart one L1 set takes its refills: independent vector loads sweeping rows one
+    way-size apart (one set), one FMA each, half as many rows as the set has ways (all hits)
+    against six times as many (each row refilled from L2 on every sweep; no more rows than the
+    first-level TLB holds, so no row waits for a translation)."""
+    path = "memory.set_refill_cycles"
+    l1 = s.host.cache(1)
+    way_bytes = l1.size_kib * 1024 // l1.associativity
+    if way_bytes > int(s.value("memory.page_bytes")):
+        return {path: s.assumed(path, f"one L1 way ({way_bytes} B) spans more than a page")}
+    ways = l1.associativity
+    few = max(2, ways // 2)
+    many = min(6 * ways, int(s.value("memory.dtlb_entries")))
+    if many <= ways:
+        return {
+            path: s.assumed(
+                path,
+                f"the first-level TLB holds no more rows ({many}) than a set has ways ({ways})",
+            )
+        }
+    sweep = RowSweep(s, 1, way_bytes, many)
+    in_l1, swept = sweep.per_row(few), sweep.per_row(many)
+    sweep.release()
+    timings = sweep.timings
+    value, shown = set_refill_reading(in_l1, swept)
+    s.details["set refills"] = {"in_l1": in_l1, "swept": swept, "rows": [few, many]}
+    how = (
+        f"a sweep of independent {s.vector_bits}-bit loads, one FMA each, over rows {way_bytes} B "
+        f"apart (one L1 set of {ways} ways): {in_l1:.2f} cycles per row over {few} rows, "
+        f"{swept:.2f} over {many}; {_spread(timings)}; "
+    )
+    if shown:
+        how += "the swept rows' cost: one refill per row"
+    else:
+        how += (
+            f"the refills kept pace with the in-L1 step (within {SET_REFILL_SLACK}x): at most "
+            f"that far apart"
+        )
+    return {path: s.checked(path, round(value, 2), 0.5, 1000.0, how)}
 
 
 def _size(nbytes: int) -> str:

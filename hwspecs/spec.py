@@ -128,6 +128,10 @@ class MemorySpec:
     # of such a walk waits, load to use
     far_prefetch_stride_bytes: int = _in(1, 1 << 20)
     far_prefetch_wait_cycles: float = _in(1.0, 100_000.0)
+    # cycles between two refills of one L1 set from the next level when independent loads of
+    # rows a way apart, a vector each, want more of its lines than it keeps: however many misses
+    # are in flight, the set takes its lines about this far apart (0: not measured, none claimed)
+    set_refill_cycles: float = _in(0.0, 1000.0)
     # extra latency of an access whose page misses the first-level data TLB
     tlb_miss_cycles: int = _in(0, 10_000)
     dtlb_entries: int = _in(1, 1 << 20)  # pages the first-level data TLB holds

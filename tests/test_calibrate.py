@@ -756,6 +756,17 @@ def test_a_load_bound_probe_tile_is_left_out_of_the_call_cycles():
     assert model.c_tile_port_cycles(short, four) == 0
 
 
+def test_the_set_refill_reading_is_the_swept_rows_cost_where_it_stands_out():
+    """A sweep over more rows of one set than it keeps, slower than over rows it keeps by more
+    than ``SET_REFILL_SLACK``, gives its cost per row; one that keeps pace says the refills are
+    at most the in-L1 step apart, and gives that."""
+    from aotune.hwspecs.probes import SET_REFILL_SLACK, set_refill_reading
+
+    assert set_refill_reading(4.0, 9.77) == (9.77, True)
+    assert set_refill_reading(4.0, 4.0 * SET_REFILL_SLACK) == (4.0, False)
+    assert set_refill_reading(4.0, 3.5) == (4.0, False)
+
+
 def test_the_alias_wait_per_pair_from_synthetic_readings():
     # 4608 calls at 250 cycles against 4680 at 200, 56 pairs per call: 50 / 56 cycles a pair
     aliased, clear = 4608 * 250 / 3.5e9, 4680 * 200 / 3.5e9

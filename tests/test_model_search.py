@@ -567,6 +567,77 @@ def test_thrashing_sets_refetch_side_by_side():
         assert per_step[n] < 0.4 * per_step[1024]
 
 
+def test_a_panel_met_once_in_one_set_waits_for_its_refills():
+    """Unpacked B rows met once by each call (mc = mr) come no faster than their L1 set takes
+    refills (``memory.set_refill_cycles``) where they all fall in one set. Zen 3 slice, one
+    thread, kc = 64, each timed beside itself with rows 4160 bytes apart, cycles per k step:
+    5 x 16 at 4 and 8 KiB apart 8.2-9.1 (4160: 7.2-7.6), 1 x 8 9.0-9.1 (3.3), 5 x 8 8.4-10.5
+    (5.0-5.5); the probe read 9.8. The model had put the 5 x 16 at 6.0 and the 1 x 8 at 15.1
+    (an L2 round trip per row). Rows of two lines are not claimed (1 x 32: 12.8-13.8)."""
+    hw = load_target("znver3")
+    assert hw.memory.set_refill_cycles > 0
+    unmeasured = with_value(hw, "memory.set_refill_cycles", 0.0)
+    cfg = "mr={mr},nr={nr},kc=64,mc={mr},nc={nc},order=mkn,pack_a=1,pack_b=0,unroll=2,par=n"
+
+    def per_step(spec, mr: int, nr: int, n: int) -> float:
+        c = cfg.format(mr=mr, nr=nr, nc=n // nr * nr) + ",threads=1"
+        _, cycles = _predicted_cycles(spec, matmul(130, n, 1024), c)
+        return cycles / (-(-130 // mr) * -(-n // nr) * 1024)
+
+    refill = hw.memory.set_refill_cycles
+    for mr, nr in ((5, 16), (1, 8), (5, 8)):
+        one_set = per_step(hw, mr, nr, 1024)
+        assert refill <= one_set < 1.3 * refill
+        assert per_step(hw, mr, nr, 1040) < 0.8 * refill  # the rows spread over the sets
+    assert per_step(unmeasured, 5, 16, 1024) < 0.7 * refill  # none claimed: as before
+    # rows of two lines: the same with and without the field
+    assert per_step(hw, 1, 32, 1024) == pytest.approx(per_step(unmeasured, 1, 32, 1024))
+
+
+def test_a_panel_swept_by_many_calls_refetches_as_before_the_refill_field():
+    """The refill bound is for panels met once: one swept again by the next tiles measured
+    slower than the probe's refills (Zen 3, 512^3, 1 x 8 tiles swept by 267 calls at 2 KiB:
+    7.6 cycles per k step against 4.9 at two sets' refill pace), so it keeps its L2 round trip
+    per refetch and the field changes nothing there."""
+    hw = load_target("znver3")
+    unmeasured = with_value(hw, "memory.set_refill_cycles", 0.0)
+    cfg = "mr=1,nr=8,kc=32,mc=267,nc=200,order=nkm,pack_a=0,pack_b=0,unroll=8,par=m,threads=1"
+    _, with_field = _predicted_cycles(hw, matmul(512, 512, 512), cfg)
+    _, without = _predicted_cycles(unmeasured, matmul(512, 512, 512), cfg)
+    assert with_field == pytest.approx(without)
+
+
+def test_a_rows_translation_hides_in_the_wait_for_its_refill():
+    """A row's page walk and its line's refill are waits on the same stream of rows: the k step
+    waits for the longer. A panel met once in one set (Zen 3 slice, 2048^3, 9 x 8 tiles,
+    kc = 320, both in place, two threads: 288-316 ms in three benches, 297 predicted, 331 with
+    the walks added) hides walks shorter than its refill wait; rows spread over the sets, which
+    wait for no refill, pay the walks on top of the FMAs as measured (4032-byte rows: 10.6-11.1
+    cycles per k step against 6 FMA cycles)."""
+    from aotune.analysis.model import ThreadShare, _page_walk_cycles
+
+    base = load_target("znver3")
+    walk = 0.4 * base.memory.set_refill_cycles
+    hw = with_value(base, "memory.page_walk_cycles", walk)
+    walks_off = with_value(base, "memory.page_walk_cycles", 0.0)
+    long_walks = with_value(base, "memory.page_walk_cycles", 4 * walk)
+    one_set = "mr=6,nr=16,kc=256,mc=6,nc=16,order=nmk,pack_a=1,pack_b=0,unroll=1,par=n,threads=1"
+    cycles = {
+        spec: _predicted_cycles(spec, matmul(60, 2048, 4096), one_set)[1]
+        for spec in (hw, walks_off, long_walks)
+    }
+    k_steps = 10 * 128 * 4096
+    assert cycles[hw] == pytest.approx(cycles[walks_off], rel=0.01)
+    assert cycles[long_walks] > cycles[walks_off] + 0.2 * walk * k_steps  # the excess adds
+    # rows 4032 bytes apart spread over the sets: the walks add to the FMAs
+    sched, walked = _predicted_cycles(hw, matmul(60, 1008, 4096), one_set)
+    _, unwalked = _predicted_cycles(walks_off, matmul(60, 1008, 4096), one_set)
+    share = ThreadShare.of(sched)
+    per_step = _page_walk_cycles(sched, hw, share.m_share, share.n_share)
+    assert per_step > 0.3 * walk
+    assert walked - unwalked > 0.8 * per_step * 10 * 63 * 4096
+
+
 def test_unpacked_b_rows_evict_the_c_tile_sharing_their_sets():
     """At N=1024 B[k, j] and C[i, j] share an L1 set, so a call's 8 fresh B rows and a 9-row C
     tile overflow it and the C lines are evicted before the call stores them (Zen 4, one thread:

@@ -819,11 +819,6 @@ def probe_tlb(s: Session) -> dict[str, Finding]:
     }
 
 
-# rows a page and a line apart walked over by the page-walk probe: around every second-level TLB
-WALK_ROW_COUNTS = (256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
-WALK_BISECTIONS = 3  # readings between the last count in the TLB and the first beyond it
-
-
 class RowSweep:
     """The ``Rows`` kernel (one vector per row, ``fmas`` FMAs on it) over rows ``stride`` bytes
     apart in one buffer of up to ``max_rows`` rows: ``per_row(n)`` times a sweep over the first
@@ -865,6 +860,9 @@ class RowSweep:
         self.s.release(self.out)
 
 
+# rows a page and a line apart walked over by the page-walk probe: around every second-level TLB
+WALK_ROW_COUNTS = (256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+WALK_BISECTIONS = 3  # readings between the last count in the TLB and the first beyond it
 WALK_MIN_STEP_CYCLES = 1.0  # a step smaller than this is noise, not walks
 
 
@@ -1145,13 +1143,12 @@ def probe_set_refills(s: Session) -> dict[str, Finding]:
     sweep = RowSweep(s, 1, way_bytes, many)
     in_l1, swept = sweep.per_row(few), sweep.per_row(many)
     sweep.release()
-    timings = sweep.timings
     value, shown = set_refill_reading(in_l1, swept)
     s.details["set refills"] = {"in_l1": in_l1, "swept": swept, "rows": [few, many]}
     how = (
         f"a sweep of independent {s.vector_bits}-bit loads, one FMA each, over rows {way_bytes} B "
         f"apart (one L1 set of {ways} ways): {in_l1:.2f} cycles per row over {few} rows, "
-        f"{swept:.2f} over {many}; {_spread(timings)}; "
+        f"{swept:.2f} over {many}; {_spread(sweep.timings)}; "
     )
     if shown:
         how += "the swept rows' cost: one refill per row"

@@ -303,11 +303,10 @@ def _handoff_ns(hw: HwSpec) -> float | None:
     if min(hw.core.cores, len(os.sched_getaffinity(0))) < 2:
         return None
     try:
-        ns = workers().handoff_seconds() * 1e9
+        seconds = workers().handoff_seconds()
     except FinalCheckError:  # a worker that never answered: no reading, but the timings stand
         return None
-    # 0: the long run was no slower than the short one, as when other work holds both CPUs
-    return ns if ns > 0 else None
+    return None if seconds is None else seconds * 1e9
 
 
 def machine_description(hw: HwSpec) -> str:

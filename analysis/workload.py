@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -192,7 +193,12 @@ class Workload:
 
     def einsum_spec(self) -> str:
         """The statement as an einsum string (one letter per loop), for numpy references."""
-        letters = {lp.name: chr(ord("a") + i) for i, lp in enumerate(self.loops)}
+        if len(self.loops) > len(string.ascii_letters):
+            raise WorkloadError(
+                f"{self.op} has {len(self.loops)} loops; an einsum names at most "
+                f"{len(string.ascii_letters)} (a-z, A-Z): use fewer indices"
+            )
+        letters = {lp.name: string.ascii_letters[i] for i, lp in enumerate(self.loops)}
 
         def sub(acc: Access) -> str:
             out = []

@@ -20,6 +20,7 @@ import gzip
 import io
 import json
 import math
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,13 @@ from aotune.errors import MeasurementFileError
 from aotune.files import decode_utf8, read_user_file
 
 GZIP_MAGIC = b"\x1f\x8b"
+# what Kernel Tuner writes as the time of a configuration that failed (its ErrorConfig kinds)
+FAILURE_MARKERS = (
+    "InvalidConfig",
+    "CompilationFailedConfig",
+    "RuntimeFailedConfig",
+    "ErrorConfig",
+)
 WHAT = "Kernel Tuner cache file"
 UNKNOWN_DEVICE = "unknown device"  # a file that names no device_name
 # a brute-forced space of ~18,000 configs is 4 MB gzipped and 40 MB of JSON
@@ -71,13 +79,17 @@ def _text(path: Path) -> str:
         try:
             with gzip.GzipFile(fileobj=io.BytesIO(raw)) as z:
                 raw = z.read(TEXT_LIMIT_BYTES + 1)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise MeasurementFileError(
                 f"{path}: the gzip stream is damaged ({e}); copy or download the file again"
             ) from None
         if len(raw) > TEXT_LIMIT_BYTES:
             raise MeasurementFileError(
                 f"{path} unpacks to more than {TEXT_LIMIT_BYTES >> 20} MiB; is it a cache file?"
+            )
+        if raw[:2] == GZIP_MAGIC:
+            raise MeasurementFileError(
+                f"{path} is gzipped twice: unpack it once (gunzip -c {path} > cache.json.gz)"
             )
     return decode_utf8(raw, path, WHAT, MeasurementFileError)
 
@@ -177,7 +189,12 @@ def read_cache(path: str | Path) -> KernelTunerCache:
         if absent:
             raise MeasurementFileError(f"{path}: entry {key!r} lacks {', '.join(absent)}")
         t = entry["time"]
-        if isinstance(t, str):  # Kernel Tuner's marker of a configuration that failed
+        if isinstance(t, str):
+            if t not in FAILURE_MARKERS:
+                raise MeasurementFileError(
+                    f"{path}: entry {key!r} has time {t!r}; a time is a positive number of ms, "
+                    f"or one of Kernel Tuner's failure markers ({', '.join(FAILURE_MARKERS)})"
+                )
             failed += 1
             continue
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:

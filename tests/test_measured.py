@@ -135,6 +135,17 @@ def test_failed_configs_are_counted_not_scored(tmp_path: Path):
         (b"[1, 2, 3]", "JSON list"),
         (b'{"kernel_name": "Xgemm"}', "lacks tune_params_keys, cache"),
         (b"\x1f\x8b\x08\x00garbage", "gzip stream is damaged"),
+        # a stored block whose length and its complement disagree: zlib's own error
+        (
+            b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + b"\x00\x05\x00\x00\x00" + b"x" * 40,
+            "damaged",
+        ),
+        (gzip.compress(gzip.compress(b'{"cache": {}}')), "gzipped twice"),
+        (
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "cache": {"1": {"A": 1, '
+            b'"time": "3.0"}}}',
+            "failure markers",
+        ),
         (b"\xff\xfe\x00", "not UTF-8"),
         (
             b'{"kernel_name": "Xgemm", "tune_params_keys": ["MWG"], "cache": {"1": {"MWG": 1}}}',

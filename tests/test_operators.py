@@ -111,6 +111,15 @@ def test_einsum_layouts_match_numpy(spec, sizes, seed):
     check(einsum(spec, {ch: dims[ch] for ch in letters}), seed)
 
 
+def test_einsums_of_more_than_26_indices_are_checked_against_numpy():
+    """numpy's einsum takes a-z and A-Z; the reference names loops in that order, so an einsum
+    with upper-case indices past z is checked like any other (it named them '{'... and failed)."""
+    spec = "abcdefghijklmA,Anopqrstuvwxyz->abcdefghijklmnopqrstuvwxyz"
+    w = einsum(spec, {ch: 1 for ch in set(spec) - set(",->")} | {"A": 3, "z": 2, "a": 2})
+    assert len(w.loops) == 27 and "A" in w.einsum_spec()
+    check(w, 0)
+
+
 def test_numpy_baseline_computes_the_same_as_the_reference():
     w = dense(9, 20, 7, True, "gelu")
     space = build_cpu_space(w, HOST)

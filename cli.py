@@ -433,11 +433,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     blas = None
     if numpy_gflops is not None and target.kind == "cpu":  # numpy timed: what it ran on
         from aotune.codegen.numpy_blas import numpy_blas
+        from aotune.hwspecs.host import other_core_warning
 
         blas = numpy_blas()
         warning = blas.warning(hw.isa.vector_bits)
         if warning:
             sys.stderr.write(f"warning: {warning}\n")
+        other_core = other_core_warning(hw, "the measured column times")
+        if other_core:
+            sys.stderr.write(f"warning: {other_core}\n")
     shared_warning = shared and shared.warning(
         f"during the final check ({shared.seconds:.0f} s)",
         "its times may read slow; numpy was timed beside them, so the ratio holds better",
@@ -935,6 +939,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         target=args.target,
     )
     if args.json:
+        for warning in result.get("warnings", []):  # the log that said them is off under --json
+            sys.stderr.write(f"warning: {warning}\n")
         print(json_text(result, indent=1))
     else:
         print_table(result, _console())

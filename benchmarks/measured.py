@@ -573,6 +573,15 @@ def _kernel_name(w: Any) -> str:
     return f"{w.op} {'x'.join(str(x) for _, x in w.shape)}"
 
 
+def _warn_if_other_core(hw: Any, warn: Callable[[str], None] | None, timed: str) -> None:
+    """Tell ``warn`` when ``hw`` models another core than this host's (``other_core_warning``)."""
+    from aotune.hwspecs.host import other_core_warning
+
+    text = other_core_warning(hw, timed)
+    if warn and text:
+        warn(text)
+
+
 def _warn_if_shared(
     acc: Mapping[str, Any], warn: Callable[[str], None] | None, when: str, so: str
 ) -> None:
@@ -602,6 +611,7 @@ def host_configs(
     from aotune.constraints.cpu import build_cpu_space
 
     _check_host_runs(hw)
+    _warn_if_other_core(hw, warn, "the configs time")
     if not 1 <= len(texts) <= MAX_GIVEN_CONFIGS:
         raise ConfigError(
             f"{len(texts)} --config given: each is compiled and timed here; give 1 to "
@@ -684,6 +694,7 @@ def host_accuracy(
     )
 
     _check_host_runs(hw)
+    _warn_if_other_core(hw, warn, "the samples time")
     if samples < 2 * max(TOP_K):  # of 10 configs, the model's top 10 hold the best by force
         raise ConfigError(
             f"--sample {samples}: the top-{max(TOP_K)} score needs twice as many configs to "

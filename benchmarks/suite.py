@@ -41,7 +41,7 @@ from aotune.codegen.workers import workers
 from aotune.constraints.cpu import build_cpu_space
 from aotune.constraints.space import Space
 from aotune.errors import ConfigError, FinalCheckError
-from aotune.hwspecs.host import detect_host, host_can_run
+from aotune.hwspecs.host import host_can_run, other_core_warning
 from aotune.hwspecs.probes import clock_now_ghz
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.search import driver
@@ -459,14 +459,12 @@ def run_suite(
     warning = blas.warning(hw.isa.vector_bits)
     if warning and log:
         log(f"[bench] warning: {warning}")
-    here = detect_host().isa.llvm_cpu
-    if hw.kind == "cpu" and only != "gpu" and hw.isa.llvm_cpu != here and log:
-        log(
-            f"[bench] warning: target {hw.name} models a {hw.isa.llvm_cpu} core and this one is "
-            f"{here}: the rows time this machine against another CPU's predictions; --target "
-            "host, or a spec 'aotune hw calibrate' wrote here, predicts this one"
-        )
+    other_core = other_core_warning(hw, "the rows time") if only != "gpu" else None
+    if other_core and log:
+        log(f"[bench] warning: {other_core}")
     doc: dict[str, Any] = {"machine": machine_description(hw), "numpy_blas": blas.as_dict()}
+    # also in the JSON, where no log runs: a reader of the rows must not miss it
+    doc["warnings"] = [w for w in (warning, other_core) if w]
     doc["target"] = {"name": hw.name, "core_model_from": hw.core_model_from}
     samples = samples if samples is not None else (QUICK_SAMPLES if quick else FULL_SAMPLES)
     timing = (0.0, 0.0) if quick else (ACCURACY_SWEEP_SECONDS, FINALIST_SECONDS)

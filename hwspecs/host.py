@@ -198,6 +198,20 @@ def host_can_run(spec: HwSpec) -> tuple[bool, str]:
     return True, ""
 
 
+def other_core_warning(spec: HwSpec, timed: str) -> str | None:
+    """A warning where ``spec`` models another CPU core than this host's, whose timings ``timed``
+    (what was measured here) are then set against that other core's predictions; None where it
+    models this one."""
+    here = detect_host().isa.llvm_cpu
+    if spec.kind != "cpu" or spec.isa.llvm_cpu == here:
+        return None
+    return (
+        f"target {spec.name} models a {spec.isa.llvm_cpu} core and this one is {here}: {timed} "
+        "this machine against another CPU's predictions; --target host, or a spec 'aotune hw "
+        "calibrate' wrote here, predicts this one"
+    )
+
+
 def available_memory_bytes() -> int | None:
     """Memory this process may still allocate: the OS's MemAvailable, or less where a cgroup
     limit is closer (containers, CI runners); None when neither can be read."""

@@ -79,3 +79,25 @@ def test_a_built_in_and_a_calibrated_target_name_their_own_core_model(tmp_path, 
     assert main([*argv, "--target", str(path)]) == 0
     target = json.loads(capsys.readouterr().out)["target"]
     assert target["core_model_from"] == origin["core_model"] and target["name"] == "mine"
+
+
+def test_timings_set_against_another_cores_predictions_are_warned_about():
+    """Timing this host against a built-in spec of another core (accuracy, tune's measured column,
+    bench) says so, naming both cores and the fix; a spec of this core and a GPU's say nothing."""
+    from aotune.benchmarks.measured import _warn_if_other_core
+
+    here = host.detect_host()
+    other = next(
+        load_target(name)
+        for name in ("haswell", "skylake-avx512", "znver4", "znver3")
+        if load_target(name).isa.llvm_cpu != here.isa.llvm_cpu
+    )
+    text = host.other_core_warning(other, "the samples time")
+    assert text and other.isa.llvm_cpu in text and here.isa.llvm_cpu in text
+    assert "--target host" in text and "hw calibrate" in text
+    assert host.other_core_warning(here, "the samples time") is None
+    assert host.other_core_warning(load_target("a100"), "the samples time") is None
+    said: list[str] = []
+    _warn_if_other_core(other, said.append, "the configs time")
+    _warn_if_other_core(here, said.append, "the configs time")
+    assert len(said) == 1 and said[0].startswith(f"target {other.name} models")

@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shlex
 import sqlite3
 import time
@@ -216,6 +217,14 @@ class TuneRecord:
         ranks = [c.rank for c in checked]
         if len(set(ranks)) != len(ranks):
             raise _field_error("candidates", ranks, "two candidates have one rank")
+        # one search's candidates come from one space, so they name the same decisions
+        for i, c in enumerate(checked[1:], 1):
+            if set(c.config) != set(checked[0].config):
+                raise _field_error(
+                    f"candidates[{i}].config",
+                    c.config,
+                    f"name the decisions the other candidates do ({', '.join(checked[0].config)})",
+                )
         workload = d["workload"]
         if not isinstance(workload, dict):
             raise _field_error("workload", workload, "give the workload as an object")
@@ -236,9 +245,19 @@ class TuneRecord:
                 "give the definition the record was made for (workload_key is its hash); "
                 "export the record again with aotune db export",
             )
+        if not _HASH.fullmatch(_text(d, "spec_hash")):
+            raise _field_error(
+                "spec_hash", d["spec_hash"], "give the spec's hash: 32 hex digits, as export wrote"
+            )
+        if not isinstance(_loads(_text(d, "options")), dict):
+            raise _field_error(
+                "options",
+                d["options"],
+                "give the search options as the JSON object text export wrote",
+            )
         return TuneRecord(
             workload_key=key,
-            spec_hash=_text(d, "spec_hash"),
+            spec_hash=d["spec_hash"],
             model_version=_text(d, "model_version"),
             options=_text(d, "options"),
             workload=workload,
@@ -260,6 +279,11 @@ _LAST_CREATED = 4102444800.0
 _PREDICTED = "give a number of seconds above 0 (Infinity: the config cannot run)"
 _CREATED_WANT = "give the seconds since 1970 it was made, from 0 to 4102444800 (the year 2100)"
 
+
+_HASH = re.compile(r"[0-9a-f]{32}")  # _digest's form
+# the bottlenecks a model names that are not a component of its breakdown: a GPU block that
+# cannot launch (its breakdown is the launch alone)
+_BOTTLENECKS_BEYOND_BREAKDOWN = ("cannot launch",)
 
 # the columns of the tables that hold the fields of the same names
 _CANDIDATE_COLUMNS = tuple(f.name for f in dataclasses.fields(CandidateRecord))
@@ -372,6 +396,13 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
     correct = c.get("correct")
     if correct is not None and not isinstance(correct, bool):
         raise _field_error(f"{where}.correct", correct, "give true, false or null")
+    bottleneck = _text(c, "bottleneck", where + ".", empty=True)
+    if bottleneck and bottleneck not in (*breakdown, *_BOTTLENECKS_BEYOND_BREAKDOWN):
+        raise _field_error(
+            f"{where}.bottleneck",
+            bottleneck,
+            f"name one of the candidate's breakdown components ({', '.join(breakdown)})",
+        )
     where += "."
     return CandidateRecord(
         rank=rank,

@@ -25,6 +25,7 @@ from aotune.search.database import (
     CandidateRecord,
     TuneRecord,
     open_database,
+    options_json,
     workload_json,
     workload_key,
 )
@@ -39,9 +40,9 @@ def _record(i: int, n_cands: int = 2) -> TuneRecord:
     w = matmul(i + 1, 8, 8)
     return TuneRecord(
         workload_key=workload_key(w),
-        spec_hash="s",
+        spec_hash="5" * 32,
         model_version="m",
-        options="o",
+        options=options_json(SearchOptions()),
         workload=workload_json(w),
         target="haswell",
         candidates=tuple(
@@ -474,6 +475,11 @@ BAD_FIELDS = [
     ("candidates[0].correct", "yes"),
     ("candidates[0].measured_seconds", -1.0),
     ("candidates[0].bottleneck", None),
+    # imported and shown, or reused by tune --no-verify as the pick's bottleneck
+    ("candidates[0].bottleneck", "banana"),
+    ("candidates[0].config", {"mr": 1, "nr": 16, "zz": 3}),  # not the others' decisions
+    ("spec_hash", "nothex"),
+    ("options", "zzz"),
 ]
 
 
@@ -487,6 +493,8 @@ def test_import_checks_every_field(tmp_path, capsys, field, value):
     assert main(["db", "import", str(tmp_path / "x.jsonl"), "--db", db]) == 2
     err = _error_line(capsys)
     named = "candidates is [2, 2]" if value == 2 else field
+    if isinstance(value, dict) and "zz" in value:  # the next candidate is the odd one out
+        named = "candidates[1].config"
     assert f"x.jsonl line 2: field {named}" in err
     with open_database(db) as d:
         assert d.count() == 0  # all or nothing
@@ -527,7 +535,10 @@ def test_import_keeps_a_config_that_cannot_run(tmp_path, capsys):
     wrote it, exports and imports."""
     bad = _record(1)
     cannot = dataclasses.replace(
-        bad.candidates[1], predicted_seconds=math.inf, breakdown={"launch": math.inf}
+        bad.candidates[1],
+        predicted_seconds=math.inf,
+        breakdown={"launch": math.inf},
+        bottleneck="cannot launch",
     )
     with open_database(tmp_path / "a.db") as db:
         db.put(dataclasses.replace(bad, candidates=(bad.candidates[0], cannot)))
@@ -641,7 +652,8 @@ def test_db_show_prints_configs_as_config_takes_them(tmp_path, capsys):
     be pasted into --config (which refuses an index: order=1 had silently meant mkn)."""
     rec = _record(1)
     labelled = dataclasses.replace(rec.candidates[0], config={"mr": 4, "order": 1, "par": 0})
+    second = dataclasses.replace(rec.candidates[1], config={"mr": 2, "order": 0, "par": 1})
     with open_database(tmp_path / "a.db") as db:
-        db.put(dataclasses.replace(rec, candidates=(labelled, rec.candidates[1])))
+        db.put(dataclasses.replace(rec, candidates=(labelled, second)))
     assert main(["db", "show", "1", "--db", str(tmp_path / "a.db")]) == 0
     assert "#1 mr=4,order=mkn,par=m:" in capsys.readouterr().out

@@ -183,6 +183,10 @@ def cmd_build(args: argparse.Namespace) -> int:
         )
     if args.cluster and args.jobs is not None:
         raise BuildError("--jobs and --cluster contradict each other: the cluster has its workers")
+    if args.cluster:
+        from aotune.artifact.fanout import scheduler_host_port
+
+        scheduler_host_port(args.cluster.strip())
     search = SearchOptions(
         strategy=args.strategy,
         seed=args.seed,

@@ -99,21 +99,31 @@ def _pool(tasks: Sequence[SearchTask], jobs: int, started: Started, done: Done) 
     return failed
 
 
-def _check_reachable(address: Any) -> None:
-    """Refuse a ``tcp://host:port`` nobody listens on at once (a Client would retry for its
-    whole timeout before saying so)."""
-    import socket
+def scheduler_host_port(address: str) -> tuple[str, int]:
+    """(host, port) of a scheduler address ``[SCHEME://]HOST:PORT``, or a BuildError that shows
+    the form: checked before anything runs, even where every kernel comes from the database."""
     from urllib.parse import urlsplit
 
-    if not isinstance(address, str) or not address.startswith("tcp://"):
-        return
-    parts = urlsplit(address)
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
     try:
         host, port = parts.hostname, parts.port
     except ValueError:
         host, port = None, None
-    if not host or not port:
-        raise BuildError(f"--cluster {address}: give the scheduler as tcp://HOST:PORT")
+    if not host or not port or parts.path not in ("", "/"):
+        raise BuildError(
+            f"--cluster {address}: give the scheduler as tcp://HOST:PORT, e.g. tcp://host:8786"
+        )
+    return host, port
+
+
+def _check_reachable(address: Any) -> None:
+    """Refuse a ``tcp://host:port`` nobody listens on at once (a Client would retry for its
+    whole timeout before saying so)."""
+    import socket
+
+    if not isinstance(address, str) or not address.startswith("tcp://"):
+        return
+    host, port = scheduler_host_port(address)
     try:
         socket.create_connection((host, port), timeout=10).close()
     except OSError as e:

@@ -999,6 +999,9 @@ def test_inputs_inside_the_output_directory_are_never_replaced(tmp_path, capsys)
         (["build", "", "-o", str(new)], "the kernel list is an empty name"),
         (["build", str(_list(tmp_path)), "-o", ""], "-o is an empty name"),
         (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", " "], "empty address"),
+        # refused before any search, even where every kernel would come from the database
+        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "bogus"], "tcp://HOST:PORT"),
+        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tcp://h:x"], "HOST:PORT"),
     ):
         rc, _, err = run_cli(capsys, *argv)
         assert rc == 2 and what in one_error_line(err)

@@ -678,6 +678,8 @@ def cmd_space(args: argparse.Namespace) -> int:
     """``aotune space``."""
     space = _space(args)
     n, exact = space.count(time_limit=args.count_seconds)
+    # an empty space is an answer, not an error; it names the constraints that leave no room
+    empty_because = space.empty_space_message() if exact and n == 0 else None
     if args.json:
         print(
             json_text(
@@ -701,6 +703,7 @@ def cmd_space(args: argparse.Namespace) -> int:
                     ],
                     "count": n,
                     "exact": exact,
+                    **({"empty_because": empty_because} if empty_because else {}),
                 },
                 indent=1,
             )
@@ -730,6 +733,8 @@ def cmd_space(args: argparse.Namespace) -> int:
         else f"at least (enumeration stopped after {args.count_seconds:g} s; a lower bound)"
     )
     out.print(f"valid configs: {qual} {n}")
+    if empty_because:
+        out.print(escape(f"why none: {empty_because}"))
     return 0
 
 

@@ -188,6 +188,18 @@ def test_unsatisfiable_request_names_the_conflicting_constraint(tiny_l1_spec):
     )
 
 
+def test_space_of_an_unsatisfiable_request_counts_0_and_names_the_conflict(tiny_l1_spec):
+    """space reports, so 0 configs is an answer (exit 0), with the constraints that leave none."""
+    args = ("space", "matmul", "--shape", "8x8x8", "--target", str(tiny_l1_spec))
+    text = run_cli(*args)
+    assert text.returncode == 0 and "valid configs: exactly 0" in text.stdout
+    assert "why none:" in text.stdout and "no config satisfies L1 footprint" in text.stdout
+    as_json = run_cli(*args, "--json")
+    doc = json.loads(as_json.stdout)
+    assert as_json.returncode == 0 and doc["count"] == 0
+    assert "L1 footprint" in doc["empty_because"]
+
+
 def test_a_spec_whose_features_leave_out_the_fma_names_the_key_to_fix(tmp_path: Path):
     text = (SPEC_DIR / "haswell.toml").read_text()
     spec = tmp_path / "noavx.toml"

@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the spec host kernels are tuned and predicted with: host (default) or a calibrated "
         "spec file of this machine",
     )
-    add_build_parser(sub)
+    add_build_parser(sub, _int_arg)
     add_db_parser(sub)
     acc = sub.add_parser(
         "accuracy",

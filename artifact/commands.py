@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,9 @@ def add_db_flags(p: argparse.ArgumentParser, search: bool = True, optional: bool
         )
 
 
-def add_build_parser(sub: Any) -> None:
-    """The ``build`` subcommand's arguments."""
+def add_build_parser(sub: Any, int_arg: Callable[[str], int] = int) -> None:
+    """The ``build`` subcommand's arguments; ``int_arg`` reads its integer options (the CLI's,
+    which takes ASCII digits only and says so)."""
     b = sub.add_parser(
         "build",
         help="tune a kernel list or an ONNX model and write a library (.so, .a, header, manifest)",
@@ -55,7 +57,7 @@ def add_build_parser(sub: Any) -> None:
     )
     b.add_argument(
         "--jobs",
-        type=int,
+        type=int_arg,
         default=None,
         help="searches run at once in local processes (default: one per core)",
     )
@@ -85,12 +87,14 @@ def add_build_parser(sub: Any) -> None:
     b.add_argument(
         "--objects-only", action="store_true", help="write objects and the header; link nothing"
     )
-    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--seed", type=int_arg, default=0)
     b.add_argument("--strategy", default="cga", help="cga (default) or random")
     b.add_argument(
-        "--budget", type=int, default=SearchOptions.budget, help="configs scored per workload"
+        "--budget", type=int_arg, default=SearchOptions.budget, help="configs scored per workload"
     )
-    b.add_argument("--top-k", type=int, default=3, help="candidates kept and checked (default 3)")
+    b.add_argument(
+        "--top-k", type=int_arg, default=3, help="candidates kept and checked (default 3)"
+    )
     b.add_argument("--json", action="store_true", help="print one JSON object")
     add_db_flags(b, optional=False)  # build keeps every search in the database
 

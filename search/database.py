@@ -434,9 +434,9 @@ def _seconds_taken(c: dict[str, Any], name: str, where: str) -> float:
 
 def default_path() -> Path:
     """``$XDG_CACHE_HOME/aotune/tuning.db``, or ``~/.cache/aotune/tuning.db``."""
-    import os
-
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the XDG spec: a relative value is invalid and ignored
+        base = str(Path.home() / ".cache")
     return Path(base) / "aotune" / "tuning.db"
 
 

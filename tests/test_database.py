@@ -327,6 +327,9 @@ def test_default_database_lives_in_the_cache_dir(tmp_path, monkeypatch):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert default_path() == Path(tmp_path) / "aotune" / "tuning.db"
+    # a relative value is invalid by the XDG spec: it made ./relative/aotune/ wherever one stood
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    assert default_path() == Path.home() / ".cache" / "aotune" / "tuning.db"
 
 
 # ---- bad input: one error line, exit 2, nothing a user had changed ---------------------------

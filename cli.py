@@ -1002,6 +1002,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
             for key, value in result.items():
                 print(f"{key:<17} {value}")
         return 0
+    if not args.measured.strip():  # Path("") is the working directory
+        raise ConfigError("--measured is an empty file name; name a Kernel Tuner cache file")
     given = [
         f"--{k}"
         for k in ("dims", "stride", "pad", "dilation", "groups", "layout")
@@ -1019,15 +1021,10 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         refuse_outputs_over_inputs({"--plot": args.plot}, inputs, ConfigError)
         check_writable(args.plot, args.force, ConfigError)
     shape = None
-    if args.shape is not None:
-        try:
-            shape = tuple(int(x) for x in args.shape.lower().split("x"))
-        except ValueError:
-            raise ConfigError(
-                f"--shape {args.shape!r}: give M x N x K, e.g. 4096x4096x4096"
-            ) from None
-        if any(x <= 0 for x in shape):
-            raise ConfigError(f"--shape {args.shape!r}: sizes must be positive")
+    if args.shape is not None:  # read as every command reads a matmul's shape
+        from aotune.analysis.workload import parse_shape
+
+        shape = tuple(parse_shape(args.shape, ("M", "N", "K")).values())
     result = measured.measured_accuracy(
         args.measured,
         args.target,

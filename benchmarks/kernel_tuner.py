@@ -142,7 +142,7 @@ def _int_param(value: object, name: str, key: str, path: Path) -> int:
         or value != int(value)
     ):
         raise MeasurementFileError(
-            f"{path}: entry {key!r} has {name}={str(value)[:24]}; aotune maps only integer "
+            f"{path}: entry {key!r} has {name}={_json_text(value)}; aotune maps only integer "
             "parameters"
         )
     if not 0 <= value <= MAX_PARAM:
@@ -151,6 +151,15 @@ def _int_param(value: object, name: str, key: str, path: Path) -> int:
             f"integer in 0..{MAX_PARAM}: the file is damaged"
         )
     return int(value)
+
+
+def _json_text(value: object) -> str:
+    """A value as the file writes it, shortened: the string "64" in quotes, unlike 64."""
+    try:
+        text = json.dumps(value)
+    except ValueError:  # NaN and infinities, which Python's JSON reads but strict JSON has not
+        text = str(value)
+    return text if len(text) <= 24 else text[:21] + "..."
 
 
 def _problem_size(value: object, path: Path) -> tuple[int, ...]:

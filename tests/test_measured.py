@@ -185,7 +185,12 @@ def test_failed_configs_are_counted_not_scored(tmp_path: Path):
         (
             b'{"kernel_name": "X", "tune_params_keys": ["A"], "cache": {"1": {"A": NaN, '
             b'"time": 1}}}',
-            "A=nan; aotune maps only integer",
+            "A=NaN; aotune maps only integer",
+        ),
+        (  # shown as the file has it: quoted, so "64" does not read as the integer 64
+            b'{"kernel_name": "X", "tune_params_keys": ["A"], "cache": {"1": {"A": "64", '
+            b'"time": 1}}}',
+            'A="64"; aotune maps only integer',
         ),
         (
             b'{"kernel_name": "X", "tune_params_keys": ["A"], "cache": {"1": {"A": -16, '
@@ -443,6 +448,9 @@ def test_a_file_s_device_is_matched_to_the_target_by_its_model_number(device, ta
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--target", "nope"), "nope"),
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("matmul",), "leave out the workload"),
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--shape", "128x256x256"), "disagrees"),
+        # read as every command reads a matmul shape: commas too, and the same words for a bad one
+        (lambda: kernel_tuner_text(CONFIGS[:2]), ("--shape", "128,256,256"), "disagrees"),
+        (lambda: kernel_tuner_text(CONFIGS[:2]), ("--shape", "-1x256x256"), "positive integer"),
         (lambda: kernel_tuner_text(CONFIGS[:2]), ("--sample", "3"), "at least 10"),
         (lambda: kernel_tuner_text(CONFIGS[:3]), (), "holds 3 timed configurations"),
         (  # ten timed configs, eight kernels: SA=0 ignores MDIMA
@@ -470,6 +478,11 @@ def test_accuracy_command_errors_are_one_line_exit_2(tmp_path: Path, make, args,
     proc = run_cli("accuracy", *args, "--measured", str(path), *target)
     assert proc.returncode == 2, proc.stdout
     assert says in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_an_empty_measured_file_name_says_so():
+    proc = run_cli("accuracy", "--measured", "", "--target", "rtx-2080-ti")
+    assert proc.returncode == 2 and "--measured is an empty file name" in proc.stderr
 
 
 def test_accuracy_of_a_workload_needs_a_machine_that_runs_it():

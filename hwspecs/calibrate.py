@@ -53,7 +53,15 @@ from aotune.hwspecs.probes import (
     probe_stores,
     probe_tlb,
 )
-from aotune.hwspecs.spec import _NAME, ARCHES, HwSpec, check_llvm_names, load_target, spec_from_dict
+from aotune.hwspecs.spec import (
+    _NAME,
+    ARCHES,
+    HwSpec,
+    builtin_names,
+    check_llvm_names,
+    load_target,
+    spec_from_dict,
+)
 from aotune.hwspecs.spec_toml import field_paths, spec_to_toml, value_at, with_value
 from aotune.machine_load import Sharing, cpu_use, sharing
 
@@ -590,16 +598,24 @@ def _cpu_model() -> str:
 def spec_name_for(path: str | None, name: str | None) -> str:
     """The name a calibrated spec gets: ``name`` if given, else the output file's name without
     ``.toml`` when that is a valid spec name, else ``calibrated``."""
+    taken = {*builtin_names(), "host"}  # a record made with the spec shows under its name
     if name is not None:
         if not _NAME.fullmatch(name):
             raise CalibrationError(
                 f"--name {name!r}: a spec name is 1-64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit"
             )
+        if name in taken:
+            raise CalibrationError(
+                f"--name {name}: a built-in target is called that, and records made with this "
+                f"spec would show as it in 'aotune db list'; pick another, e.g. {name}-here"
+            )
         return name
     if path:
         stem = os.path.basename(path)
         stem = stem[: -len(".toml")] if stem.endswith(".toml") else stem
+        if stem in taken:
+            stem += "-calibrated"
         if _NAME.fullmatch(stem):
             return stem
     return "calibrated"

@@ -203,6 +203,11 @@ def test_spec_names_come_from_the_option_or_the_file_name():
     assert cal.spec_name_for("x.toml", "zen5-lab") == "zen5-lab"
     with pytest.raises(CalibrationError, match="--name"):
         cal.spec_name_for(None, "bad name")
+    # a built-in's name would list this host's records as that target's
+    with pytest.raises(CalibrationError, match="built-in target is called that.*haswell-here"):
+        cal.spec_name_for("x.toml", "haswell")
+    assert cal.spec_name_for("specs/znver3.toml", None) == "znver3-calibrated"
+    assert cal.spec_name_for("host.toml", None) == "host-calibrated"
 
 
 def test_a_feature_list_too_long_for_a_spec_string_keeps_the_features_that_are_on():

@@ -154,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="aotune", description="Ahead-of-time kernel tuning without measurement in the loop."
     )
+    from aotune import __version__
+
+    parser.add_argument("--version", action="version", version=f"aotune {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     t = sub.add_parser("tune", help="search, rank statically, and verify the top-k on this host")
     _add_problem_args(t, op_optional=True)
@@ -1132,7 +1135,7 @@ def _flush_and_exit(code: int) -> None:
 def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     argv = _join_values(list(sys.argv[1:] if argv is None else argv))
-    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["tune", *argv]  # tune is the command run without one: its options come alone
     args = parser.parse_args(argv)
     if args.command == "hw" and args.hw_command is None:

@@ -518,3 +518,10 @@ def test_an_overlong_word_of_a_message_keeps_both_ends():
     assert shown.startswith("error: /tmp/deeply_nested") and "/kernels.toml (" in shown
     assert len(shown) < 250 and shown.endswith("is not valid TOML")
     assert _one_line("a  b\n c") == "a b c"
+
+
+def test_version_prints_the_version_and_runs_nothing():
+    from aotune import __version__
+
+    proc = run_cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"aotune {__version__}"

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aotune import machine_load
+from aotune import __version__, machine_load
 from aotune.artifact.commands import (
     add_build_parser,
     add_db_flags,
@@ -154,8 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="aotune", description="Ahead-of-time kernel tuning without measurement in the loop."
     )
-    from aotune import __version__
-
     parser.add_argument("--version", action="version", version=f"aotune {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     t = sub.add_parser("tune", help="search, rank statically, and verify the top-k on this host")

@@ -245,21 +245,20 @@ class TuneRecord:
                 "give the definition the record was made for (workload_key is its hash); "
                 "export the record again with aotune db export",
             )
-        if not _HASH.fullmatch(_text(d, "spec_hash")):
+        spec, options = _text(d, "spec_hash"), _text(d, "options")
+        if not _HASH.fullmatch(spec):
             raise _field_error(
-                "spec_hash", d["spec_hash"], "give the spec's hash: 32 hex digits, as export wrote"
+                "spec_hash", spec, "give the spec's hash: 32 hex digits, as export wrote"
             )
-        if not isinstance(_loads(_text(d, "options")), dict):
+        if not isinstance(_loads(options), dict):
             raise _field_error(
-                "options",
-                d["options"],
-                "give the search options as the JSON object text export wrote",
+                "options", options, "give the search options as the JSON object text export wrote"
             )
         return TuneRecord(
             workload_key=key,
-            spec_hash=d["spec_hash"],
+            spec_hash=spec,
             model_version=_text(d, "model_version"),
-            options=_text(d, "options"),
+            options=options,
             workload=workload,
             target=_text(d, "target"),
             candidates=checked,
@@ -410,7 +409,7 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
         # a model says infinity for a config that cannot run at all (a GPU block too large)
         predicted_seconds=_seconds_taken(c, "predicted_seconds", where),
         estimate_seconds=_seconds_taken(c, "estimate_seconds", where),
-        bottleneck=_text(c, "bottleneck", where, empty=True),
+        bottleneck=bottleneck,
         breakdown={k: float(v) for k, v in breakdown.items()},
         measured_seconds=_number(c, "measured_seconds", where, optional=True),
         gflops=_number(c, "gflops", where, want="give a finite number, 0 or more", optional=True),

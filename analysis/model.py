@@ -988,14 +988,13 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       first touches and rows evicted by the rows ahead alike (Zen 3 slice, rows 4 and 8 KiB
       apart, 1 x 8, 5 x 8, 5 x 16 and 6 x 16 tiles: 8.2-11.7 cycles per k step, the probe 9.8;
       4160 bytes apart 3.3-7.6). A panel in one set swept again by the next tiles refills at the
-      same pace (rows 4 and 8 KiB apart, kc = 64, swept by 30-240 calls: measured at 1.07-1.24x
-      the refills' prediction, 0.65-0.73x an L2 round trip per row's); one over two sets keeps
-      its L2 round trip (2 KiB apart, 1 x 8 swept by 267 calls: 7.6 cycles per k step, two sets'
-      refills 4.9). Rows of more lines are not claimed: two lines took 12.8-13.8 there, three
-      15.8, four 13.5 (neither one refill per row nor per line). Strides within
-      ``memory.prefetch_stride_bytes`` are prefetched by the hardware; rows the micro-kernel
-      prefetches itself (``b_prefetch_rows``) arrive before their first touch, leaving only the
-      transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched, 105-155 without).
+      same pace, the probe's own sweep; one over several sets keeps its L2 round trip, which it
+      was measured nearer to (README, stop 64). Rows of more lines are not claimed: two lines
+      took 12.8-13.8 there, three 15.8, four 13.5 (neither one refill per row nor per line).
+      Strides within ``memory.prefetch_stride_bytes`` are prefetched by the hardware; rows the
+      micro-kernel prefetches itself (``b_prefetch_rows``) arrive before their first touch,
+      leaving only the transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched,
+      105-155 without).
     - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows
       a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
       Those broadcasts refill one set, one after another; the k steps whose FMAs wait in the
@@ -1032,9 +1031,8 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         sets = _panel_sets(b_stride, s.kc, s.nr * isz, line, _sets(hw.cache(1)))
         side_by_side = min(sets / row_lines, rows_in_flight)  # rows whose refetches overlap
         refill = hw.memory.set_refill_cycles if row_lines == 1 else 0.0
-        # a panel in one set refills at that set's pace, met once or swept (the probe's case);
-        # one swept over several sets refetches an L2 round trip apart (measured slower than
-        # its sets' refills side by side)
+        # one set refills at its own pace, met once or swept; a swept panel over several sets
+        # refetches an L2 round trip apart
         refetch = refill if refill > 0 and (sweeps == 1 or sets == 1) else l2.latency_cycles
         extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only

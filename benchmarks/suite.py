@@ -298,7 +298,7 @@ def _handoff_ns(hw: HwSpec) -> float | None:
     Recorded beside the accuracy timings because on a VM it follows the host's placement of the
     virtual CPUs (about 40 or 170 ns on the 2-vCPU EPYC slice, switching within seconds), and a
     par=n kernel, whose threads write neighbouring lines of C, loses 15-50% at 256^3-512^3 in the
-    slow placement while a par=m one keeps its speed.
+    slow placement while a par=m one with both inputs packed keeps its speed.
     """
     if min(hw.core.cores, len(os.sched_getaffinity(0))) < 2:
         return None

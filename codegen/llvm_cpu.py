@@ -120,7 +120,7 @@ class CpuKernelBuilder:
         return ir.Function(self.module, ir.FunctionType(ret, args), name=name)
 
     def vector_fn(self, op: str, width: int, arity: int) -> ir.Function:
-        """``llvm.<op>.v<width>f32`` taking ``arity`` vectors (fma, exp, maxnum)."""
+        """``llvm.<op>.v<width>f32`` taking ``arity`` vectors (fma, exp)."""
         ty = ir.VectorType(F32, width)
         return self.intrinsic(f"llvm.{op}.v{width}f32", ty, [ty] * arity)
 
@@ -321,8 +321,8 @@ class CpuKernelBuilder:
         if bias is not None:
             val = b.fadd(val, bias)
         act = self.s.activation
-        if act == "relu":
-            return b.call(self.vector_fn("maxnum", width, 2), [val, const(0.0)])
+        if act == "relu":  # not maxnum, which drops a NaN as numpy's maximum does not
+            return b.select(b.fcmp_ordered("<", val, const(0.0)), const(0.0), val)
         if act == "sigmoid":  # 1 / (1 + e^-x): e^-x saturates at e^88, which gives ~0, as it should
             e = self.exp(b, b.fsub(const(0.0), val))
             return b.fdiv(const(1.0), b.fadd(const(1.0), e))

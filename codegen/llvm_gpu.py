@@ -518,7 +518,8 @@ class KernelEmitter:
                     idx = b.add(idx, b.mul(coords[name], self.c(cf)))
             v = b.fadd(v, self.load(b, pbias, idx, inside, 1)[0])
         if s.activation == "relu":
-            return b.select(b.fcmp_ordered(">", v, ir.Constant(F32, 0.0)), v, ir.Constant(F32, 0.0))
+            zero = ir.Constant(F32, 0.0)  # a NaN fails the ordered compare and stays, as in numpy
+            return b.select(b.fcmp_ordered("<", v, zero), zero, v)
         if s.activation == "sigmoid":
             e = self.exp(b, m, b.fneg(v))
             return b.fdiv(ir.Constant(F32, 1.0), b.fadd(ir.Constant(F32, 1.0), e))

@@ -6,13 +6,14 @@ import os
 import numpy as np
 import pytest
 from aotune.analysis.features import elf_functions, kernel_features
-from aotune.analysis.workload import matmul
+from aotune.analysis.workload import dense, matmul
 from aotune.codegen.compile import compile_kernel
 from aotune.codegen.runner import (
     PAGE_BYTES,
     HostKernel,
     aligned_copy,
     check_against_numpy,
+    numpy_reference,
     random_operands,
 )
 from aotune.codegen.schedule import rows_l1_keeps_ahead, schedule_from_config
@@ -215,6 +216,23 @@ def test_column_tails_use_the_narrowest_vector_that_holds_them():
             a, b, bias = random_operands(hk.kernel.schedule, n)
             correct, err, tol = check_against_numpy(hk, a, b, bias)
             assert correct, f"N={n} {act} {sp.describe_config(c)}: {err} > {tol}"
+
+
+@pytest.mark.skipif(not x86_targets, reason="no target this host can run")
+@pytest.mark.parametrize("act", ["relu", "gelu", "sigmoid", "none"])
+def test_a_nan_in_an_input_row_stays_nan_through_every_activation(act):
+    """numpy keeps a NaN through each activation (``np.maximum(nan, 0)`` is nan); the kernel's
+    epilogue must too: a relu built on maxnum returned 0 there, a silently wrong output."""
+    hw = load_target(x86_targets[0])
+    space = build_cpu_space(dense(4, 13, 5, bias=True, activation=act), hw)
+    for cfg in space.sample(3, seed=5):
+        hk = HostKernel(compile_kernel(schedule_from_config(space, cfg), hw), hw)
+        a, b, bias = random_operands(hk.kernel.schedule, 5)
+        a[1, 2] = np.nan
+        got, ref = hk(a, b, bias), numpy_reference(hk.kernel.schedule, a, b, bias)
+        assert np.isnan(ref[1]).all()
+        assert np.isnan(got[1]).all(), (act, space.describe_config(cfg), got[1])
+        np.testing.assert_allclose(np.delete(got, 1, 0), np.delete(ref, 1, 0), rtol=1e-5, atol=1e-6)
 
 
 def test_side_by_side_timing_keeps_each_functions_fastest_round():

@@ -18,7 +18,13 @@ from aotune.analysis.workload import (
 )
 from aotune.codegen.cuda_tools import parse_ptxas_log, tool_path
 from aotune.codegen.gpu_compile import compile_gpu_kernel
-from aotune.codegen.gpu_emulator import check_emulated, random_inputs, tile_offsets
+from aotune.codegen.gpu_emulator import (
+    HostBlocks,
+    check_emulated,
+    choose_blocks,
+    random_inputs,
+    tile_offsets,
+)
 from aotune.codegen.gpu_schedule import schedule_from_config
 from aotune.codegen.llvm_gpu import REGIONS, KernelEmitter, region_text
 from aotune.constraints.gpu import build_gpu_space
@@ -86,6 +92,20 @@ def test_the_body_is_emitted_once_for_device_and_host():
     for region in REGIONS:
         assert region_text(device, region) == region_text(host, region)
     assert "llvm.nvvm.barrier0" in device and "barrier" not in host
+
+
+def test_a_nan_stays_nan_through_the_relu_epilogue():
+    """As numpy's ``np.maximum(nan, 0)``: a relu that compares ``v > 0`` wrote 0 for a NaN."""
+    hw = load_target("a100")
+    space = build_gpu_space(dense(4, 13, 5, bias=True, activation="relu"), hw)
+    kernel = compile_gpu_kernel(schedule_from_config(space, space.solve()), hw)
+    a, b, bias = random_inputs(kernel.schedule, 1)
+    a[1, 2] = np.nan
+    c = np.zeros(kernel.schedule.shapes[2], np.float32)
+    HostBlocks(kernel).run(a, b, c, bias, choose_blocks(kernel.schedule))  # a small grid: all
+    assert np.isnan(c[1]).all() and not np.isnan(np.delete(c, 1, 0)).any()
+    ref = np.maximum(np.delete(a, 1, 0).astype(np.float64) @ b + bias, 0)
+    np.testing.assert_allclose(np.delete(c, 1, 0), ref, rtol=1e-5, atol=1e-6)
 
 
 def test_a_wrong_result_is_caught():

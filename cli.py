@@ -494,6 +494,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "gflops": v.gflops,
                 "correct": v.measurement.correct,
                 "max_abs_error": v.measurement.max_abs_error,
+                "tolerance": v.measurement.tolerance,
                 "runs": v.measurement.runs,
                 "spread": v.measurement.spread,
             }

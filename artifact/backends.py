@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from aotune.analysis.features import x86_features_used
 from aotune.artifact.cpu import compile_library_kernel, compile_runtime
 from aotune.artifact.header import header_text
 from aotune.artifact.inputs import KernelRequest
@@ -269,8 +270,10 @@ class CpuBackend:
             "target": {
                 "arch": hw.isa.arch,
                 "cpu": hw.isa.llvm_cpu,
+                # the spec's features and those its llvm_cpu implies, as the code shows them
                 "cpu_features": sorted(
-                    f[1:] for f in hw.isa.llvm_features.split(",") if f.startswith("+")
+                    {f[1:] for f in hw.isa.llvm_features.split(",") if f.startswith("+")}
+                    | _features_in_objects(objects, hw)
                 ),
             },
             "header": header.name,
@@ -294,6 +297,13 @@ class CpuBackend:
         if not manifest.get("shared_object"):
             return {}, "not run: no shared object to load"
         return check_library(out_dir, chosen), None
+
+
+def _features_in_objects(objects: list[Path], hw: HwSpec) -> set[str]:
+    """The x86 features the written objects' machine code needs (none counted elsewhere)."""
+    if hw.isa.arch != "x86_64":
+        return set()
+    return {f for path in objects for f in x86_features_used(path.read_bytes())}
 
 
 def host_can_run_features(features: list[str]) -> tuple[bool, str]:

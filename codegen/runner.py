@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 import numpy as np
+from aotune.analysis.features import x86_features_used
 from aotune.analysis.workload import ConvParams, Workload
 from aotune.codegen.compile import _LLVM_LOCK, Kernel, optimize, target_machine
 from aotune.codegen.executions import count_execution
@@ -23,7 +24,7 @@ from aotune.codegen.launch import launch_plan, page_rounded
 from aotune.codegen.schedule import CpuSchedule
 from aotune.codegen.workers import workers
 from aotune.errors import FinalCheckError
-from aotune.hwspecs.host import available_memory_bytes, host_can_run
+from aotune.hwspecs.host import available_memory_bytes, detect_host, host_can_run
 from aotune.hwspecs.spec import HwSpec
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -116,6 +117,17 @@ def _checked_out(out: object, shape: tuple[int, ...], inputs: tuple[np.ndarray, 
     return address
 
 
+def _features_lacking(kernel: Kernel) -> str:
+    """The x86 features ``kernel``'s machine code needs and this host lacks, each with an
+    instruction that needs it ('' when none, or not x86): run, it would die of SIGILL."""
+    if kernel.hw.isa.arch != "x86_64":
+        return ""
+    host = detect_host()
+    have = {f[1:] for f in host.isa.llvm_features.split(",") if f.startswith("+")}
+    used = x86_features_used(kernel.object_code)
+    return "; ".join(f"{f} ({insn})" for f, insn in used.items() if f not in have)
+
+
 class HostKernel:
     """A kernel JIT-compiled for this machine, callable on numpy arrays."""
 
@@ -124,6 +136,14 @@ class HostKernel:
         if not ok:
             raise FinalCheckError(
                 f"final check skipped: {why}; the kernel was generated but cannot run here"
+            )
+        lacking = _features_lacking(kernel)
+        if lacking:
+            raise FinalCheckError(
+                f"cannot run the kernel here: for target {hw.name} it uses {lacking}, which this "
+                f"CPU lacks (the spec's llvm_cpu '{hw.isa.llvm_cpu}' implies more than its "
+                "llvm_features say); give the spec this CPU's llvm_cpu "
+                f"('{detect_host().isa.llvm_cpu}'), or use --target host"
             )
         self.kernel, self.hw = kernel, hw
         s = kernel.schedule

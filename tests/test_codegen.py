@@ -235,6 +235,32 @@ def test_a_nan_in_an_input_row_stays_nan_through_every_activation(act):
         np.testing.assert_allclose(np.delete(got, 1, 0), np.delete(ref, 1, 0), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(not x86_targets, reason="no x86 host")
+def test_a_spec_whose_cpu_name_implies_avx512_is_not_run_where_the_cpu_lacks_it():
+    """A hand-edited spec, llvm_cpu 'znver4' but llvm_features '+avx2,+fma': LLVM emits
+    AVX-512 for the CPU name, so the object code, not the feature string, says what the kernel
+    needs; run on a CPU without it, the process would die of SIGILL with no message."""
+    from aotune.analysis.features import x86_features_used
+    from aotune.hwspecs.host import detect_host
+    from aotune.hwspecs.spec_toml import with_value
+
+    haswell = load_target("haswell")
+    edited = with_value(haswell, "isa.llvm_cpu", "znver4")
+    assert "avx512f" not in edited.isa.llvm_features
+    space = build_cpu_space(matmul(8, 8, 8), edited)
+    kernels = [compile_kernel(schedule_from_config(space, c), edited) for c in space.sample(8, 1)]
+    # LLVM picks EVEX where it gains, e.g. an FMA with its broadcast folded in (``{1to8}``)
+    kernel = next(k for k in kernels if "avx512f" in x86_features_used(k.object_code))
+    plain = compile_kernel(kernel.schedule, haswell)
+    assert "avx512f" not in x86_features_used(plain.object_code)
+    if "+avx512f" in detect_host().isa.llvm_features.split(","):
+        hk = HostKernel(kernel, edited)  # this CPU has it: the kernel runs, and is right
+        assert check_against_numpy(hk, *random_operands(kernel.schedule, 1))[0]
+    else:
+        with pytest.raises(FinalCheckError, match="uses avx512f .* this CPU lacks"):
+            HostKernel(kernel, edited)
+
+
 def test_side_by_side_timing_keeps_each_functions_fastest_round():
     """A burst of other work during one round does not decide the time: a function that takes
     20 ms in its first round and 2 ms in its second is timed at its second round's median."""

@@ -1053,7 +1053,11 @@ def _join_values(argv: list[str]) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(argv):
-        if argv[i] in ("--shape", "--config", "--dims") and i + 1 < len(argv):
+        if (
+            argv[i] in ("--shape", "--config", "--dims")
+            and i + 1 < len(argv)
+            and not argv[i + 1].startswith("--")  # the next option: this one's value is missing
+        ):
             out.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
         else:

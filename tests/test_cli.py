@@ -50,6 +50,12 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
     [
         (["tune", "matmul", "--shape", "0x5x5"], ["dimension M", "got 0"]),
         (["tune", "matmul", "--shape", "-3x4x4"], ["got -3"]),
+        # a missing value does not take the next option as its own
+        (["space", "matmul", "--shape", "--target", "znver3"], ["--shape: expected one argument"]),
+        (
+            ["validate", "matmul", "--config", "--shape", "8x8x8"],
+            ["--config: expected one argument"],
+        ),
         (["tune", "matmul", "--shape", "abc"], ["is not sizes; give 3"]),
         (["tune", "conv9d", "--shape", "4x4x4"], ["unknown operator 'conv9d'"]),
         (

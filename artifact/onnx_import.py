@@ -227,16 +227,23 @@ class _Tensors:
     consts: frozenset[str]  # initializers and Constant nodes' outputs
 
 
-def _tensors(model: Any) -> _Tensors:
-    """Shapes and element types of the model's tensors after shape inference."""
+def _tensors(model: Any) -> tuple[_Tensors, str | None]:
+    """Shapes and element types of the model's tensors after shape inference, and what strict
+    inference said was wrong (None: nothing); the shapes are then the lenient inference's, for
+    the importer's own checks to name the node and its shapes, which onnx's message does not."""
     import onnx
 
+    failed = None
     try:
         # data_prop: shapes computed in the graph (Shape -> Gather -> Concat -> Reshape, as
         # PyTorch exports them) become static
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as e:  # noqa: BLE001 -- onnx raises InferenceError and friends
-        raise BuildError(f"ONNX shape inference failed: {str(e).splitlines()[0]}") from None
+        failed = " ".join(str(e).split())
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except Exception:  # noqa: BLE001 -- as above
+            inferred = model
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, int] = {}
     g = inferred.graph
@@ -255,7 +262,7 @@ def _tensors(model: Any) -> _Tensors:
     for name, t in consts.items():  # dims and type only: the data is never needed
         shapes[name] = tuple(int(d) for d in t.dims)
         dtypes[name] = t.data_type
-    return _Tensors(shapes, dtypes, frozenset(consts))
+    return _Tensors(shapes, dtypes, frozenset(consts)), failed
 
 
 def _attrs(node: Any) -> dict[str, Any]:
@@ -575,8 +582,14 @@ def read_onnx(
     :func:`~aotune.artifact.inputs.read_input` has read them already)."""
     model = _load(path, data)
     _fix_inputs(model, shapes, path)
-    imp = _Importer(model, _tensors(model), path.name)
-    found = imp.run()
+    tensors, inference_failed = _tensors(model)
+    imp = _Importer(model, tensors, path.name)
+    found = imp.run()  # names the node and both shapes where it sees what is wrong
+    if inference_failed:
+        raise BuildError(
+            f"{path.name}: ONNX shape inference failed: {inference_failed[:300]}; the model is "
+            "invalid, fix or re-export it"
+        )
     by_key: dict[str, int] = {}
     kernels: list[KernelRequest] = []
     taken: set[str] = set()

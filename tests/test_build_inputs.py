@@ -873,6 +873,32 @@ def test_onnx_gemm_c_that_does_not_broadcast_is_an_error(tmp_path):
         read_onnx(tmp_path / "m.onnx", {})
 
 
+def test_onnx_matmul_whose_inner_sizes_differ_names_the_node_and_both_shapes(tmp_path):
+    """Strict shape inference refuses the model first, and its message names neither the node
+    nor the shapes: the importer's own check, on the lenient inference's shapes, does."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    node = helper.make_node("MatMul", ["x", "w"], ["y"], name="proj")
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (8, 8))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],  # typed, as exporters do
+        [numpy_helper.from_array(_ones(7, 8), "w")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              str(tmp_path / "m.onnx"))  # fmt: skip
+    with pytest.raises(BuildError, match=r"m.onnx: node proj \(MatMul\) reads x of shape \(8, 8\) "
+                       r"and w of shape \(7, 8\): inner sizes 8 and 7"):  # fmt: skip
+        read_onnx(tmp_path / "m.onnx", {})
+    # what only onnx's inference sees is still refused, with the file named
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], name="c0", strides=[0, 0])
+    _onnx_model(tmp_path / "s.onnx", [conv], {"x": (1, 4, 8, 8)}, {"w": _ones(4, 4, 3, 3)})
+    with pytest.raises(BuildError, match=r"s.onnx: ONNX shape inference failed: .*strides"):
+        read_onnx(tmp_path / "s.onnx", {})
+
+
 def test_onnx_ops_that_are_not_float32_are_skipped_not_converted(tmp_path):
     from onnx import TensorProto, helper
 

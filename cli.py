@@ -1219,11 +1219,13 @@ LONGEST_WORD_SHOWN = 300
 
 def _one_line(text: str) -> str:
     """A message on one line (LLVM and OS messages may carry newlines), each overlong word cut
-    to its two ends and its length."""
-    return " ".join(
+    to its two ends and its length, control characters escaped."""
+    line = " ".join(
         w if len(w) <= LONGEST_WORD_SHOWN else f"{w[:60]}...{w[-60:]} ({len(w)} characters)"
         for w in text.split()
     )
+    # a control character left in a path (ESC, ...) is shown, not sent to the terminal
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in line)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,13 @@ def test_bad_input_gets_one_line_error(args, needles):
     assert_one_line_error(run_cli(*args), *needles)
 
 
+def test_a_control_character_in_a_path_is_shown_escaped_not_sent_to_the_terminal(tmp_path):
+    path = str(tmp_path / "\x1b[31mred.toml")
+    proc = run_cli("space", "matmul", "--shape", "8x8x8", "--target", path)
+    assert_one_line_error(proc, "\\x1b[31mred.toml", "No such file")
+    assert "\x1b" not in proc.stderr
+
+
 def test_misspelled_hwspec_key(broken_spec):
     assert_one_line_error(
         run_cli("space", "matmul", "--shape", "8x8x8", "--target", str(broken_spec)),

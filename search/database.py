@@ -12,19 +12,22 @@ a final check when one ran. Roadmap of this module:
     TuningDatabase
         open      WAL journal (two builds may share one file at once), a busy timeout, a schema
                   version check (a file from a newer aotune is refused, not misread); another
-                  program's SQLite file is refused untouched, and the commands that only read
-                  never create a file
+                  program's SQLite file, or an aotune file missing a table (damaged), is refused
+                  untouched by every command, and the commands that only read never create a file
         put       one transaction per record: a build killed at any moment leaves no partial
                   record; two writers of one key keep the first and both read it back
         find / get / all / measure / export_jsonl / import_jsonl: every record read or
-                  imported is checked field by field (TuneRecord.from_dict)
+                  imported is checked field by field (TuneRecord.from_dict); an export file may
+                  be gzipped
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import hashlib
+import io
 import json
 import math
 import os
@@ -32,6 +35,7 @@ import re
 import shlex
 import sqlite3
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import MISSING, dataclass
 from pathlib import Path
@@ -274,6 +278,8 @@ class TuneRecord:
 # 1970 before 2100 (0 means "now" to put); anything else is a damaged or hand-made record
 _MAX_INT = 2**63 - 1
 _IMPORT_LIMIT = 1 << 30  # bytes of a file to import: far beyond any real export
+_GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip file (RFC 1952)
+_SQLITE_MAGIC = b"SQLite format 3\x00"
 _LAST_CREATED = 4102444800.0
 _PREDICTED = "give a number of seconds above 0 (Infinity: the config cannot run)"
 _CREATED_WANT = "give the seconds since 1970 it was made, from 0 to 4102444800 (the year 2100)"
@@ -678,12 +684,46 @@ class TuningDatabase:
         return added, len(records) - added
 
 
+def _gunzip(data: bytes, path: Path) -> bytes:
+    """The unpacked bytes of ``data``, the gzip file ``path`` (as ``gzip -k`` makes of an export):
+    at most ``_IMPORT_LIMIT`` of them, so a small file cannot unpack to fill the memory."""
+    limit = _IMPORT_LIMIT
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            unpacked = f.read(limit + 1)
+    except (OSError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError; cut short: EOF
+        raise DatabaseError(
+            f"{path} is a gzip file that cannot be unpacked ({e}); check it with "
+            f"'gunzip -t {shlex.quote(str(path))}', or export the records again"
+        ) from None
+    if len(unpacked) > limit:
+        raise DatabaseError(
+            f"{path} unpacks to more than the {limit} bytes a JSON-lines file may have; is it "
+            "the right file?"
+        )
+    if unpacked.startswith(_GZIP_MAGIC):
+        raise DatabaseError(
+            f"{path} is gzipped twice; unpack it with 'gunzip -c {shlex.quote(str(path))} | "
+            "gunzip > records.jsonl' and import records.jsonl"
+        )
+    return unpacked
+
+
 def read_export(path: Path) -> list[TuneRecord]:
-    """The records of a ``db export`` file, every line checked (a DatabaseError names the first
-    that is wrong); nothing is written, so a refused file leaves no database behind."""
+    """The records of a ``db export`` file, plain or gzipped, every line checked (a DatabaseError
+    names the first that is wrong); nothing is written, so a refused file leaves no database
+    behind."""
     # a regular file of at most 1 GiB (never a device read to its end), decoded as UTF-8
     data = read_user_file(path, "JSON-lines file", DatabaseError, limit_bytes=_IMPORT_LIMIT)
-    if data.startswith(b"SQLite format 3\x00"):
+    packed = data.startswith(_GZIP_MAGIC)
+    if packed:  # an export kept compressed: read it as gunzip would
+        data = _gunzip(data, path)
+    if data.startswith(_SQLITE_MAGIC):
+        if packed:
+            raise DatabaseError(
+                f"{path} is a gzipped database, not a 'db export' file; unpack it with gunzip, "
+                "export its records (aotune db export records.jsonl --db FILE) and import that"
+            )
         raise DatabaseError(
             f"{path} is a database, not a 'db export' file; export its records first "
             f"(aotune db export records.jsonl --db {path}) and import that"
@@ -723,8 +763,9 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
     must exist, as ``--emit-*`` files' must: a mistyped folder is an error, not a new tree.
 
     A file that is not an SQLite database, an SQLite file of another program (whose tables are
-    left as they are), or one written by a newer aotune (a higher schema version), raises a
-    DatabaseError that says what to do.
+    left as they are), one written by a newer aotune (a higher schema version), or a damaged one
+    (a table missing: it is left as it is, even with ``create``), raises a DatabaseError that says
+    what to do.
     """
     p = Path(path) if path is not None else default_path()
     if not str(path if path is not None else p):
@@ -750,7 +791,13 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
         if create:
             p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise DatabaseError(f"cannot create the directory of {p}: {e.strerror}") from None
+        fix = (
+            "give --db a file in an existing folder, or create the folder first"
+            if path is not None
+            else "the default database sits under $XDG_CACHE_HOME (else ~/.cache): point that "
+            "at a folder, or give --db a file"
+        )
+        raise DatabaseError(f"cannot create the directory of {p}: {e.strerror}; {fix}") from None
     except ValueError as e:  # an embedded NUL byte
         raise DatabaseError(f"cannot open database {p}: {e}") from None
     try:
@@ -807,8 +854,8 @@ def _schema_columns() -> dict[str, set[str]]:
 def _schema_version(conn: sqlite3.Connection, p: Path, create: bool) -> int | None:
     """The schema version of the database open in ``conn``; None for a file with no tables yet
     (a new database, which only a command that may ``create`` one takes). A DatabaseError where
-    the file is another program's (tables, but not aotune's meta table with its version) or a
-    newer aotune's."""
+    the file is another program's (tables, but not aotune's meta table with its version), a
+    newer aotune's, or damaged (one of aotune's tables missing), whether or not ``create``."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
         if create:
@@ -842,7 +889,10 @@ def _schema_version(conn: sqlite3.Connection, p: Path, create: bool) -> int | No
     for table, columns in expected.items():
         if table in tables and not columns <= _columns(conn, table):
             raise DatabaseError(foreign)
-        if table not in tables and not create and table != "objects":
+        # objects came after schema 1 with no new version: a file without it is an older aotune's,
+        # and the schema's IF NOT EXISTS adds it. Any other table missing is damage, which a
+        # write must not paper over: recreated empty, it would hide what was lost
+        if table not in tables and table != "objects":
             raise DatabaseError(
                 f"{p}: its table {table} is missing; the file is damaged{_DAMAGED_FIX}"
             )

@@ -330,6 +330,12 @@ def test_default_database_lives_in_the_cache_dir(tmp_path, monkeypatch):
     # a relative value is invalid by the XDG spec: it made ./relative/aotune/ wherever one stood
     monkeypatch.setenv("XDG_CACHE_HOME", "relative")
     assert default_path() == Path.home() / ".cache" / "aotune" / "tuning.db"
+    # pointing at a file: the error names the variable to fix, and --db
+    (tmp_path / "a-file").write_text("mine")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))
+    with pytest.raises(DatabaseError, match=r"Not a directory; .*XDG_CACHE_HOME.* --db"):
+        open_database()
+    assert (tmp_path / "a-file").read_text() == "mine"
 
 
 # ---- bad input: one error line, exit 2, nothing a user had changed ---------------------------

@@ -1,8 +1,9 @@
 """``aotune build``: a kernel list or an ONNX model -> a library on disk, through the database.
 
     input      inputs.read_input: named workloads (TOML) or a model's kernels and skipped ops
-    outdir     check_output_dir: new, empty, or holding only what an earlier build wrote
-               (its manifest lists every file with a hash); anything else needs --force;
+    outdir     check_output_dir: new (in an existing folder), empty, or holding only what an
+               earlier build wrote (its manifest lists every file with a hash); anything else
+               needs --force;
                stage_output_dir: a staging directory made now, before any search (beside a new
                output directory, inside an existing one), so an output directory that cannot
                be created or written fails in a second
@@ -220,6 +221,30 @@ def _earlier_files(out: Path, force: bool) -> list[Path]:
     return ours
 
 
+def check_output_parent(out: Path) -> None:
+    """A BuildError where a new output directory ``out`` has no folder to be made in: a missing
+    parent is refused as a likely typo (as ``--db`` and ``--emit-*`` refuse one), not made."""
+    try:
+        if out.exists() or out.is_symlink():  # an existing one: check_output_dir's to judge
+            return
+        parent = out.parent
+        while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
+            parent = parent.parent
+        if parent.exists() and not parent.is_dir():
+            raise BuildError(
+                f"-o {out}: {parent} is a file, not a directory; choose another output directory"
+            )
+        if not out.parent.is_dir():  # missing, or a symbolic link to nothing
+            raise BuildError(
+                f"cannot create -o {out}: {out.parent} does not exist; give -o a directory in "
+                "an existing folder, or create the folder first"
+            )
+    except OSError as e:  # a path we may not even look at
+        raise BuildError(
+            f"-o {out}: cannot use it ({e.strerror}); choose a directory you can write"
+        ) from None
+
+
 @dataclass(frozen=True)
 class Staging:
     """Where a build writes its files until they are complete, and what a failure undoes."""
@@ -227,7 +252,6 @@ class Staging:
     out: Path  # the output directory
     dir: Path  # the staging directory: beside a new ``out``, inside an existing one
     new_out: bool  # ``out`` did not exist: ``dir`` is renamed to it
-    made: tuple[Path, ...] = ()  # missing parents of ``out`` created for it, outermost first
 
 
 def stage_output_dir(out: Path) -> Staging:
@@ -250,34 +274,20 @@ def _stage(out: Path) -> Staging:
                 f"-o {out}: cannot write in this directory ({e.strerror}); choose a directory "
                 "you can write"
             ) from None
-    missing: list[Path] = []
-    parent = out.parent
-    while not parent.exists() and not parent.is_symlink() and parent != parent.parent:
-        missing.append(parent)
-        parent = parent.parent
-    if parent.exists() and not parent.is_dir():
-        raise BuildError(
-            f"-o {out}: {parent} is a file, not a directory; choose another output directory"
-        )
-    made: list[Path] = []
+    check_output_parent(out)
     try:
-        for d in reversed(missing):  # like mkdir -p, undone if the build fails
-            d.mkdir()
-            made.append(d)
         tmp = tempfile.mkdtemp(prefix=f".{out.name[:40]}{STAGING}", dir=out.parent)
     except OSError as e:
-        _remove_dirs(made)
         raise BuildError(
-            f"-o {out}: cannot create it in {parent} ({e.strerror}); choose a directory you "
+            f"-o {out}: cannot create it in {out.parent} ({e.strerror}); choose a directory you "
             "can write"
         ) from None
-    return Staging(out, Path(tmp), True, tuple(made))
+    return Staging(out, Path(tmp), True)
 
 
 def discard_staging(staging: Staging) -> None:
-    """Undo a build that failed: its staging directory and the parents it made are removed."""
+    """Undo a build that failed: its staging directory is removed."""
     shutil.rmtree(staging.dir, ignore_errors=True)
-    _remove_dirs(list(staging.made))
 
 
 def _remove_dirs(dirs: list[Path]) -> None:

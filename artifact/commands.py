@@ -171,7 +171,7 @@ def _console(stderr: bool = False) -> Any:
 
 def cmd_build(args: argparse.Namespace) -> int:
     """``aotune build``."""
-    from aotune.artifact.build import BuildOptions, build, default_jobs
+    from aotune.artifact.build import BuildOptions, build, check_output_parent, default_jobs
     from aotune.artifact.inputs import read_input
     from aotune.artifact.onnx_import import parse_shape_args
     from aotune.hwspecs.spec import load_target
@@ -205,6 +205,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     if not args.force:  # with --force they may stay there, if the build writes none of them
         # checked before the database is opened, which would create it inside -o
         refuse_inputs_inside(args.out, "-o", inputs, BuildError)
+    # a missing parent of -o is a likely typo: refused before the database is made
+    check_output_parent(Path(args.out))
     db = open_db(args)
     options = BuildOptions(
         out_dir=Path(args.out),

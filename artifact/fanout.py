@@ -7,7 +7,9 @@ finishes, so a build stopped at any moment keeps every finished search).
 
     jobs == 1, no cluster   in this process, one after another
     jobs > 1                a local process pool (spawned: no LLVM or thread state is forked)
-    cluster ADDRESS         Dask ``distributed``: a scheduler address, or a Client's cluster
+    cluster ADDRESS         Dask ``distributed``: a scheduler address, or a Client's cluster;
+                            a TCP address must answer Dask's handshake as a scheduler within
+                            CONNECT_TIMEOUT_S (check_scheduler) before a Client is made
 
 Ctrl-C cancels what has not finished and re-raises ``KeyboardInterrupt`` after the pool or the
 client is shut down.
@@ -15,8 +17,11 @@ client is shut down.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import multiprocessing
+import socket
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +44,9 @@ class SearchTask:
     hw: HwSpec
     options: SearchOptions
 
+
+# how long a --cluster address has to answer (connect, Dask's handshake, the Client's start)
+CONNECT_TIMEOUT_S = 20.0
 
 Started = Callable[[SearchTask], None]
 Done = Callable[[SearchTask, TuneRecord], None]
@@ -116,16 +124,103 @@ def scheduler_host_port(address: str) -> tuple[str, int]:
     return host, port
 
 
-def _check_reachable(address: Any) -> None:
-    """Refuse a ``tcp://host:port`` nobody listens on at once (a Client would retry for its
-    whole timeout before saying so)."""
-    import socket
+def _tcp_address(address: Any) -> str | None:
+    """``address`` as ``tcp://HOST:PORT`` where it is a TCP address (a bare ``HOST:PORT`` is
+    one: Dask reads it so), else None (another scheme, or a Client's cluster object)."""
+    if not isinstance(address, str):
+        return None
+    if "://" not in address:
+        return f"tcp://{address}"
+    return address if address.startswith("tcp://") else None
 
-    if not isinstance(address, str) or not address.startswith("tcp://"):
+
+def _start_hint(address: str) -> str:
+    """How to get a scheduler at ``address`` (or do without one), for the end of a message."""
+    return (
+        f"start one there with 'dask scheduler' (and workers with 'dask worker {address}'), "
+        "or drop --cluster"
+    )
+
+
+def check_scheduler(address: Any, timeout: float | None = None) -> None:
+    """A BuildError, within about ``timeout`` seconds (default ``CONNECT_TIMEOUT_S``), unless
+    a Dask scheduler answers at the TCP ``address``: nobody listening, nobody answering (a
+    Client would wait for ever on the handshake), a service that speaks another protocol (Dask
+    would read its reply as a frame size and run out of memory) or a Dask worker's port."""
+    tcp = _tcp_address(address)
+    if tcp is None:  # tls://, inproc://, a cluster object: Dask's own checks
         return
+    limit = CONNECT_TIMEOUT_S if timeout is None else timeout
+    _check_reachable(tcp, limit)
+    result: list[Any] = []
+    # a thread of its own: the caller may be running an event loop (a notebook)
+    probe = threading.Thread(
+        target=lambda: result.append(_handshake(tcp, limit)), name="aotune-dask-probe"
+    )
+    probe.daemon = True
+    probe.start()
+    probe.join(limit + 5)  # the probe ends itself at ``limit``; this is a backstop
+    outcome = result[0] if result else TimeoutError()
+    # Dask's connect says "Timed out trying to connect" as an OSError
+    if isinstance(outcome, TimeoutError) or (
+        isinstance(outcome, OSError) and "timed out" in str(outcome).lower()
+    ):
+        raise BuildError(
+            f"nothing at {address} answered as a Dask scheduler within {limit:g} s (something "
+            f"accepts connections there but says nothing); {_start_hint(address)}"
+        )
+    if isinstance(outcome, BaseException):
+        why = (
+            "it closed the connection"
+            if isinstance(outcome, OSError)
+            else "its reply is not Dask's protocol"
+        )
+        raise BuildError(
+            f"{address} answered, but not as a Dask scheduler ({why}); is it the scheduler's "
+            f"port (8786 unless it was started with another)? {_start_hint(address)}"
+        )
+    if outcome in ("Worker", "Nanny"):
+        raise BuildError(
+            f"{address} is a Dask {outcome.lower()}, not the scheduler; give --cluster the "
+            "scheduler's address (the one 'dask worker' was started with)"
+        )
+
+
+def _handshake(address: str, timeout: float) -> Any:
+    """Dask's handshake and an ``identity`` call at ``address``, all within ``timeout``: what
+    the peer says it is (``Scheduler``, ``Worker``...), or the exception that stopped it."""
+    from distributed.comm import connect
+    from distributed.core import send_recv
+
+    async def talk() -> Any:
+        # deserialize=False: a stranger's reply is never unpickled
+        comm = await connect(address, timeout=timeout, deserialize=False)
+        try:
+            who = await send_recv(comm, op="identity")
+        finally:
+            comm.abort()
+        return who.get("type") if isinstance(who, dict) else None
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(talk(), timeout)
+
+    try:
+        return asyncio.run(bounded())
+    except BaseException as e:  # MemoryError, msgpack's, comm errors: all say "not Dask"
+        return e
+
+
+def _check_reachable(address: str, timeout: float) -> None:
+    """Refuse a ``tcp://host:port`` nobody listens on at once (Dask would retry for its whole
+    timeout before saying so), and one no connection reaches within ``timeout``."""
     host, port = scheduler_host_port(address)
     try:
-        socket.create_connection((host, port), timeout=10).close()
+        socket.create_connection((host, port), timeout=min(timeout, 10)).close()
+    except TimeoutError:
+        raise BuildError(
+            f"nothing at {address} answered within {min(timeout, 10):g} s (no route to it, or "
+            f"a firewall drops the connection); check the address, {_start_hint(address)}"
+        ) from None
     except OSError as e:
         raise BuildError(
             f"cannot reach the Dask scheduler at {address} ({e.strerror or e}); start one with "
@@ -133,20 +228,28 @@ def _check_reachable(address: Any) -> None:
         ) from None
 
 
-def _dask(tasks: Sequence[SearchTask], address: Any, started: Started, done: Done) -> list:
+def _dask(
+    tasks: Sequence[SearchTask],
+    address: Any,
+    started: Started,
+    done: Done,
+    timeout: float | None = None,
+) -> list:
     try:
         from distributed import Client, as_completed
     except ImportError:
         raise BuildError(
             "--cluster needs Dask's distributed package: pip install distributed"
         ) from None
-    _check_reachable(address)
+    limit = CONNECT_TIMEOUT_S if timeout is None else timeout
+    check_scheduler(address, limit)
     try:
-        client = Client(address, timeout="20s")
-    except (OSError, TimeoutError, ValueError) as e:
+        client = Client(address, timeout=limit)
+    except Exception as e:  # any failure to connect (MemoryError too) is the address's
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise BuildError(
-            f"cannot reach the Dask scheduler at {address} ({e}); start one with "
-            "'dask scheduler' and workers with 'dask worker ADDRESS', or drop --cluster"
+            f"cannot connect to the Dask scheduler at {address} ({first}); "
+            f"{_start_hint(str(address))}"
         ) from None
     failed = []
     try:

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +21,11 @@ from aotune.errors import BuildError
 
 # what a program linking the objects or the archive adds; no libm: the activations' exp is inline
 LINK_LIBS = ("-lpthread",)
+# how long --cc may take to answer -dumpmachine or compile one line (a cold ccache is slow)
+CC_CHECK_TIMEOUT_S = 30.0
+# what of a checked compiler's output is kept: a program that floods it is stopped there
+CC_OUTPUT_LIMIT = 4096
+MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,7 @@ def find_linker(arch: str, host_arch: str, cc: str | None) -> Linker:
                 f"--cc {cc} makes {made_for} code (its -dumpmachine), and the target is {arch}; "
                 f"name a compiler for {arch}"
             )
+        check_compiles(cc, found)
         prefix = None
     else:
         prefix = "" if native else f"{arch}-linux-gnu-"
@@ -67,15 +76,100 @@ def find_linker(arch: str, host_arch: str, cc: str | None) -> Linker:
     return Linker(found, ar, native)
 
 
+def check_compiles(name: str, path: str, timeout: float | None = None) -> None:
+    """A BuildError, before any search, unless ``path`` (``--cc name``) compiles a one-line C
+    file into an object within ``timeout`` seconds (default ``CC_CHECK_TIMEOUT_S``): a program
+    that is not a C compiler would otherwise fail only at the link, after every search."""
+    limit = CC_CHECK_TIMEOUT_S if timeout is None else timeout
+    fix = "name a C compiler with --cc (cc, gcc or clang), or leave --cc out"
+    with tempfile.TemporaryDirectory(prefix="aotune-cc-check-") as tmp:
+        src, obj = "aotune_cc_check.c", "aotune_cc_check.o"
+        (Path(tmp) / src).write_text("int aotune_cc_check(int x) { return x + 1; }\n")
+        try:
+            rc, out = _run_bounded([path, "-c", src, "-o", obj], Path(tmp), limit, stderr=True)
+        except OSError as e:
+            raise BuildError(f"--cc {name}: cannot run {path} ({e.strerror}); {fix}") from None
+        # its first line in the message, with nothing a terminal would act on
+        said = [
+            "".join(c if c.isprintable() else "?" for c in line)
+            for line in out.decode(errors="replace").strip().splitlines()
+        ]
+        if rc is None:
+            raise BuildError(
+                f"--cc {name} does not behave as a C compiler: compiling a one-line C file did "
+                f"not finish in {limit:g} s; {fix}"
+            )
+        if rc != 0:
+            why = said[0][:200] if said else f"exit {rc}"
+            raise BuildError(
+                f"--cc {name} does not behave as a C compiler: it failed to compile a one-line "
+                f"C file ({why}); {fix}"
+            )
+        made = Path(tmp) / obj
+        if not made.is_file() or made.stat().st_size == 0:
+            raise BuildError(
+                f"--cc {name} does not behave as a C compiler: asked to compile a one-line C "
+                f"file, it exited without error but wrote no object; {fix}"
+            )
+
+
+def _run_bounded(
+    cmd: list[str], cwd: Path | None, timeout: float, stderr: bool = False
+) -> tuple[int | None, bytes]:
+    """Run ``cmd`` (no input) for at most ``timeout`` seconds: its exit code (None where it was
+    stopped at the limit) and the first ``CC_OUTPUT_LIMIT`` bytes of its stdout (and stderr
+    with ``stderr``). A program that prints without end (``yes``) is stopped after a MiB: its
+    pipe is closed, not read into memory for the whole timeout."""
+    # a session of its own: a wrapper script's children are stopped with it
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if stderr else subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        _kill_group(proc)
+
+    timer = threading.Timer(timeout, stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        assert proc.stdout is not None
+        out = proc.stdout.read(CC_OUTPUT_LIMIT)
+        extra = 0
+        while extra < MIB and (chunk := proc.stdout.read(65536)):
+            extra += len(chunk)  # what a real compiler says beyond the limit: read, not kept
+        proc.stdout.close()  # a program still writing gets SIGPIPE
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:  # interrupted (Ctrl-C): leave no process behind
+            _kill_group(proc)
+            proc.wait()
+    return (None if fired.is_set() else rc), out
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc`` and the processes it started (its session's group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:  # gone already
+        pass
+
+
 def _compiler_arch(cc: str) -> str | None:
     """The architecture a C compiler makes code for (``-dumpmachine``, which gcc and clang
     answer); None where it does not say (a wrapper script, another compiler)."""
     try:
-        out = subprocess.run(
-            [cc, "-dumpmachine"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError, ValueError):
+        rc, raw = _run_bounded([cc, "-dumpmachine"], None, CC_CHECK_TIMEOUT_S)
+    except (OSError, ValueError):
         return None
+    out = raw.decode(errors="replace").strip()
     first = out.split("-")[0] if out else ""
     arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(first, first)
     return arch if arch in ("x86_64", "aarch64") else None

@@ -230,10 +230,11 @@ def test_no_c_compiler_is_one_line_before_any_search(tmp_path):
 
 @needs_cc
 def test_a_compiler_that_writes_nothing_is_named(tmp_path, capsys):
-    """A --cc that exits 0 without writing the shared object (true, echo) is an error naming it,
-    and a shared object an earlier build left is not taken for its output."""
+    """A --cc that compiles but exits 0 without writing the shared object is an error naming
+    it, and a shared object an earlier build left is not taken for its output (one that writes
+    no object at all is refused before any search: tests/test_build_bad_input.py)."""
     fake = tmp_path / "fakecc"
-    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.write_text('#!/bin/sh\ncase " $* " in *" -shared "*) exit 0;; esac\nexec cc "$@"\n')
     fake.chmod(0o755)
     out = tmp_path / "o"
     args = ["build", str(_list(tmp_path)), "-o", str(out), "--db", str(tmp_path / "t.db")]
@@ -778,15 +779,18 @@ def test_output_directory_that_cannot_be_written_fails_before_any_search(
 
 
 @needs_cc
-@pytest.mark.skipif(shutil.which("false") is None, reason="no false(1) to fail the link")
 def test_failed_build_leaves_the_output_directory_as_it_was(tmp_path, capsys, monkeypatch):
     db = ["--db", str(tmp_path / "t.db"), *FAST]
-    false = shutil.which("false") or "false"
-    # a new directory (and its new parent): not there after a failed link
-    new = tmp_path / "new" / "x1"
+    # a compiler that compiles but fails to link (a plain `false` is refused before any search)
+    false = tmp_path / "linkfails"
+    false.write_text('#!/bin/sh\ncase " $* " in *" -shared "*) exit 1;; esac\nexec cc "$@"\n')
+    false.chmod(0o755)
+    false = str(false)
+    # a new directory: not there after a failed link
+    new = tmp_path / "x1"
     rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(new), "--cc", false, *db)
     assert rc == 2 and "failed to make libaotune_kernels.so" in err.splitlines()[-1]
-    assert not (tmp_path / "new").exists()
+    assert not new.exists()
     # the same build done right is not blamed on the user
     rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(new), *db)
     assert rc == 0, err

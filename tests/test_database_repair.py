@@ -9,46 +9,17 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from aotune.analysis.workload import matmul
 from aotune.cli import main
 from aotune.errors import DatabaseError
 from aotune.search import database
 from aotune.search.database import (
-    CandidateRecord,
-    TuneRecord,
     open_database,
-    options_json,
-    workload_json,
-    workload_key,
 )
-from aotune.search.options import SearchOptions
+
+from .test_database import _filled_db, _record
 
 FAST = ["--budget", "5", "--top-k", "1", "--no-verify"]
 KERNELS = '[[kernel]]\nname = "a"\nop = "matmul"\nshape = "8x8x8"\n'
-
-
-def _record(i: int) -> TuneRecord:
-    """A small record of its own workload (matmul (i+1)x8x8)."""
-    w = matmul(i + 1, 8, 8)
-    return TuneRecord(
-        workload_key=workload_key(w),
-        spec_hash="5" * 32,
-        model_version="m",
-        options=options_json(SearchOptions()),
-        workload=workload_json(w),
-        target="haswell",
-        candidates=(CandidateRecord(1, {"mr": 1, "nr": 16}, 1e-3, 2e-3, "L1", {"L1": 1.0}),),
-        search_seconds=1.5,
-        candidates_scored=10,
-        kernels_compiled=2,
-    )
-
-
-def _filled_db(path: Path, n: int = 2) -> Path:
-    with open_database(path) as db:
-        for i in range(n):
-            db.put(_record(i))
-    return path
 
 
 def _drop(path: Path, table: str) -> None:

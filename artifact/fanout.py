@@ -245,7 +245,9 @@ def _dask(
     check_scheduler(address, limit)
     try:
         client = Client(address, timeout=limit)
-    except Exception as e:  # any failure to connect (MemoryError too) is the address's
+    # MemoryError: Dask reading a stranger's reply as a frame size (check_scheduler saw a
+    # scheduler; this is one that changed since)
+    except (OSError, TimeoutError, ValueError, MemoryError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise BuildError(
             f"cannot connect to the Dask scheduler at {address} ({first}); "

@@ -1085,28 +1085,41 @@ _running_command = False
 # set by Ctrl-C: an error that follows it (an extension module whose import it broke, a compiler
 # child process it killed) is the interrupt, not a failure of its own
 _interrupt_seen = False
+# the signal that stopped the command: SIGTERM (``kill``, a job scheduler's time limit) unwinds
+# as Ctrl-C does, so a build's staging folder and temporary files go; it exits 128 + its number
+_interrupt_signal = signal.SIGINT
+_STOPPED_LINE = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
-    """Ctrl-C: inside a command, unwind (KeyboardInterrupt, so temporary files are removed);
-    before or after one (imports, interpreter exit), stop at once with the same one line."""
-    global _interrupt_seen
+    """Ctrl-C or SIGTERM: inside a command, unwind (KeyboardInterrupt, so temporary files are
+    removed); before or after one (imports, interpreter exit), stop at once with one line."""
+    global _interrupt_seen, _interrupt_signal
     if _running_command:
         _interrupt_seen = True
+        _interrupt_signal = signal.Signals(signum)
         raise KeyboardInterrupt
-    os.write(2, b"error: interrupted\n")
-    os._exit(EXIT_INTERRUPTED)
+    os.write(2, f"error: {_STOPPED_LINE.get(signum, 'interrupted')}\n".encode())
+    os._exit(128 + signum)
+
+
+def _stopped_code() -> int:
+    """The exit status of a command stopped by a signal: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + int(_interrupt_signal)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aotune`` script."""
-    global _running_command, _interrupt_seen
-    _interrupt_seen = False
-    # also when started with SIGINT ignored (a background job): Ctrl-C must stop aotune. Called
-    # in-process with arguments (tests, scripts), the caller's handler is put back afterwards.
-    previous = None
+    global _running_command, _interrupt_seen, _interrupt_signal
+    _interrupt_seen, _interrupt_signal = False, signal.SIGINT
+    # also when started with SIGINT ignored (a background job): Ctrl-C must stop aotune. A
+    # SIGTERM someone chose to ignore stays ignored. Called in-process with arguments (tests,
+    # scripts), the caller's handlers are put back afterwards.
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, _on_sigint)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_sigint)
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _on_sigint)
     if sys.stderr is None:  # started with stderr closed (``2>&-``): errors go nowhere, codes stay
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the whole process
     _running_command = True
@@ -1114,16 +1127,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stdout is None:  # started with stdout closed (``>&-``): nothing printed would show
             sys.stderr.write("error: standard output is closed; give aotune somewhere to print\n")
             return EXIT_ERROR
-        return _run(argv)
+        code = _run(argv)
+        # a command that reported its own interruption (build) exits as the signal says
+        return _stopped_code() if code == EXIT_INTERRUPTED and _interrupt_seen else code
     except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted\n")
+        sys.stderr.write(f"error: {_STOPPED_LINE.get(_interrupt_signal, 'interrupted')}\n")
         if argv is None:  # the script: end here, so nothing at exit can turn 130 into a signal
-            _flush_and_exit(EXIT_INTERRUPTED)
-        return EXIT_INTERRUPTED
+            _flush_and_exit(_stopped_code())
+        return _stopped_code()
     finally:
         _running_command = False
-        if previous is not None and argv is not None:
-            signal.signal(signal.SIGINT, previous)
+        if argv is not None:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _flush_and_exit(code: int) -> None:

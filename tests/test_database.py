@@ -251,7 +251,13 @@ def test_build_killed_halfway_resumes(tmp_path):
     )
 
 
-def test_build_interrupted_keeps_what_finished(tmp_path):
+@pytest.mark.parametrize(
+    ("stop", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "interrupted")],
+)
+def test_build_interrupted_keeps_what_finished(tmp_path, stop, code, line):
+    """Ctrl-C, or SIGTERM (``kill``, a batch system's time limit), during a build: the finished
+    searches stay in the database, and no output or staging folder is left behind."""
     (tmp_path / "k.toml").write_text(KILL_LIST)
     db = tmp_path / "t.db"
     cmd = [sys.executable, "-m", "aotune", "build", "k.toml", "-o", "out", "--db", str(db)]
@@ -268,13 +274,14 @@ def test_build_interrupted_keeps_what_finished(tmp_path):
         if n >= 1:
             break
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     text = err.decode()
-    assert "interrupted" in text and "run the same command again to resume" in text
+    assert line in text and "run the same command again to resume" in text
     assert "Traceback" not in text
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.toml", "t.db"]
     with open_database(db) as d:
         assert d.count() >= 1
 

@@ -462,6 +462,27 @@ def test_work_too_large_for_this_machine_is_refused_before_it_starts(argv, needl
     assert code == 2 and needle in err and time.monotonic() - start < 20
 
 
+@pytest.mark.parametrize("delay", [1.0, 3.0])
+def test_sigterm_unwinds_as_ctrl_c_does_and_exits_143(delay, tmp_path):
+    """``kill`` (SIGTERM) while searching or checking: one line, exit 143 (128 + 15), and no
+    partial --emit-asm file or temporary file left behind."""
+    out = tmp_path / "k.s"
+    cmd = [sys.executable, "-m", "aotune", "tune", "matmul", "--shape", "256x256x256"]
+    proc = subprocess.Popen(
+        [*cmd, "--emit-asm", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:  # it finished first: then the file is whole
+        assert out.read_text().strip() and not err.strip()
+    else:
+        assert proc.returncode == 143, err
+        assert err.strip().splitlines() == ["error: terminated"], err
+        assert not out.exists() or out.read_text().strip()
+    assert not list(tmp_path.glob(".*.tmp")), "a temporary file was left behind"
+
+
 @pytest.mark.parametrize("delay", [0.5, 1.0, 2.0, 3.0, 4.5])
 def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(delay, tmp_path):
     """SIGINT while importing, building the space, searching, compiling or checking: one line,

@@ -989,8 +989,11 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       apart, 1 x 8, 5 x 8, 5 x 16 and 6 x 16 tiles: 8.2-11.7 cycles per k step, the probe 9.8;
       4160 bytes apart 3.3-7.6). A panel in one set swept again by the next tiles refills at the
       same pace, the probe's own sweep; one over several sets keeps its L2 round trip, which it
-      was measured nearer to (README, stop 64). Rows of more lines are not claimed: two lines
-      took 12.8-13.8 there, three 15.8, four 13.5 (neither one refill per row nor per line).
+      was measured nearer to (README, stop 64). Rows of more lines met for the first time wait
+      for a refill of each of their sets at least, the sets side by side (two lines took
+      12.8-13.8 there, three 15.8, four 13.5; 2 x 24 to 4 x 24 tiles met by one call, 1.1-1.2x
+      the floor's prediction, 1.5-2.1x without it: README, stop 67); evicted by the rows
+      ahead, they wait an L2 round trip.
       Strides within ``memory.prefetch_stride_bytes`` are prefetched by the hardware; rows the
       micro-kernel prefetches itself (``b_prefetch_rows``) arrive before their first touch,
       leaving only the transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched,
@@ -1030,10 +1033,13 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         # sets do so side by side, so a k step waits for its row's lines over those sets
         sets = _panel_sets(b_stride, s.kc, s.nr * isz, line, _sets(hw.cache(1)))
         side_by_side = min(sets / row_lines, rows_in_flight)  # rows whose refetches overlap
-        refill = hw.memory.set_refill_cycles if row_lines == 1 else 0.0
-        # one set refills at its own pace, met once or swept; a swept panel over several sets
-        # refetches an L2 round trip apart
-        refetch = refill if refill > 0 and (sweeps == 1 or sets == 1) else l2.latency_cycles
+        # each of the panel's sets takes its share of a row's lines at its own pace, whatever
+        # the row's length: a floor for first touches
+        refill = hw.memory.set_refill_cycles
+        # one set refills at its own pace, met once or swept; a swept panel over several sets, and
+        # a row of several lines evicted by the rows ahead, refetch an L2 round trip apart
+        one_line_pace = refill > 0 and row_lines == 1 and (sweeps == 1 or sets == 1)
+        refetch = refill if one_line_pace else l2.latency_cycles
         extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:

@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 
 import capstone
+from aotune.analysis.x86_features import x86_features_in_code
 from aotune.codegen.compile import Kernel
 from aotune.errors import CodegenError
 
@@ -134,23 +135,13 @@ def elf_functions(obj: bytes) -> dict[str, bytes]:
 
 # capstone's x86 instruction groups -> the LLVM feature a CPU needs to run them (groups capstone
 # tags reliably; an x86 host without AVX-512 is the case that dies of SIGILL in practice)
-_X86_GROUP_FEATURES = {"avx512": "avx512f", "avx2": "avx2", "fma": "fma", "avx": "avx"}
 
 
 def x86_features_used(obj: bytes) -> dict[str, str]:
     """The LLVM CPU features the x86 machine code of ``obj`` needs, each with its first
     instruction that needs it (what a spec's ``llvm_cpu`` implies shows here, beside its
     ``llvm_features``)."""
-    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
-    md.detail = True
-    used: dict[str, str] = {}
-    for code in elf_functions(obj).values():
-        for insn in md.disasm(code, 0):
-            for group in insn.groups:
-                feature = _X86_GROUP_FEATURES.get(insn.group_name(group))
-                if feature and feature not in used:
-                    used[feature] = f"{insn.mnemonic} {insn.op_str}"
-    return used
+    return x86_features_in_code(elf_functions(obj).values())
 
 
 def _classify(insn: capstone.CsInsn, t: IsaTable) -> str:

@@ -10,6 +10,10 @@ manifest's shapes, a writeable output; anything else raises a LibraryError that 
 argument and what it must be (no silent conversion: a copy would hide a slow path). The manifest
 is checked before anything is loaded, and the shared object (a GPU library's cubins) against the
 SHA-256 its build recorded: a changed file would be called with shapes it was not built for.
+Each kernel the manifest lists must be a function the shared object defines (not one of libc's,
+which the dynamic loader would find too), and an x86 library's code is read for instructions
+this CPU lacks, whatever the manifest lists. Only regular files are read (a FIFO would block).
+A Library or a kernel pickles as its directory (loaded again on the other side).
 The call runs in the library's native code with the GIL released. A GPU library's kernels are
 launched through cuda-python where a GPU of its kind is present (inputs copied in, the output
 copied back); elsewhere loading it raises a LibraryError that says why it cannot run here.
@@ -22,11 +26,15 @@ import hashlib
 import json
 import math
 import os
+import re
+import stat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from aotune.analysis.x86_features import X86_GROUP_FEATURES, x86_features_in_code
 from aotune.errors import AotuneError, LibraryError
+from aotune.files import read_user_file
 
 # the symbols, beside each kernel, of what it was built for: its parameters' roles and shapes in
 # a CPU library's shared object (a dot keeps the name apart from every kernel name, a C
@@ -36,6 +44,10 @@ INTERFACE_SYMBOL = "aotune.interface.{name}"
 GPU_INTERFACE_SYMBOL = "aotune_interface_{name}"
 ROLE_CODES = {"in0": 0, "in1": 1, "out": 2, "bias": 3}
 MAX_RECORD_WORDS = 4096  # far beyond any record aotune writes
+# what aotune.load reads at most: a manifest (about 2 KB a kernel) and a library's file (a shared
+# object or a cubin; the kernels' buffers take no room in it); a FIFO or /dev/zero never ends
+MANIFEST_LIMIT = 64 << 20
+LIBRARY_FILE_LIMIT = 1 << 30
 
 
 def interface_words(params: list[tuple[str, Any]]) -> list[int]:
@@ -111,6 +123,27 @@ def elf_symbol_bytes(data: bytes, name: str) -> bytes | None:
     return None
 
 
+def x86_code_sections(data: bytes) -> list[bytes]:
+    """The executable sections of the x86-64 ELF file ``data`` (none where it is not one)."""
+    import struct
+
+    if data[:6] != b"\x7fELF\x02\x01":
+        return []
+    try:
+        (shoff,) = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+        if shentsize != 64 or shoff + 64 * shnum > len(data):
+            return []
+        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + 64 * i) for i in range(shnum)]
+    except struct.error:
+        return []
+    return [
+        data[offset : offset + size]
+        for _, kind, flags, _, offset, size, *_ in sections
+        if kind == 1 and flags & 0x4 and offset + size <= len(data)  # PROGBITS, EXECINSTR
+    ]
+
+
 def recorded_words(data: bytes, symbol: str) -> list[int] | None:
     """The 64-bit words ``symbol`` holds in the ELF file ``data`` (``elf_symbol_bytes``), or None
     for a file built before aotune recorded them."""
@@ -155,11 +188,16 @@ def _dlopen_fresh(path: Path, data: bytes) -> ctypes.CDLL:
             dst.write(data)
         return ctypes.CDLL(tmp, mode=ctypes.RTLD_LOCAL)
     except OSError as e:
-        raise LibraryError(f"cannot load {path}: {e}") from None
+        why = str(e).replace(f"{tmp}: ", "")  # the private copy's name means nothing to a user
+        raise LibraryError(
+            f"cannot load {path}: the dynamic loader refuses it ({why}); rebuild the library"
+        ) from None
     finally:
         os.unlink(tmp)  # the mapping stays until the process ends
 
 
+# a kernel's name: a C identifier of at most 200 characters (artifact/inputs.py's limit)
+_C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")
 # the manifest format this aotune reads (``artifact/build.py`` writes it)
 READ_FORMAT = 1
 # names of the Library object's own attributes: a kernel by one of these names would be hidden
@@ -205,9 +243,15 @@ def _manifest_problem(m: Any) -> str | None:
     for i, e in enumerate(kernels, 1):
         if not isinstance(e, dict) or not isinstance(e.get("name"), str):
             return f"kernel {i} has no name"
+        if not _C_NAME.fullmatch(e["name"]):
+            return f"kernel {i}'s name {e['name'][:60]!r} is not a C identifier of 200 at most"
         if e["name"] in names:
             return f"kernel {e['name']!r} is listed twice"
-        if e["name"] in LIBRARY_ATTRIBUTES or e["name"].startswith("__"):
+        if (
+            e["name"] in LIBRARY_ATTRIBUTES
+            or e["name"].startswith("__")
+            or e["name"].lower().startswith("aotune_")  # the runtime's own functions
+        ):
             return f"kernel name {e['name']!r} is not one aotune build writes"
         names.add(e["name"])
         params = e.get("params")
@@ -262,9 +306,19 @@ def _file_of(directory: Path, manifest: dict[str, Any], name: Any, what: str) ->
     path = directory / name
     want = manifest["files"].get(name)
     try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise LibraryError(f"cannot read {path}: {e.strerror}; rebuild the library") from None
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError) as e:  # a NUL byte: a ValueError
+        why = e.strerror if isinstance(e, OSError) else str(e)
+        raise LibraryError(f"cannot read {path!s:.200}: {why}; rebuild the library") from None
+    if not regular:  # a FIFO would block for ever, /dev/zero never end
+        raise LibraryError(
+            f"{path} is not a regular file (a directory, device or pipe), so not the file the "
+            "build wrote; rebuild the library"
+        )
+    try:
+        data = read_user_file(path, f"the library's {what}", LibraryError, LIBRARY_FILE_LIMIT)
+    except LibraryError as e:
+        raise LibraryError(f"{e}; rebuild the library") from None
     if hashlib.sha256(data).hexdigest() != want:
         raise LibraryError(
             f"{path} is not the file the build wrote (its SHA-256 differs from the manifest's): "
@@ -314,8 +368,21 @@ class LibraryKernel:
             raise LibraryError(f"{what} is read-only; pass a writeable output array")
         return x.ctypes.data
 
-    def __call__(self, *inputs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (to another process, by copy) as its library's kernel of its name: the
+        library is loaded again there from its directory (a ctypes function cannot travel)."""
+        return getattr, (self.library, self.name)
+
+    def __call__(
+        self, *inputs: np.ndarray, out: np.ndarray | None = None, **unknown: Any
+    ) -> np.ndarray:
         """Run the kernel; returns ``out`` (a new aligned array when not given)."""
+        if unknown:
+            names = ", ".join(p["name"] for p in self.inputs)
+            raise LibraryError(
+                f"{self.name} takes its input arrays ({names}) by position and out=, not "
+                f"{', '.join(f'{k}=' for k in unknown)}"
+            )
         if len(inputs) != len(self.inputs):
             names = ", ".join(p["name"] for p in self.inputs)
             raise LibraryError(
@@ -355,8 +422,10 @@ class Library:
             raise LibraryError(
                 f"{p} holds no manifest.json; give the directory 'aotune build -o DIR' wrote"
             )
-        try:
-            self.manifest = json.loads(manifest.read_text())
+        try:  # a regular file of bounded size: a FIFO would block for ever, /dev/zero never end
+            self.manifest = json.loads(
+                read_user_file(manifest, "library manifest", LibraryError, MANIFEST_LIMIT)
+            )
         except (OSError, ValueError) as e:
             # a file beside the manifest (the .so, the header) given instead of the directory
             beside = p.is_file() and p.name != "manifest.json"
@@ -411,6 +480,17 @@ class Library:
                 "build again where gcc or clang is installed"
             )
         so_path, so_bytes = _file_of(self.directory, self.manifest, so, "shared_object")
+        if target["arch"] == "x86_64":  # the code itself, whatever the manifest says of it
+            unknown = set(X86_GROUP_FEATURES.values()) - have
+            code = x86_code_sections(so_bytes) if unknown else []
+            needs = x86_features_in_code(code, unknown) if code else {}
+            if needs:
+                insn = next(iter(needs.values()))
+                raise LibraryError(
+                    f"{so_path} needs CPU features this machine lacks ({', '.join(needs)}: "
+                    f"'{insn}'), which its manifest does not list; calling it would end the "
+                    "process (SIGILL): build it again with --target host"
+                )
         self._dll = _dlopen_fresh(so_path, so_bytes)
         try:
             self._dll.aotune_strerror.restype = ctypes.c_char_p
@@ -421,6 +501,13 @@ class Library:
                 f"{so_path} is not an aotune library (it has no aotune_* runtime)"
             ) from None
         for e in entries:
+            if elf_symbol_bytes(so_bytes, e["name"]) is None:
+                # dlsym would find a function of libc (printf, free) as well: called with the
+                # kernel's arrays, it would read or free them as what they are not
+                raise LibraryError(
+                    f"{so_path} defines no kernel {e['name']!r}, which the manifest lists: the "
+                    "manifest was changed after the build; restore it or rebuild the library"
+                )
             try:
                 fn = getattr(self._dll, e["name"])
             except AttributeError:
@@ -440,6 +527,11 @@ class Library:
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p] * len(e["params"])
             self.kernels[e["name"]] = LibraryKernel(self, e, fn)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (to another process, by copy) as its directory: loaded again from there, with
+        every check (a loaded shared object cannot travel)."""
+        return load, (str(self.directory),)
 
     def __getattr__(self, name: str) -> LibraryKernel:
         kernels = self.__dict__.get("kernels", {})

@@ -10,6 +10,7 @@ file without ``force``, and atomically, so an interrupted write leaves no partia
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import math
 import os
@@ -22,6 +23,8 @@ from typing import Any
 from aotune.errors import AotuneError
 
 MIB = 1 << 20
+# the files SQLite keeps beside a database named F: F-wal, F-shm (WAL mode), F-journal
+SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 def read_user_file(
@@ -107,9 +110,10 @@ def write_new_file(
     path: str | Path, data: str | bytes, force: bool, error: type[AotuneError]
 ) -> None:
     """Write ``data`` to ``path`` atomically (a temporary file renamed into place); refuse to
-    replace an existing file unless ``force``. A symbolic link is written through (its target
-    replaced, the link kept); the file gets the mode a new file gets (the umask), or the mode of
-    the file it replaces."""
+    replace an existing file unless ``force``, one made after the check as well (the new file
+    is linked to its name, which fails where a file has it). A symbolic link is written through
+    (its target replaced, the link kept); the file gets the mode a new file gets (the umask), or
+    the mode of the file it replaces."""
     p = Path(path)
     check_writable(p if str(path) else "", force, error)
     if p.is_symlink():
@@ -123,8 +127,13 @@ def write_new_file(
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:40]}.", suffix=".tmp", dir=parent)
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())  # the data on disk before the name: a crash leaves old or new
         os.chmod(tmp, mode)  # mkstemp makes 0600
-        os.replace(tmp, p)
+        if not force and _link_new(tmp, p, error):
+            os.unlink(tmp)  # the file keeps its new name only
+        else:
+            os.replace(tmp, p)
         tmp = None
     except OSError as e:
         raise error(f"cannot write {_shown(p)}: {e.strerror}") from None
@@ -134,6 +143,25 @@ def write_new_file(
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _link_new(tmp: str, p: Path, error: type[AotuneError]) -> bool:
+    """Give the written file ``tmp`` the name ``p`` too, only where no file has it (a hard link,
+    which the OS refuses over an existing name: a file made at ``p`` since ``check_writable``
+    looked, by another run or the user, is never replaced without ``force``); False where this
+    file system makes no hard links (the caller renames instead)."""
+    try:
+        os.link(tmp, p)
+    except FileExistsError:
+        raise error(
+            f"{_shown(p)} was made while aotune worked; pass --force to overwrite it or choose "
+            "another file"
+        ) from None
+    except OSError as e:
+        if e.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK, errno.ENOSYS):
+            return False
+        raise
+    return True
 
 
 def has_control_character(text: str, allowed: str = "") -> bool:
@@ -157,13 +185,22 @@ def refuse_outputs_over_inputs(
 ) -> None:
     """``error`` where an output file (``--plot F``: its path) is one of the command's inputs
     (``the --target spec``: its path), however either is spelt: --force replaces earlier output,
-    never what the command reads."""
+    never what the command reads. Nor the journals SQLite keeps beside an input (a database):
+    it would read a file written there as the database's journal, and delete or overwrite it."""
     for out_name, out_path in outputs.items():
+        out_id = file_identity(out_path)
         for in_name, in_path in inputs.items():
-            if file_identity(out_path) == file_identity(in_path):
+            if out_id == file_identity(in_path):
                 raise error(
                     f"{out_name} {out_path} is {in_name} this command reads; give another file"
                 )
+            for base in {in_path, os.path.realpath(in_path)}:
+                for end in SQLITE_SIDE_FILES:
+                    if out_id == file_identity(f"{base}{end}"):
+                        raise error(
+                            f"{out_name} {out_path} is where SQLite keeps the journal of "
+                            f"{in_name} ({in_path}), which this command reads; give another file"
+                        )
 
 
 def refuse_inputs_inside(

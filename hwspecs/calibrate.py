@@ -647,5 +647,35 @@ def check_output(path: str, force: bool) -> None:
 
 
 def write_spec(cal: Calibration, path: str, force: bool) -> None:
-    """Write the spec file (atomically; an existing file only with ``force``)."""
-    write_new_file(path, spec_text(cal), force, CalibrationError)
+    """Write the spec file (atomically; an existing file only with ``force``). Where that fails
+    after the measuring (a file made at ``path`` meanwhile, a full disk, a folder gone), the
+    minutes of measurements are not lost: the spec goes to a new file in the temporary folder,
+    which the error names."""
+    text = spec_text(cal)
+    try:
+        write_new_file(path, text, force, CalibrationError)
+    except CalibrationError as e:
+        kept = _keep_elsewhere(text)
+        where = (
+            f"; the calibrated spec is kept in {kept}: move it where you want it"
+            if kept
+            else "; run the calibration again"
+        )
+        raise CalibrationError(f"{e}{where}") from None
+
+
+def _keep_elsewhere(text: str) -> str | None:
+    """``text`` in a new file of the temporary folder (its path), or None where that fails too."""
+    import tempfile
+
+    try:
+        fd, kept = tempfile.mkstemp(prefix="aotune-calibrated-", suffix=".toml")
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    except OSError:
+        os.unlink(kept)  # no partial spec left behind
+        return None
+    return kept

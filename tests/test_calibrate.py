@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tempfile
 import tomllib
 import unicodedata
 
@@ -124,15 +125,20 @@ def test_a_comment_keeps_every_word_and_marks_what_toml_forbids():
     )
 
 
-def test_an_existing_file_is_kept_without_force_and_replaced_with_it(tmp_path):
+def test_an_existing_file_is_kept_without_force_and_replaced_with_it(tmp_path, monkeypatch):
     path = tmp_path / "spec.toml"
     path.write_text("mine")
     c = hand_made()
     with pytest.raises(CalibrationError, match="exists; pass --force"):
         cal.check_output(str(path), force=False)
+    kept_in = tmp_path / "tmp"
+    kept_in.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(kept_in))  # where a refused spec is kept
     with pytest.raises(CalibrationError, match="exists; pass --force"):
         cal.write_spec(c, str(path), force=False)
     assert path.read_text() == "mine"
+    (kept,) = kept_in.glob("aotune-calibrated-*.toml")
+    assert load_spec_file(kept) == c.spec
     cal.write_spec(c, str(path), force=True)
     assert load_spec_file(path) == c.spec
     with pytest.raises(CalibrationError, match="is a directory"):

@@ -27,7 +27,6 @@ import json
 import math
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +83,10 @@ def elf_symbol_bytes(data: bytes, name: str) -> bytes | None:
     import struct
 
     try:
-        if data[:6] != b"\x7fELF\x02\x01":
+        sections = elf_sections(data)
+        if not sections:
             return None
-        (shoff,) = struct.unpack_from("<Q", data, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-        if shentsize != 64 or shoff + 64 * shnum > len(data):
-            return None
-        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + 64 * i) for i in range(shnum)]
+        shnum = len(sections)
         want = name.encode()
 
         def inside(offset: int, size: int) -> bool:
@@ -123,8 +119,10 @@ def elf_symbol_bytes(data: bytes, name: str) -> bytes | None:
     return None
 
 
-def x86_code_sections(data: bytes) -> list[bytes]:
-    """The executable sections of the x86-64 ELF file ``data`` (none where it is not one)."""
+def elf_sections(data: bytes) -> list[tuple[int, ...]]:
+    """The section headers of the ELF64 little-endian file ``data`` (name, type, flags, address,
+    offset, size, link, info, alignment, entry size each); none where it is not such a file or
+    its header table lies outside it."""
     import struct
 
     if data[:6] != b"\x7fELF\x02\x01":
@@ -134,12 +132,16 @@ def x86_code_sections(data: bytes) -> list[bytes]:
         shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
         if shentsize != 64 or shoff + 64 * shnum > len(data):
             return []
-        sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + 64 * i) for i in range(shnum)]
+        return [struct.unpack_from("<IIQQQQIIQQ", data, shoff + 64 * i) for i in range(shnum)]
     except struct.error:
         return []
+
+
+def x86_code_sections(data: bytes) -> list[bytes]:
+    """The executable sections of the x86-64 ELF file ``data`` (none where it is not one)."""
     return [
         data[offset : offset + size]
-        for _, kind, flags, _, offset, size, *_ in sections
+        for _, kind, flags, _, offset, size, *_ in elf_sections(data)
         if kind == 1 and flags & 0x4 and offset + size <= len(data)  # PROGBITS, EXECINSTR
     ]
 
@@ -305,17 +307,7 @@ def _file_of(directory: Path, manifest: dict[str, Any], name: Any, what: str) ->
         raise LibraryError(f"{directory}: the manifest's {what} {name!r} is not a file of it")
     path = directory / name
     want = manifest["files"].get(name)
-    try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except (OSError, ValueError) as e:  # a NUL byte: a ValueError
-        why = e.strerror if isinstance(e, OSError) else str(e)
-        raise LibraryError(f"cannot read {path!s:.200}: {why}; rebuild the library") from None
-    if not regular:  # a FIFO would block for ever, /dev/zero never end
-        raise LibraryError(
-            f"{path} is not a regular file (a directory, device or pipe), so not the file the "
-            "build wrote; rebuild the library"
-        )
-    try:
+    try:  # a regular file of bounded size: a FIFO would block for ever, /dev/zero never end
         data = read_user_file(path, f"the library's {what}", LibraryError, LIBRARY_FILE_LIMIT)
     except LibraryError as e:
         raise LibraryError(f"{e}; rebuild the library") from None

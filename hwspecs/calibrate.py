@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -666,8 +667,6 @@ def write_spec(cal: Calibration, path: str, force: bool) -> None:
 
 def _keep_elsewhere(text: str) -> str | None:
     """``text`` in a new file of the temporary folder (its path), or None where that fails too."""
-    import tempfile
-
     try:
         fd, kept = tempfile.mkstemp(prefix="aotune-calibrated-", suffix=".toml")
     except OSError:

@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-from aotune.analysis.features import x86_features_used
+from aotune.analysis.x86_features import cpu_features_needed
 from aotune.artifact.cpu import compile_library_kernel, compile_runtime
 from aotune.artifact.header import header_text
 from aotune.artifact.inputs import KernelRequest
 from aotune.artifact.link import LINK_LIBS, Linker, find_linker, link
+from aotune.artifact.load import x86_code_sections
 from aotune.codegen.runner import apply_activation, conv2d_reference, tolerance
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
@@ -270,11 +271,7 @@ class CpuBackend:
             "target": {
                 "arch": hw.isa.arch,
                 "cpu": hw.isa.llvm_cpu,
-                # the spec's features and those its llvm_cpu implies, as the code shows them
-                "cpu_features": sorted(
-                    {f[1:] for f in hw.isa.llvm_features.split(",") if f.startswith("+")}
-                    | _features_in_objects(objects, hw)
-                ),
+                "cpu_features": library_cpu_features(objects, hw),
             },
             "header": header.name,
             "shared_object": so,
@@ -299,11 +296,15 @@ class CpuBackend:
         return check_library(out_dir, chosen), None
 
 
-def _features_in_objects(objects: list[Path], hw: HwSpec) -> set[str]:
-    """The x86 features the written objects' machine code needs (none counted elsewhere)."""
+def library_cpu_features(objects: list[Path], hw: HwSpec) -> list[str]:
+    """The CPU features a library of ``objects`` needs: on x86-64 what its code uses (with the
+    spec's features the code cannot show, and what its llvm_cpu implies where the code shows
+    it), so a ``host`` build loads on any CPU with those; elsewhere the spec's features."""
+    listed = [f[1:] for f in hw.isa.llvm_features.split(",") if f.startswith("+")]
     if hw.isa.arch != "x86_64":
-        return set()
-    return {f for path in objects for f in x86_features_used(path.read_bytes())}
+        return sorted(set(listed))
+    code = [chunk for path in objects for chunk in x86_code_sections(path.read_bytes())]
+    return cpu_features_needed(listed, code)
 
 
 def host_can_run_features(features: list[str]) -> tuple[bool, str]:

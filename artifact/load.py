@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from aotune.analysis.x86_features import X86_GROUP_FEATURES, x86_features_in_code
+from aotune.analysis.x86_features import VECTOR_FEATURES, x86_features_in_code
 from aotune.errors import AotuneError, LibraryError
 from aotune.files import read_user_file
 
@@ -473,7 +473,7 @@ class Library:
             )
         so_path, so_bytes = _file_of(self.directory, self.manifest, so, "shared_object")
         if target["arch"] == "x86_64":  # the code itself, whatever the manifest says of it
-            unknown = set(X86_GROUP_FEATURES.values()) - have
+            unknown = set(VECTOR_FEATURES) - have
             code = x86_code_sections(so_bytes) if unknown else []
             needs = x86_features_in_code(code, unknown) if code else {}
             if needs:

@@ -232,6 +232,69 @@ def test_code_this_cpu_cannot_run_is_refused_whatever_the_manifest_lists(
         aotune.load(_edited(library, tmp_path, listed_as_plain))
 
 
+def _host_without(monkeypatch: pytest.MonkeyPatch, dropped) -> None:
+    """This host as aotune sees it, less the features for which ``dropped(name)`` is true."""
+    import aotune.hwspecs.host as host
+
+    real = host.detect_host().isa
+    kept = [f for f in real.llvm_features.split(",") if not dropped(f[1:])]
+    fake = types.SimpleNamespace(
+        isa=types.SimpleNamespace(arch=real.arch, llvm_features=",".join(kept))
+    )
+    monkeypatch.setattr(host, "detect_host", lambda: fake)
+
+
+@needs_cc
+def test_fma_code_is_refused_where_the_cpu_has_avx2_but_not_fma(
+    library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """capstone 5 puts ``vfmadd231ps`` in no instruction group: the code scan missed every FMA,
+    and a library whose manifest did not list fma loaded (and died of SIGILL) on such a CPU."""
+    import aotune
+    import aotune.hwspecs.host as host
+
+    if host.detect_host().isa.arch != "x86_64":
+        pytest.skip("x86 code")
+    _host_without(monkeypatch, lambda f: f == "fma" or f.startswith("avx512"))
+
+    def fma_unlisted(m: dict) -> None:
+        m["target"]["cpu_features"] = [f for f in m["target"]["cpu_features"] if f != "fma"]
+
+    with pytest.raises(LibraryError, match=r"lacks \(fma: 'vfmadd"):
+        aotune.load(_edited(library, tmp_path, fma_unlisted))
+
+
+@needs_cc
+def test_a_host_library_lists_only_the_features_its_code_uses(
+    library: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A library built for ``host`` listed every feature of the build machine (``sse4a`` and
+    ``clzero`` on a Zen 3), so another AVX2 CPU refused it though its code uses none of them.
+    It now lists what the code uses: a CPU without any extension the code never touches loads
+    it, and its kernels run right."""
+    import aotune
+    import aotune.hwspecs.host as host
+    from aotune.analysis.x86_features import FEATURE_MNEMONICS, x86_features_in_code
+    from aotune.artifact.load import x86_code_sections
+
+    real = host.detect_host().isa
+    if real.arch != "x86_64":
+        pytest.skip("x86 code")
+    listed = set(json.loads((library / "manifest.json").read_text())["target"]["cpu_features"])
+    code = [c for o in (library / "objects").iterdir() for c in x86_code_sections(o.read_bytes())]
+    assert listed & set(FEATURE_MNEMONICS) <= set(x86_features_in_code(code))
+    assert not listed & {"sse4a", "clzero", "sha", "rdrnd", "xsave", "avx512f"}
+    assert {"avx2", "fma"} <= listed or "+avx2" not in real.llvm_features
+    _host_without(
+        monkeypatch,
+        lambda f: (f in FEATURE_MNEMONICS and f not in listed) or f.startswith("avx512"),
+    )
+    lib = aotune.load(library)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((13, 11), np.float32), rng.standard_normal((11, 17), np.float32)
+    np.testing.assert_allclose(lib.mm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
 @needs_cc
 @pytest.mark.parametrize("which", ["manifest.json", "libaotune_kernels.so"])
 def test_a_pipe_in_a_library_is_refused_not_waited_on(library: Path, tmp_path: Path, which):

@@ -20,8 +20,8 @@ X86_GROUP_FEATURES = {"avx512": "avx512f", "avx2": "avx2", "fma": "fma", "avx": 
 # the features the vector code generators emit on purpose, which aotune.load checks in the code
 VECTOR_FEATURES = frozenset(X86_GROUP_FEATURES.values())
 
-# Extensions whose every instruction is listed here (Intel SDM, AMD APM): a library lists one of
-# these features only where its code holds one of its instructions.
+# Extensions whose every instruction is listed here (Intel SDM, AMD APM) and capstone 5 decodes:
+# a library lists one of these features only where its code holds one of its instructions.
 FEATURE_MNEMONICS: dict[str, frozenset[str]] = {
     name: frozenset(mnemonics.split())
     for name, mnemonics in {
@@ -52,10 +52,8 @@ FEATURE_MNEMONICS: dict[str, frozenset[str]] = {
         "popcnt": "popcnt",
         "prfchw": "prefetchw",
         "rdpid": "rdpid",
-        "rdpru": "rdpru",
         "rdrnd": "rdrand",
         "rdseed": "rdseed",
-        "serialize": "serialize",
         "sha": "sha1rnds4 sha1nexte sha1msg1 sha1msg2 sha256rnds2 sha256msg1 sha256msg2",
         "shstk": "incsspd incsspq rdsspd rdsspq saveprevssp rstorssp wrssd wrssq wrussd wrussq "
         "setssbsy clrssbsy",
@@ -66,10 +64,6 @@ FEATURE_MNEMONICS: dict[str, frozenset[str]] = {
         "xsavec": "xsavec xsavec64",
         "xsaveopt": "xsaveopt xsaveopt64",
         "xsaves": "xsaves xsaves64 xrstors xrstors64",
-        "amx-tile": "ldtilecfg sttilecfg tilerelease tilezero tileloadd tileloaddt1 tilestored",
-        "amx-int8": "tdpbssd tdpbsud tdpbusd tdpbuud",
-        "amx-bf16": "tdpbf16ps",
-        "amx-fp16": "tdpfp16ps",
     }.items()
 }
 _MNEMONIC_FEATURES: dict[str, tuple[str, ...]] = {}
@@ -80,8 +74,16 @@ for _feature, _mnemonics in FEATURE_MNEMONICS.items():
 # FMA3's mnemonics (vfmadd231ps, vfnmsub132sd, vfmaddsub213ps, ...); FMA4's have no digits
 _FMA3 = re.compile(r"vfn?m(?:add|sub)(?:sub|add)?(?:132|213|231)[ps][sdh]$")
 _MASK_REGISTER = re.compile(r"\bk[0-7]\b")
+# registers, not operand sizes: movdir64b's "zmmword ptr" is no AVX-512
+_ZMM, _YMM, _XMM = (re.compile(rf"\b{r}mm\d") for r in "zyx")
+# VAES and VPCLMULQDQ are the wide forms; a VEX xmm vaesenc needs AES (and AVX) only
+_WIDE_ONLY = frozenset({"vaes", "vpclmulqdq"})
 # legacy prefixes that may stand before a VEX or EVEX prefix
 _LEGACY_PREFIXES = frozenset(b"\x26\x2e\x36\x3e\x64\x65\x66\x67\xf0\xf2\xf3")
+
+
+# the key under which x86_features_in_code reports bytes it could not decode
+UNDECODED = "(undecoded)"
 
 
 def _is_avx512_family(feature: str) -> bool:
@@ -93,24 +95,31 @@ def _is_avx512_family(feature: str) -> bool:
 def instruction_features(mnemonic: str, op_str: str, raw: bytes, groups: Iterable[str]) -> set:
     """The LLVM features one instruction needs, from its groups, encoding, registers and name."""
     needs = {X86_GROUP_FEATURES[g] for g in groups if g in X86_GROUP_FEATURES}
-    needs.update(_MNEMONIC_FEATURES.get(mnemonic, ()))
     first = next((b for b in raw if b not in _LEGACY_PREFIXES), 0)
     evex = first == 0x62  # BOUND, 0x62 outside 64-bit mode, does not exist in it
-    if evex or "zmm" in op_str or _MASK_REGISTER.search(op_str):
+    zmm, ymm = bool(_ZMM.search(op_str)), bool(_YMM.search(op_str))
+    wide = evex or zmm or ymm
+    needs.update(f for f in _MNEMONIC_FEATURES.get(mnemonic, ()) if wide or f not in _WIDE_ONLY)
+    if evex or zmm or _MASK_REGISTER.search(op_str):
         needs.add("avx512f")
-        if evex and "zmm" not in op_str:
-            needs.add("avx512vl")  # EVEX on xmm or ymm (a scalar one does not need it)
-    elif "ymm" in op_str or (first in (0xC4, 0xC5) and "xmm" in op_str):
+        if evex and not zmm:
+            # EVEX on xmm or ymm; a scalar one would not need it, but names do not tell them
+            # apart safely (vpminsd is packed), so it is claimed
+            needs.add("avx512vl")
+    elif ymm or (first in (0xC4, 0xC5) and _XMM.search(op_str)):
         needs.add("avx")  # VEX on general registers is BMI's (shlx, andn), not AVX's
     if not evex and _FMA3.match(mnemonic):
         needs.add("fma")
     return needs
 
 
-def x86_features_in_code(chunks: Iterable[bytes], wanted: set[str] | None = None) -> dict[str, str]:
+def x86_features_in_code(
+    chunks: Iterable[bytes], wanted: set[str] | None = None, undecoded: bool = False
+) -> dict[str, str]:
     """The features (of ``wanted``, default all it can tell) that the x86-64 machine code in
-    ``chunks`` needs, each with the first instruction that needs it. Bytes that are no
-    instruction (padding, data in a code section) are stepped over."""
+    ``chunks`` needs, each with the first instruction that needs it. Bytes capstone cannot
+    decode (data in a code section, or an instruction newer than capstone: AMX, AVX-512 FP16)
+    are stepped over; with ``undecoded`` the first of them shows as ``UNDECODED``."""
     import capstone
 
     md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
@@ -119,7 +128,9 @@ def x86_features_in_code(chunks: Iterable[bytes], wanted: set[str] | None = None
     used: dict[str, str] = {}
     for code in chunks:
         for insn in md.disasm(code, 0):
-            if insn.id == 0:  # a skipped byte
+            if insn.id == 0:  # a skipped byte, or an instruction capstone cannot decode
+                if undecoded:
+                    used.setdefault(UNDECODED, insn.bytes.hex())
                 continue
             groups = [insn.group_name(g) for g in insn.groups]
             for feature in sorted(
@@ -134,8 +145,11 @@ def cpu_features_needed(listed: Iterable[str], chunks: Iterable[bytes]) -> list[
     """The CPU features a library of the x86-64 code ``chunks`` needs, built for a target whose
     features are ``listed``: those of ``listed`` that cannot be told from the code, and those
     the code shows. An extension of ``FEATURE_MNEMONICS`` (or AVX-512, which is told by its
-    encoding) is left out where the code holds none of its instructions."""
-    used = x86_features_in_code(chunks)
+    encoding) is left out where the code holds none of its instructions; where capstone cannot
+    decode some of the code, every listed feature is kept."""
+    used = x86_features_in_code(chunks, undecoded=True)
+    if used.pop(UNDECODED, None) is not None:
+        return sorted(set(listed) | set(used))  # what it needs cannot all be told
     keep = {
         f
         for f in listed

@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -1103,6 +1104,25 @@ def _on_sigint(signum: int, frame: Any) -> None:
     os._exit(128 + signum)
 
 
+def _on_unraisable(unraisable: Any) -> None:
+    """An exception Python cannot raise (in ``__del__``, or one an extension module swallows):
+    an interrupt that lands there is sent again, to be raised where it can stop the command; after
+    one, what the unwinding leaves half made (an object cut off in its constructor) is not news."""
+    if _interrupt_seen:
+        if _running_command and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Thread(target=_send_lost_interrupt_again, daemon=True).start()
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _send_lost_interrupt_again() -> None:
+    """(A thread) The interrupt again, a moment later: raised here it would be lost in the hook
+    once more; should it land in another finalizer, the hook sends it again."""
+    time.sleep(0.05)
+    if _running_command:
+        os.kill(os.getpid(), _interrupt_signal)
+
+
 def _stopped_code() -> int:
     """The exit status of a command stopped by a signal: 130 for Ctrl-C, 143 for SIGTERM."""
     return 128 + int(_interrupt_signal)
@@ -1122,6 +1142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _on_sigint)
     if sys.stderr is None:  # started with stderr closed (``2>&-``): errors go nowhere, codes stay
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the whole process
+    previous_unraisable = sys.unraisablehook
+    sys.unraisablehook = _on_unraisable
     _running_command = True
     try:
         if sys.stdout is None:  # started with stdout closed (``>&-``): nothing printed would show
@@ -1129,7 +1151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_ERROR
         code = _run(argv)
         # a command that reported its own interruption (build) exits as the signal says
-        return _stopped_code() if code == EXIT_INTERRUPTED and _interrupt_seen else code
+        if code == EXIT_INTERRUPTED and _interrupt_seen:
+            if argv is None:  # the script: end here, as below
+                _flush_and_exit(_stopped_code())
+            return _stopped_code()
+        return code
     except KeyboardInterrupt:
         sys.stderr.write(f"error: {_STOPPED_LINE.get(_interrupt_signal, 'interrupted')}\n")
         if argv is None:  # the script: end here, so nothing at exit can turn 130 into a signal
@@ -1138,6 +1164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         _running_command = False
         if argv is not None:
+            sys.unraisablehook = previous_unraisable
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 

@@ -483,6 +483,52 @@ def test_sigterm_unwinds_as_ctrl_c_does_and_exits_143(delay, tmp_path):
     assert not list(tmp_path.glob(".*.tmp")), "a temporary file was left behind"
 
 
+# a command whose signal lands inside a __del__ (Python cannot raise it there), and whose
+# unwinding then drops an object cut off in its constructor (llvmlite's PassBuilder was one)
+SIGNAL_IN_A_FINALIZER = """
+import os, signal, sys, time
+from aotune import cli
+
+class SignalledWhileFreed:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGNUM)
+        for _ in range(1000):  # the handler runs here, inside __del__
+            pass
+
+class CutOffInItsConstructor:
+    def __del__(self):
+        self.handle.close()  # never set: AttributeError
+
+def command(args):
+    half_made = CutOffInItsConstructor()
+    SignalledWhileFreed()
+    time.sleep(20)
+    print("the interrupt was lost", file=sys.stderr)
+    return 0
+
+cli.COMMANDS["hw"] = command
+sys.argv = ["aotune", "hw", "list"]
+from aotune.entry import run
+run()
+"""
+
+
+@pytest.mark.parametrize("signum, code, line", [(2, 130, "interrupted"), (15, 143, "terminated")])
+def test_a_signal_that_lands_in_a_finalizer_still_stops_the_command_in_one_line(signum, code, line):
+    """At stop 68 a SIGTERM that landed in islpy's C code was swallowed there (printed as a
+    traceback, the command going on), and an llvmlite object cut off in its constructor printed
+    "Exception ignored in" as the process ended: the interrupt is now sent again, to be raised
+    where it stops the command, and what the unwinding leaves half made is not printed."""
+    script = SIGNAL_IN_A_FINALIZER.replace("SIGNUM", signal.Signals(signum).name)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == code, done.stderr
+    assert done.stderr.strip().splitlines() == [f"error: {line}"], done.stderr
+    assert time.monotonic() - start < 15
+
+
 @pytest.mark.parametrize("delay", [0.5, 1.0, 2.0, 3.0, 4.5])
 def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(delay, tmp_path):
     """SIGINT while importing, building the space, searching, compiling or checking: one line,

@@ -1123,9 +1123,14 @@ def _send_lost_interrupt_again() -> None:
         os.kill(os.getpid(), _interrupt_signal)
 
 
-def _stopped_code() -> int:
-    """The exit status of a command stopped by a signal: 130 for Ctrl-C, 143 for SIGTERM."""
-    return 128 + int(_interrupt_signal)
+def _stopped(argv: Sequence[str] | None) -> int:
+    """The end of a command stopped by a signal, status 128 + its number (130 for Ctrl-C, 143 for
+    SIGTERM): the script ends here, so nothing finalised at exit can print or turn the status
+    into a signal's; a caller in-process gets the status."""
+    code = 128 + int(_interrupt_signal)
+    if argv is None:
+        _flush_and_exit(code)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1151,16 +1156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_ERROR
         code = _run(argv)
         # a command that reported its own interruption (build) exits as the signal says
-        if code == EXIT_INTERRUPTED and _interrupt_seen:
-            if argv is None:  # the script: end here, as below
-                _flush_and_exit(_stopped_code())
-            return _stopped_code()
-        return code
+        return _stopped(argv) if code == EXIT_INTERRUPTED and _interrupt_seen else code
     except KeyboardInterrupt:
         sys.stderr.write(f"error: {_STOPPED_LINE.get(_interrupt_signal, 'interrupted')}\n")
-        if argv is None:  # the script: end here, so nothing at exit can turn 130 into a signal
-            _flush_and_exit(_stopped_code())
-        return _stopped_code()
+        return _stopped(argv)
     finally:
         _running_command = False
         if argv is not None:

@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 
 import capstone
+from aotune.analysis.elf import elf_sections
 from aotune.analysis.x86_features import x86_features_in_code
 from aotune.codegen.compile import Kernel
 from aotune.errors import CodegenError
@@ -107,9 +108,7 @@ def elf_functions(obj: bytes) -> dict[str, bytes]:
     """Function name -> machine code, from an ELF64 little-endian relocatable object."""
     if obj[:4] != b"\x7fELF" or obj[4] != 2 or obj[5] != 1:
         raise CodegenError("object code is not ELF64 little-endian")
-    (shoff,) = struct.unpack_from("<Q", obj, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", obj, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + i * shentsize) for i in range(shnum)]
+    sections = elf_sections(obj)
 
     def data(i: int) -> bytes:
         sec = sections[i]
@@ -131,10 +130,6 @@ def elf_functions(obj: bytes) -> dict[str, bytes]:
             name = strtab[st_name : strtab.index(b"\0", st_name)].decode()
             out[name] = data(st_shndx)[st_value : st_value + st_size]
     return out
-
-
-# capstone's x86 instruction groups -> the LLVM feature a CPU needs to run them (groups capstone
-# tags reliably; an x86 host without AVX-512 is the case that dies of SIGILL in practice)
 
 
 def x86_features_used(obj: bytes) -> dict[str, str]:

@@ -66,10 +66,10 @@ FEATURE_MNEMONICS: dict[str, frozenset[str]] = {
         "xsaves": "xsaves xsaves64 xrstors xrstors64",
     }.items()
 }
-_MNEMONIC_FEATURES: dict[str, tuple[str, ...]] = {}
-for _feature, _mnemonics in FEATURE_MNEMONICS.items():
-    for _m in _mnemonics:
-        _MNEMONIC_FEATURES[_m] = (*_MNEMONIC_FEATURES.get(_m, ()), _feature)
+_MNEMONIC_FEATURES: dict[str, tuple[str, ...]] = {
+    m: tuple(f for f, ms in FEATURE_MNEMONICS.items() if m in ms)
+    for m in frozenset().union(*FEATURE_MNEMONICS.values())
+}
 
 # FMA3's mnemonics (vfmadd231ps, vfnmsub132sd, vfmaddsub213ps, ...); FMA4's have no digits
 _FMA3 = re.compile(r"vfn?m(?:add|sub)(?:sub|add)?(?:132|213|231)[ps][sdh]$")
@@ -80,8 +80,6 @@ _ZMM, _YMM, _XMM = (re.compile(rf"\b{r}mm\d") for r in "zyx")
 _WIDE_ONLY = frozenset({"vaes", "vpclmulqdq"})
 # legacy prefixes that may stand before a VEX or EVEX prefix
 _LEGACY_PREFIXES = frozenset(b"\x26\x2e\x36\x3e\x64\x65\x66\x67\xf0\xf2\xf3")
-
-
 # the key under which x86_features_in_code reports bytes it could not decode
 UNDECODED = "(undecoded)"
 
@@ -92,7 +90,7 @@ def _is_avx512_family(feature: str) -> bool:
     return feature.startswith("avx512") or feature == "evex512"
 
 
-def instruction_features(mnemonic: str, op_str: str, raw: bytes, groups: Iterable[str]) -> set:
+def instruction_features(mnemonic: str, op_str: str, raw: bytes, groups: Iterable[str]) -> set[str]:
     """The LLVM features one instruction needs, from its groups, encoding, registers and name."""
     needs = {X86_GROUP_FEATURES[g] for g in groups if g in X86_GROUP_FEATURES}
     first = next((b for b in raw if b not in _LEGACY_PREFIXES), 0)

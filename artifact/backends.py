@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from aotune.analysis.elf import x86_code_sections
 from aotune.analysis.x86_features import cpu_features_needed
 from aotune.artifact.cpu import compile_library_kernel, compile_runtime
 from aotune.artifact.header import header_text
 from aotune.artifact.inputs import KernelRequest
 from aotune.artifact.link import LINK_LIBS, Linker, find_linker, link
-from aotune.artifact.load import x86_code_sections
 from aotune.codegen.runner import apply_activation, conv2d_reference, tolerance
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space

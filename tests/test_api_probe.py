@@ -275,8 +275,8 @@ def test_a_host_library_lists_only_the_features_its_code_uses(
     it, and its kernels run right."""
     import aotune
     import aotune.hwspecs.host as host
+    from aotune.analysis.elf import x86_code_sections
     from aotune.analysis.x86_features import FEATURE_MNEMONICS, x86_features_in_code
-    from aotune.artifact.load import x86_code_sections
 
     real = host.detect_host().isa
     if real.arch != "x86_64":

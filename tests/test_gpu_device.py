@@ -157,14 +157,21 @@ def test_measure_without_a_gpu_says_why_in_one_line(tmp_path: Path):
     assert proc.stderr.strip().startswith("error: ") and "bundle.json" in proc.stderr
 
 
-def test_the_h100_record_in_the_repository_is_rescored_by_todays_model():
-    """The H100 measurements kept in benchmarks/data are read and re-predicted (compiled again)
-    without a GPU; the scores come from the times measured then."""
+@pytest.mark.parametrize(
+    "record, device, target",
+    [
+        ("h100-2026-11-26.json.gz", "NVIDIA H100 80GB HBM3", "h100"),
+        ("h200-2026-11-30.json.gz", "NVIDIA H200", "h200"),
+    ],
+)
+def test_a_gpu_record_in_the_repository_is_rescored_by_todays_model(record, device, target):
+    """The H100 and H200 measurements kept in benchmarks/data are read and re-predicted (compiled
+    again) without a GPU; the scores come from the times measured then."""
     import gzip
 
-    path = ROOT / "benchmarks" / "data" / "h100-2026-11-26.json.gz"
+    path = ROOT / "benchmarks" / "data" / record
     rec = json.loads(gzip.decompress(path.read_bytes()))
-    assert rec["device"] == "NVIDIA H100 80GB HBM3" and rec["target"] == "h100"
+    assert rec["device"] == device and rec["target"] == target
     assert sum(len(r["kernels"]) for r in rec["rows"]) == 373
     assert all(k["correct"] for r in rec["rows"] for k in r["kernels"])
     small = {**rec, "rows": rec["rows"][:1]}  # matmul 257x129x67: 7 kernels

@@ -30,6 +30,7 @@ GPU_TARGETS = {
     "l4": (89, 58, 30.3),
     "rtx-4090": (89, 128, 82.6),
     "h100": (90, 132, 66.9),
+    "h200": (90, 132, 66.9),
 }
 
 
@@ -47,7 +48,7 @@ def test_every_gpu_target_loads_with_its_datasheet_peak(name):
 def test_builtin_names_split_by_kind():
     gpus, cpus = builtin_names("gpu"), builtin_names("cpu")
     assert set(gpus) == set(GPU_TARGETS)
-    assert {"znver4", "haswell", "skylake-avx512", "neoverse-n1"} <= set(cpus)
+    assert {"znver4", "znver5", "haswell", "skylake-avx512", "neoverse-n1"} <= set(cpus)
     assert sorted(gpus + cpus) == builtin_names()
     assert all(isinstance(load_target(n), HwSpec) for n in cpus)
 

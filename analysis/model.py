@@ -18,11 +18,13 @@ Cost of one thread (the slowest one, since threads split the parallel loop):
                                over the calls in flight, unpacked-operand L1 misses) + DTLB
                                misses) + per call: the call, the C tile's loads and stores
                 beyond the ports' idle cycles, C stores that miss, or whose line pair another
-                thread writes; calls in flight are bounded by the reorder window and by the
-                FMAs the schedulers hold; unpacked B rows that the micro-kernel prefetches pay no
-                first-touch or translation wait, but a page walk per row where a sweep over
-                their pages outruns the second-level TLB; plus A's lines from DRAM, when A is
-                read in place with rows a page apart, at memory latency over the misses in flight
+                thread writes, C fills queued in the few L1 sets a sweep down rows a page apart
+                crowds (where the window holds the next call); calls in flight are bounded by
+                the reorder window and by the FMAs the schedulers hold; unpacked B rows that
+                the micro-kernel prefetches pay no first-touch or translation wait, but a page
+                walk per row where a sweep over their pages outruns the second-level TLB; plus
+                A's lines from DRAM, when A is read in place with rows a page apart, at memory
+                latency over the misses in flight
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
     memory    = bytes from DRAM (all threads) / DRAM bandwidth: each tensor once, and on each
                 sweep that comes back to it after more than the last level holds (the loop
@@ -200,6 +202,14 @@ def _calls_in_flight(mix: KStepMix, hw: HwSpec, kc: int) -> float:
     return 1.0 + min(window, waiting)
 
 
+def _next_call_in_window(mix: KStepMix, hw: HwSpec, kc: int) -> float:
+    """Share of the next call that the reorder window holds beside the running one: its C loads,
+    at its end, issue before the running call's C stores drain only as far as the window
+    reaches."""
+    calls = hw.core.reorder_window / (kc * mix.instructions + CALL_INSTRUCTIONS)
+    return min(1.0, max(0.0, calls - 1.0))
+
+
 @dataclass(frozen=True)
 class ThreadShare:
     """The slowest thread's share of the parallel loop: what every term below is charged for."""
@@ -297,9 +307,10 @@ def micro_kernel_cycles(
     ``_cycles_per_kstep`` overlapped with the L1 misses of an unpacked operand, plus DTLB misses
     and page walks beyond that wait for the misses, plus per call the call itself, the C tile's
     loads and stores beyond the ports' idle cycles, masked C stores where a tile row ends in a
-    partial vector, C stores that miss L1, a C tile fetched from beyond L2, and C lines whose
-    128-byte pair another thread writes. Plus, once, the wait for A's lines from DRAM read in
-    place (``a_demand_miss_cycles``).
+    partial vector, C stores that miss L1 (or, for short calls, C fills queued behind the last
+    calls' write-backs in the sets a sweep down C's rows crowds), a C tile fetched from beyond
+    L2, and C lines whose 128-byte pair another thread writes. Plus, once, the wait for A's lines
+    from DRAM read in place (``a_demand_miss_cycles``).
     """
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = _vector_load_rate(hw)
@@ -319,10 +330,13 @@ def micro_kernel_cycles(
         # a row whose last vector overhangs the tile stores it with a mask
         masked = last_vector_lanes_used(cols, lanes) < column_vector_widths(cols, lanes)[-1]
         call_cycles += rows * _masked_store_extra_cycles(hw) * masked
-        # both wait for the same in-order drain of the last call's C stores: the longer counts
+        work = s.kc * cyc_k + call_cycles  # what a call's own issue hides of a wait in line
+        # all wait for the same in-order drain of the last call's C stores: the longest counts
         call_cycles += max(
             _c_store_miss_cycles(s, hw, rows, cols),
             _store_alias_cycles(s, hw, rows),
+            (_c_sweep_set_cycles(s, hw, rows, cols, share) - work)
+            * _next_call_in_window(tile_mix, hw, s.kc),
         )
         # both are waits for C lines from afar, which the calls in flight wait for together
         pair_wait = (
@@ -1173,6 +1187,37 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> fl
     clean = s.kc if _b_rows_share_c_sets(s, hw) else 0
     dirty = max(0.0, missed - clean)
     return (missed + dirty) * lines * _l1_refill_level(hw).latency_cycles
+
+
+def _c_sweep_set_cycles(
+    s: CpuSchedule, hw: HwSpec, rows: int, cols: int, share: ThreadShare
+) -> float:
+    """Cycles a call's C fills wait in line where the calls' sweep down C's rows crowds few L1 sets.
+
+    Rows a power of two apart fall into few sets (one at a 4 KiB stride), so each fill of a call's
+    C line must first evict a line that an earlier call stored there: a refill and a write-back
+    per line, and the fills of one set in series, of different sets side by side. Per call that
+    is its share of lines per swept set at two round trips each; the call's own issue hides it
+    where it is longer, and it arises only as far as the window holds the next call, whose C
+    loads then issue early (``micro_kernel_cycles``). Measured on Zen 5, packed operands, one
+    thread, C in L2 or L3: 4 and 8 rows at kc = 8 took 25-31 cycles a call more per row at a 4 or
+    8 KiB stride than one vector further apart, 12 at 2 KiB, none at 1 KiB; at kc = 32 (the window
+    holds 1.3 calls) 1-5. The first k block loads no C.
+    """
+    if s.K <= s.kc or not _calls_step_down_rows(s):
+        return 0.0
+    l1, isz = hw.cache(1), 4
+    line, sets = l1.line_bytes, _sets(l1)
+    block_rows, block_cols = _c_block(s, share.m_share, share.n_share)
+    stride, row_bytes = s.c_sm * isz, cols * isz
+    if _c_stays_in_l1(s, hw, share.m_share, share.n_share) and (
+        _l1_miss_fraction(stride, block_rows, block_cols * isz, hw) == 0.0
+    ):
+        return 0.0  # the lines are still in L1 when the tile comes back
+    swept = _panel_sets(stride, min(block_rows, sets), row_bytes, line, sets)
+    lines = rows * -(-row_bytes // line)
+    kt = -(-s.K // s.kc)
+    return lines / swept * 2 * _l1_refill_level(hw).latency_cycles * (kt - 1) / kt
 
 
 def _b_rows_share_c_sets(s: CpuSchedule, hw: HwSpec) -> bool:

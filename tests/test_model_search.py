@@ -1007,6 +1007,65 @@ def test_a_page_multiple_c_stride_makes_short_calls_slower_per_flop():
     assert t1024 / 1024 > 1.15 * t1040 / 1040
 
 
+def _per_column_seconds(hw, m: int, n: int, k: int, cfg: str) -> float:
+    space = build_cpu_space(matmul(m, n, k), hw)
+    (p,) = AnalyticalCpuModel(hw).estimate_batch(
+        [schedule_from_config(space, space.parse_config(cfg))]
+    )
+    return p.seconds / n
+
+
+@pytest.mark.parametrize(
+    "n, clear, kc, low, high",
+    [
+        (1024, 1040, 8, 3.0, 6.0),  # measured 4.6x (16.7 ms against 3.6, per column)
+        (1024, 1040, 32, 1.0, 1.3),  # 1.22x: the calls' own FMAs hide most of the wait
+    ],
+)
+def test_short_calls_down_c_rows_a_page_apart_wait_in_one_set(n, clear, kc, low, high):
+    """Calls stepping down C's rows a page apart fill one L1 set, each fill behind the write-back
+    of a line an earlier call stored (Zen 5, 8 x 16 tiles over a 64-row C block in L2, packed
+    operands, one thread, 512 x N x 512, side by side against N one vector wider)."""
+    hw = load_target("znver5")
+    cfg = f"mr=8,nr=16,kc={kc},mc=64,nc={n},order=mkn,pack_a=1,pack_b=1,unroll=8,par=n,threads=1"
+    ratio = _per_column_seconds(hw, 512, n, 512, cfg) / _per_column_seconds(
+        hw, 512, clear, 512, cfg
+    )
+    assert low < ratio < high
+
+
+def test_the_sweep_wait_is_two_round_trips_per_line_of_each_swept_set():
+    """At a 4 KiB stride every C row falls into one set (a refill and a write-back per row, in
+    series); at 2 KiB two sets, at 1 KiB four take them side by side; one vector off the page,
+    the rows spread over all 64 sets. The first k block loads no C."""
+    from aotune.analysis.model import ThreadShare, _c_sweep_set_cycles
+
+    hw = load_target("znver5")
+    round_trips = 2 * hw.cache(2).latency_cycles * (512 // 8 - 1) / (512 // 8)
+    for n, sets in ((1024, 1), (512, 2), (256, 4), (1040, 64)):
+        cfg = f"mr=8,nr=16,kc=8,mc=64,nc={n},order=mkn,pack_a=1,pack_b=1,unroll=8,par=n,threads=1"
+        space = build_cpu_space(matmul(512, n, 512), hw)
+        s = schedule_from_config(space, space.parse_config(cfg))
+        wait = _c_sweep_set_cycles(s, hw, 8, 16, ThreadShare.of(s))
+        assert wait == pytest.approx(8 / sets * round_trips)
+    cfg = "mr=8,nr=16,kc=64,mc=64,nc=1024,order=mkn,pack_a=1,pack_b=1,unroll=8,par=n,threads=1"
+    space = build_cpu_space(matmul(512, 1024, 64), hw)
+    one_block = schedule_from_config(space, space.parse_config(cfg))
+    assert _c_sweep_set_cycles(one_block, hw, 8, 16, ThreadShare.of(one_block)) == 0.0
+
+
+def test_the_next_call_is_in_the_window_only_while_the_running_one_leaves_room():
+    """A 448-entry window holds a few calls of 8 k steps, less than two of 32 and none of 64
+    steps beside the running call."""
+    from aotune.analysis.model import KStepMix, _next_call_in_window
+
+    hw = load_target("znver5")
+    mix = KStepMix(8.0, 1.0, 0.0, 0.0, spills=0.0, instructions=10.0)
+    assert _next_call_in_window(mix, hw, 8) == 1.0
+    assert 0.0 < _next_call_in_window(mix, hw, 32) < 1.0
+    assert _next_call_in_window(mix, hw, 64) == 0.0
+
+
 def test_a_b_that_stays_in_a_cache_over_the_m_blocks_is_read_into_it_once():
     """B is fetched again per m block only when what the thread touches in between does not fit:
     a 2048 x 16 x 64 matmul's 4 KiB B stays in L1 and L2 over its 2048 one-row m blocks (the model

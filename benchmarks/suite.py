@@ -97,6 +97,19 @@ def topk_score(predicted: np.ndarray, measured: np.ndarray, k: int) -> float:
     return float(measured.min() / measured[picks].min())
 
 
+def accuracy_scores(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+    """The bench's accuracy scores of predicted against measured times: Spearman, Kendall,
+    top-1/5/10 and the median error."""
+    return {
+        "spearman": spearman(predicted, measured),
+        "kendall": kendall(predicted, measured),
+        "top1": topk_score(predicted, measured, 1),
+        "top5": topk_score(predicted, measured, 5),
+        "top10": topk_score(predicted, measured, 10),
+        "median_abs_error": median_abs_error(predicted, measured),
+    }
+
+
 def median_abs_error(predicted: np.ndarray, measured: np.ndarray) -> float:
     """The median of |predicted / measured - 1|: how far the model's absolute times are off."""
     return float(np.median(np.abs(np.asarray(predicted) / np.asarray(measured) - 1.0)))
@@ -226,12 +239,7 @@ def model_accuracy(
     shared = machine_load.sharing(use_before, machine_load.cpu_use())
     return {
         "n": len(p),
-        "spearman": spearman(p, t),
-        "kendall": kendall(p, t),
-        "top1": topk_score(p, t, 1),
-        "top5": topk_score(p, t, 5),
-        "top10": topk_score(p, t, 10),
-        "median_abs_error": median_abs_error(p, t),
+        **accuracy_scores(p, t),
         "incorrect": incorrect,
         "best_sampled_gflops": w.flops / t.min() / 1e9,
         "core_to_core_ns": [h for h in handoff if h is not None],

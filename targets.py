@@ -161,7 +161,8 @@ class CpuTarget:
         loop = features
         return vars(loop), (
             f"micro-kernel loop ({loop.function}): {loop.fma} FMA, {loop.vector_loads} vector "
-            f"loads, {loop.scalar_loads} scalar/broadcast loads, {loop.stores} stores, "
+            f"loads, {loop.scalar_loads} scalar/broadcast loads, {loop.prefetches} prefetches, "
+            f"{loop.stores} stores, "
             f"{loop.spills} spills, {loop.other} other"
         )
 

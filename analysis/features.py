@@ -38,7 +38,7 @@ class IsaTable:
     store_prefixes: tuple[str, ...] = ()  # otherwise stores and loads are their own mnemonics
     load_prefixes: tuple[str, ...] = ()
     broadcast_markers: tuple[str, ...] = ()
-    prefetch_prefixes: tuple[str, ...] = ()  # software prefetches: no destination, but a load slot
+    prefetch_prefixes: tuple[str, ...] = ()  # software prefetches: no destination, an AGU slot
 
     def is_branch(self, mnemonic: str) -> bool:
         """Whether ``mnemonic`` is a direct (conditional or unconditional) branch."""
@@ -92,6 +92,7 @@ class LoopFeatures:
     other: int
     loop_bytes: int
     loop_free: bool = False  # no k loop: the counts are the whole micro-kernel's, every k step
+    prefetches: int = 0  # software prefetches (counted in no load class: they return no data)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def _classify(insn: capstone.CsInsn, t: IsaTable) -> str:
     if any(m.startswith(p) for p in t.fma_prefixes):
         return "fma"
     if any(m.startswith(p) for p in t.prefetch_prefixes):
-        return "load"
+        return "prefetch"
     if t.memory_from_operands:
         if "[" not in ops:
             return "other"
@@ -173,7 +174,9 @@ def _loops(insns: list[capstone.CsInsn], t: IsaTable) -> list[tuple[int, int]]:
 
 def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -> LoopFeatures:
     """Count the instruction classes of ``body``."""
-    counts = {"fma": 0, "vload": 0, "sload": 0, "bcast": 0, "store": 0, "spill": 0, "other": 0}
+    counts = dict.fromkeys(
+        ("fma", "vload", "sload", "bcast", "store", "spill", "prefetch", "other"), 0
+    )
     for i in body:
         kind = _classify(i, t)
         text = f"{i.mnemonic} {i.op_str}"
@@ -196,6 +199,8 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
             ] += n
         elif kind == "store":
             counts["store"] += 2 if i.mnemonic.startswith("stp") else 1
+        elif kind == "prefetch":
+            counts["prefetch"] += 1
         else:
             counts["other"] += 1
     return LoopFeatures(
@@ -210,6 +215,7 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
         counts["other"],
         body[-1].address - body[0].address,
         loop_free,
+        counts["prefetch"],
     )
 
 

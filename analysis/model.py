@@ -14,17 +14,16 @@ overlap (a 4-norm), and one share of the cache-set model that was fitted on Zen 
 be so where it is defined (PANEL_L1_SHARE).
 
 Cost of one thread (the slowest one, since threads split the parallel loop):
-    compute   = k steps * (max(FMA issue, load ports, issue width, store port, FMA latency
-                               over the calls in flight, unpacked-operand L1 misses) + DTLB
-                               misses) + per call: the call, the C tile's loads and stores
-                beyond the ports' idle cycles, C stores that miss, or whose line pair another
-                thread writes, C fills queued in the few L1 sets a sweep down rows a page apart
-                crowds (where the window holds the next call); calls in flight are bounded by
-                the reorder window and by the FMAs the schedulers hold; unpacked B rows that
-                the micro-kernel prefetches pay no first-touch or translation wait, but a page
-                walk per row where a sweep over their pages outruns the second-level TLB; plus
-                A's lines from DRAM, when A is read in place with rows a page apart, at memory
-                latency over the misses in flight
+    compute   = k steps * (max(FMA issue, load ports and prefetch slots, issue width, store port,
+                FMA latency over the calls in flight, unpacked-operand L1 misses) + DTLB misses) +
+                per call: the call, the C tile's loads and stores beyond the ports' idle cycles, C
+                stores that miss, or whose line pair another thread writes, C fills queued in the
+                few L1 sets a sweep down rows a page apart crowds (where the window holds the next
+                call); calls in flight are bounded by the reorder window and by the FMAs the
+                schedulers hold; unpacked B rows that the micro-kernel prefetches pay no first-touch
+                or translation wait, but a page walk per row where a sweep over their pages outruns
+                the second-level TLB; plus A's lines from DRAM, when A is read in place with rows a
+                page apart, at memory latency over the misses in flight
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
     memory    = bytes from DRAM (all threads) / DRAM bandwidth: each tensor once, and on each
                 sweep that comes back to it after more than the last level holds (the loop
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from aotune.analysis.features import LoopFeatures, tile_of_function
+from aotune.codegen.llvm_cpu import LINE_FLOATS
 from aotune.codegen.schedule import (
     CpuSchedule,
     Gather,
@@ -85,13 +85,15 @@ class KStepMix:
     mixed_fma: float = (
         0.0  # FMA instructions in rows that mix full vectors with a narrower tail vector
     )
+    prefetches: float = 0.0  # software prefetches of B's rows ahead (no data comes back)
 
 
 def mix_from_schedule(s: CpuSchedule, hw: HwSpec) -> KStepMix:
-    """The mix the schedule implies: nr/lanes B vectors, mr broadcasts, mr*nr/lanes FMAs, loop
-    control."""
+    """The mix the schedule implies: nr/lanes B vectors, mr broadcasts, mr*nr/lanes FMAs, a
+    prefetch per line of the B row ahead where codegen prefetches B, loop control."""
     nvec = -(-s.nr // s.lanes)
     fma = s.mr * nvec
+    prefetches = float(b_row_prefetches(s, s.nr))
     if s.a_shared:
         # A is a vector per (row, k) too, at its row's address plus one k-offset table load; the
         # FMAs take those vectors as memory operands. Each row's address needs an integer register
@@ -104,9 +106,17 @@ def mix_from_schedule(s: CpuSchedule, hw: HwSpec) -> KStepMix:
             1.0 + reloads,
             0.0,
             reloads,
-            fma + nvec + 2.0 + reloads + 3.0 / s.unroll,
+            fma + nvec + 2.0 + reloads + prefetches + 3.0 / s.unroll,
+            prefetches=prefetches,
         )
-    return KStepMix(fma, nvec, s.mr, 0.0, 0.0, fma + nvec + s.mr + 3.0 / s.unroll)
+    instructions = fma + nvec + s.mr + prefetches + 3.0 / s.unroll
+    return KStepMix(fma, nvec, s.mr, 0.0, 0.0, instructions, prefetches=prefetches)
+
+
+def b_row_prefetches(s: CpuSchedule, cols: int) -> int:
+    """Prefetches per k step of a tile ``cols`` wide: codegen prefetches each line of the B row
+    ``b_prefetch_rows`` ahead, where it prefetches B at all."""
+    return -(-cols // LINE_FLOATS) if s.b_prefetch_rows else 0
 
 
 A_SHARED_LOOP_REGISTERS = 6  # B, C, k-offset table, k and its bound, stack pointer
@@ -143,6 +153,7 @@ def mix_from_features(s: CpuSchedule, f: LoopFeatures, hw: HwSpec) -> KStepMix:
         f.stores / steps,
         f.spills / steps,
         f.instructions / steps,
+        prefetches=f.prefetches / steps,
     )
 
 
@@ -156,7 +167,13 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
     vec_bits = hw.isa.vector_bits
     fma_rate = c.fma_units * min(1.0, c.fma_width_bits / vec_bits)
     vload_rate = c.load_ports * min(1.0, c.load_width_bits / vec_bits)
-    load_cycles = mix.vector_loads / vload_rate + mix.scalar_loads / c.load_ports
+    # a prefetch returns no data: it takes an address slot, which cores with more address pipes
+    # than load data paths issue faster than loads, and beside them the two add (Zen 5)
+    load_cycles = (
+        mix.vector_loads / vload_rate
+        + mix.scalar_loads / c.load_ports
+        + mix.prefetches / c.prefetches_per_cycle
+    )
     calls_in_flight = _calls_in_flight(mix, hw, kc)
     fma_cycles = max(mix.fma / fma_rate, mix.mixed_fma * c.mixed_width_fma_cycles)
     cycles = max(
@@ -711,14 +728,7 @@ def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:
     piece = min(hw.isa.vector_bits, hw.core.load_width_bits) // 8
     share = max(0, piece - math.gcd(s.b_sk * 4, line)) / line
     extra = -(-s.nr // s.lanes) * share
-    return KStepMix(
-        mix.fma,
-        mix.vector_loads + extra,
-        mix.scalar_loads,
-        mix.stores,
-        mix.spills,
-        mix.instructions,
-    )
+    return dataclasses.replace(mix, vector_loads=mix.vector_loads + extra)
 
 
 def _strided_pack_cycles_per_elem(
@@ -971,8 +981,12 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
         a_part = mix.vector_loads * s.mr / (s.mr + 1)
         vloads = mix.vector_loads - a_part + a_part * row_ratio
         sloads = mix.scalar_loads
-    other = max(0.0, mix.instructions - mix.fma - mix.vector_loads - mix.scalar_loads)
-    instructions = (mix.fma * row_ratio + vloads) * insn_ratio + sloads + other
+    # one prefetch per line of the tail's B row
+    lines = b_row_prefetches(s, cols) / max(1, b_row_prefetches(s, s.nr))
+    prefetches = mix.prefetches * lines
+    loads = mix.vector_loads + mix.scalar_loads + mix.prefetches
+    other = max(0.0, mix.instructions - mix.fma - loads)
+    instructions = (mix.fma * row_ratio + vloads) * insn_ratio + sloads + prefetches + other
     mixed = mix.fma * row_ratio * insn_ratio if len(widths) > 1 and widths[-1] < s.lanes else 0.0
     return KStepMix(
         mix.fma * row_ratio * fma_ratio,
@@ -982,6 +996,7 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
         mix.spills,
         instructions,
         mixed,
+        prefetches,
     )
 
 

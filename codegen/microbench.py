@@ -99,6 +99,19 @@ def _broadcast(b: ir.IRBuilder, x: ir.Value, ty: ir.Type) -> ir.Value:
     return x if ty == F32 else splat(b, x, ty)
 
 
+# read, locality 3 (keep in L1), data: what the micro-kernel's B prefetch issues
+L1_READ_HINT = (ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1))
+LINE_BYTES = 64  # the prefetches' step: one line each on every supported core
+
+
+def _prefetch_intrinsic(mod: ir.Module) -> ir.Function:
+    return mod.globals.get("llvm.prefetch.p0") or ir.Function(
+        mod,
+        ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32]),
+        name="llvm.prefetch.p0",
+    )
+
+
 def _ptr(b: ir.IRBuilder, addr: ir.Value, ty: ir.Type) -> ir.Value:
     return b.inttoptr(addr, ty.as_pointer())
 
@@ -189,15 +202,18 @@ class Mix:
     # stores with a lane mask (all lanes but the last, a mask the compiler cannot see), in the
     # stores' half of the buffer after the plain ones
     masked_stores: int = 0
+    # software prefetches into L1 of the loads' half, one line apart: no data comes back
+    prefetches: int = 0
 
     @property
     def name(self) -> str:
         """The function's name (unique per description)."""
         fmas = ".".join(map(str, self.fmas)) or "0"
         masked = f"_k{self.masked_stores}" if self.masked_stores else ""
+        fetched = f"_p{self.prefetches}" if self.prefetches else ""
         return (
-            f"mix_a{self.adds}_f{fmas}_l{self.loads}_s{self.stores}{masked}_m{self.mem_bits}"
-            f"_u{self.unroll}"
+            f"mix_a{self.adds}_f{fmas}_l{self.loads}_s{self.stores}{masked}{fetched}"
+            f"_m{self.mem_bits}_u{self.unroll}"
         )
 
     @property
@@ -224,10 +240,11 @@ class Mix:
         # a register, not an immediate: Golden Cove's renamer folds chains of `add reg, imm`
         one = _opaque(b, c64(1))
         mask = _lane_mask(b, mem_ty) if self.masked_stores else None
+        prefetch = _prefetch_intrinsic(mod) if self.prefetches else None
 
         def step(_i: ir.Value, values: list[ir.Value]) -> list[ir.Value]:
             fmas, adds = values[: len(accs)], values[len(accs) :]
-            loads = stores = 0
+            loads = stores = fetches = 0
             for _ in range(self.unroll):
                 adds = [_opaque(b, b.add(x, one)) for x in adds]
                 fmas = [
@@ -245,6 +262,10 @@ class Mix:
                     at = _ptr(b, b.add(scratch, c64(half + stores * mem_bytes % half)), mem_ty)
                     b.call(_masked_store(mod, mem_ty), [store_value, at, ir.Constant(I32, 4), mask])
                     stores += 1
+                for _ in range(self.prefetches):
+                    at = b.add(scratch, c64(fetches * LINE_BYTES % half))
+                    b.call(prefetch, [b.inttoptr(at, I8.as_pointer()), *L1_READ_HINT])
+                    fetches += 1
             return fmas + adds
 
         for k, val in enumerate(_loop(b, iters, accs + ints, step)):
@@ -367,14 +388,9 @@ class Rows:
             _broadcast(b, b.fadd(a, ir.Constant(F32, 0.001 * j)), ty)
             for j in range(self.accumulators)
         ]
-        prefetch = mod.globals.get("llvm.prefetch.p0") or ir.Function(
-            mod,
-            ir.FunctionType(ir.VoidType(), [I8.as_pointer(), I32, I32, I32]),
-            name="llvm.prefetch.p0",
-        )
+        prefetch = _prefetch_intrinsic(mod)
         ahead = b.mul(distance, stride)
-        # read, locality 3 (keep in L1), data: what the micro-kernel's B prefetch issues
-        hint = [ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)]
+        hint = L1_READ_HINT
 
         def one_pass(p: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
             col = b.add(buf, b.mul(b.srem(p, slots), c64(self.SLOT_BYTES)))

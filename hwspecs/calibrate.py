@@ -126,9 +126,9 @@ PROBES: tuple[Probe, ...] = (
     ),
     Probe(
         "load ports",
-        ("core.load_ports", "core.load_width_bits"),
+        ("core.load_ports", "core.load_width_bits", "core.prefetches_per_cycle"),
         probe_loads,
-        "independent loads per width",
+        "independent loads per width, and prefetches",
     ),
     Probe("store ports", ("core.store_ports",), probe_stores, "independent stores per width"),
     Probe(

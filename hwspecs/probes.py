@@ -668,7 +668,28 @@ def probe_loads(s: Session) -> dict[str, Finding]:
     if err > 0.25:
         for path in out:
             out[path] = s.assumed(path, f"no port count and width fit the rates ({how})")
-    return out
+    return out | probe_prefetches(s)
+
+
+def probe_prefetches(s: Session) -> dict[str, Finding]:
+    """Software prefetches (into L1, of lines already there) per cycle: they return no data, so
+    a core with more address pipes than load data paths issues them faster than loads."""
+    kernel = Mix(prefetches=32, unroll=2)
+    s.compile([kernel])
+    per_prefetch, t = s.cycles_per(lambda n: s.mix(kernel, n), 64)
+    rate = 1.0 / per_prefetch
+    s.details["prefetches"] = {"per_cycle": rate}
+    path = "core.prefetches_per_cycle"
+    return {
+        path: s.checked(
+            path,
+            round(rate, 2),
+            0.1,
+            16.0,
+            f"independent prefetches of lines in a 2 KiB buffer: {rate:.2f} per cycle; "
+            f"{_spread([t])}",
+        )
+    }
 
 
 def probe_stores(s: Session) -> dict[str, Finding]:

@@ -66,6 +66,9 @@ class CoreSpec:
     mixed_width_fma_cycles: float = _in(0.01, 16.0)
     load_ports: int = _in(1, 8)
     load_width_bits: int = _pow2(64, 1024)
+    # software prefetches the core issues per cycle: they return no data, so cores with more
+    # address pipes than load data paths issue them beside and faster than loads
+    prefetches_per_cycle: float = _in(0.1, 16.0)
     store_ports: int = _in(1, 8)
     issue_width: int = _in(1, 32)
     # instructions in flight: lets independent FMA chains of consecutive tiles overlap

@@ -762,9 +762,10 @@ def test_a_load_bound_probe_tile_is_left_out_of_the_call_cycles():
     short = probes.call_probe_schedule(zen3, 8, 1, 8)
     assert model.c_tile_port_cycles(short, zen3) > 0
     assert model.c_tile_port_cycles(probes.call_probe_schedule(zen3, 6, 2, 8), zen3) == 0
-    # at issue 4 (Haswell's) the same tile is issue-bound and leaves the ports idle cycles
-    four = with_value(zen3, "core.issue_width", 4)
-    assert model.c_tile_port_cycles(short, four) == 0
+    # at issue 3 the same tile (21 instructions a k step, the prefetch of B's row ahead among
+    # them, as its machine code has) is issue-bound and leaves the ports idle cycles
+    three = with_value(zen3, "core.issue_width", 3)
+    assert model.c_tile_port_cycles(short, three) == 0
 
 
 def test_the_set_refill_reading_is_the_swept_rows_cost_where_it_stands_out():
@@ -856,6 +857,8 @@ def test_the_quickest_probes_read_physical_values_here():
             assert fma[path].origin.startswith(("measured:", "assumed:"))
         masked = probes.probe_masked_stores(s)["core.masked_store_cycles"]
         assert 0.1 <= masked.value <= 1000 and masked.origin.startswith("measured:")
+        fetched = probes.probe_prefetches(s)["core.prefetches_per_cycle"]
+        assert 0.1 <= fetched.value <= 16 and fetched.origin.startswith("measured:")
     finally:
         s.close()
 

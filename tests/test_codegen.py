@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 from aotune.analysis.features import elf_functions, kernel_features
+from aotune.analysis.model import mix_from_schedule
 from aotune.analysis.workload import dense, matmul
 from aotune.codegen.compile import compile_kernel
 from aotune.codegen.runner import (
@@ -283,7 +284,7 @@ def test_side_by_side_timing_keeps_each_functions_fastest_round():
 
 
 @pytest.mark.skipif(not x86_targets, reason="no target this host can run")
-def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
+def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_prefetches():
     hw = load_target(x86_targets[0])
     space = build_cpu_space(matmul(20, 1000, 300), hw)
     # three vectors of B per k step, as many rows as the host's vector registers hold beside them
@@ -312,10 +313,16 @@ def test_unpacked_b_rows_are_prefetched_ahead_and_counted_as_loads():
         compile_kernel(dataclasses.replace(unpacked, b_prefetch_rows=0), hw), "x86_64"
     ).loop
     ksteps = with_pf.fma // (3 * mr)  # LLVM may unroll the loop further
+    # a prefetch is counted as what it is, not as a load: it returns no data
     assert (
-        with_pf.scalar_loads - without.scalar_loads == per_row * ksteps
+        with_pf.prefetches - without.prefetches == per_row * ksteps
+        and without.prefetches == 0
+        and with_pf.scalar_loads == without.scalar_loads
         and with_pf.stores == without.stores
     )
+    # the config-only mix counts the same prefetches per k step
+    assert mix_from_schedule(unpacked, hw).prefetches == per_row
+    assert mix_from_schedule(packed, hw).prefetches == 0
     a, b, _ = random_operands(unpacked, 1)
     assert check_against_numpy(HostKernel(kernel, hw), a, b)[0]
     # rows a whole L1 way apart (N=1024: 4 KiB) share one set group: prefetched into L2 instead,

@@ -1647,3 +1647,55 @@ def test_a_sweep_past_the_tlbs_reach_pays_the_specs_walk_per_row_and_one_within_
     # a sweep of 5 calls over each panel walks on its first call only
     swept = "mr=6,nr=16,kc=256,mc=30,nc=16,order=nmk,pack_a=0,pack_b=0,unroll=1,par=n,threads=1"
     assert walks((60, 2048, 4096), swept) == pytest.approx(walk * 0.75 / 5)
+
+
+def test_a_prefetch_takes_a_prefetch_slot_beside_the_loads():
+    """Load-port cycles add a k step's prefetches at ``core.prefetches_per_cycle``: a core with as
+    many prefetch slots as load ports charges them as loads; Zen 5 issues ~4 a cycle beside its
+    2 loads, and the two add (8 loads + 8 prefetches a step took 5.8 cycles there)."""
+    from aotune.analysis.model import KStepMix, _cycles_per_kstep
+
+    hw = load_target("znver5")
+    mix = KStepMix(1.0, 8.0, 0.0, 0.0, spills=0.0, instructions=18.0, prefetches=8.0)
+    _, loads = _cycles_per_kstep(mix, hw, 64)
+    assert loads == pytest.approx(8 / 2 + 8 / hw.core.prefetches_per_cycle)
+    as_loads = with_value(hw, "core.prefetches_per_cycle", float(hw.core.load_ports))
+    assert _cycles_per_kstep(mix, as_loads, 64)[1] == pytest.approx(16 / 2)
+    without = dataclasses.replace(mix, prefetches=0.0)
+    assert _cycles_per_kstep(without, hw, 64)[1] == pytest.approx(8 / 2)
+
+
+def test_a_tail_tile_prefetches_the_lines_of_its_own_row_whatever_its_rows():
+    """One prefetch per line of the B row ahead: a tail of fewer rows prefetches as many, a tail
+    of fewer columns fewer."""
+    from aotune.analysis.model import _tail_mix, mix_from_schedule
+
+    hw = load_target("znver5")
+    space = build_cpu_space(matmul(100, 1000, 300), hw)
+    cfg = "mr=4,nr=80,kc=8,mc=8,nc=80,order=mkn,pack_a=1,pack_b=0,unroll=1,par=n,threads=1"
+    s = schedule_from_config(space, space.parse_config(cfg))
+    mix = mix_from_schedule(s, hw)
+    assert mix.prefetches == 5  # 80 columns: five 64-byte lines
+    assert _tail_mix(mix, s, 1, 80, hw).prefetches == 5
+    assert _tail_mix(mix, s, 4, 40, hw).prefetches == 3
+
+
+@pytest.mark.parametrize(
+    ("n", "nr", "measured"), [(1040, 80, 4.68), (1008, 80, 4.62), (1040, 240, 11.51)]
+)
+def test_wide_unpacked_rows_with_prefetches_cost_what_they_measured(n, nr, measured):
+    """Zen 5, 1 x nr tiles over unpacked B rows off a page multiple, kc = 8, one thread: cycles per
+    k step measured side by side (384 x N x 1024). Each k step loads nr / 16 vectors and
+    prefetches as many lines; charged as loads, the prefetches made these 25% slower."""
+    hw = load_target("znver5")
+    space = build_cpu_space(matmul(384, n, 1024), hw)
+    cfg = f"mr=1,nr={nr},kc=8,mc=136,nc={nr},order=mkn,pack_a=0,pack_b=0,unroll=1,par=n,threads=1"
+    s = schedule_from_config(space, space.parse_config(cfg))
+    loop = kernel_features(compile_kernel(s, hw), "x86_64").loop
+    assert loop.prefetches > 0
+    per_step = hw.core.frequency_ghz * 1e9 / (384 * -(-n // nr) * 1024)
+    (p,) = AnalyticalCpuModel(hw).predict_batch([s], [loop])
+    assert p.seconds * per_step == pytest.approx(measured, rel=0.1)
+    as_loads = with_value(hw, "core.prefetches_per_cycle", float(hw.core.load_ports))
+    (old,) = AnalyticalCpuModel(as_loads).predict_batch([s], [loop])
+    assert old.seconds * per_step > 1.2 * measured

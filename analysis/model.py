@@ -15,16 +15,16 @@ be so where it is defined (PANEL_L1_SHARE).
 
 Cost of one thread (the slowest one, since threads split the parallel loop):
     compute   = k steps * (max(FMA issue, load ports and prefetch slots, issue width, store port)
-                overlapped with the FMA latency over the calls in flight and unpacked-operand L1
-                misses, + DTLB misses) +
-                per call: the call, the C tile's loads and stores beyond the ports' idle cycles, C
-                stores that miss, or whose line pair another thread writes, C fills queued in the
-                few L1 sets a sweep down rows a page apart crowds (where the window holds the next
-                call); calls in flight are bounded by the reorder window and by the FMAs the
-                schedulers hold; unpacked B rows that the micro-kernel prefetches pay no first-touch
-                or translation wait, but a page walk per row where a sweep over their pages outruns
-                the second-level TLB; plus A's lines from DRAM, when A is read in place with rows a
-                page apart, at memory latency over the misses in flight
+                overlapped with the FMA latency over the calls in flight and with unpacked-operand
+                L1 misses, plus DTLB misses) + per call: the call, the C tile's loads and stores
+                beyond the ports' idle cycles, C stores that miss, or whose line pair another thread
+                writes, C fills queued in the few L1 sets a sweep down rows a page apart crowds
+                (where the window holds the next call); calls in flight are bounded by the reorder
+                window and by the FMAs the schedulers hold; unpacked B rows that the micro-kernel
+                prefetches pay no first-touch or translation wait, but a page walk per row where a
+                sweep over their pages outruns the second-level TLB; plus A's lines from DRAM, when
+                A is read in place with rows a page apart, at memory latency over the misses in
+                flight
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
     memory    = bytes from DRAM (all threads) / DRAM bandwidth: each tensor once, and on each
                 sweep that comes back to it after more than the last level holds (the loop

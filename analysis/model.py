@@ -19,12 +19,14 @@ Cost of one thread (the slowest one, since threads split the parallel loop):
                 L1 misses, plus DTLB misses) + per call: the call, the C tile's loads and stores
                 beyond the ports' idle cycles, C stores that miss, or whose line pair another thread
                 writes, C fills queued in the few L1 sets a sweep down rows a page apart crowds
-                (where the window holds the next call); calls in flight are bounded by the reorder
-                window and by the FMAs the schedulers hold; unpacked B rows that the micro-kernel
-                prefetches pay no first-touch or translation wait, but a page walk per row where a
-                sweep over their pages outruns the second-level TLB; plus A's lines from DRAM, when
-                A is read in place with rows a page apart, at memory latency over the misses in
-                flight
+                (where the window holds the next call), or, where the next call's unpacked B loads
+                match these C stores in the page-offset bits, the FMA chain beyond the call's
+                steps and an L2 round trip (the calls no longer overlap); calls in flight are
+                bounded by the reorder window and by the FMAs the schedulers hold; unpacked B
+                rows that the micro-kernel prefetches pay no first-touch or translation wait, but
+                a page walk per row where a sweep over their pages outruns the second-level TLB;
+                plus A's lines from DRAM, when A is read in place with rows a page apart, at
+                memory latency over the misses in flight
     L1/L2/L3  = bytes moved into the level above / that level's bandwidth
     memory    = bytes from DRAM (all threads) / DRAM bandwidth: each tensor once, and on each
                 sweep that comes back to it after more than the last level holds (the loop
@@ -331,7 +333,8 @@ def micro_kernel_cycles(
     and page walks beyond that wait for the misses, plus per call the call itself, the C tile's
     loads and stores beyond the ports' idle cycles, masked C stores where a tile row ends in a
     partial vector, C stores that miss L1 (or, for short calls, C fills queued behind the last
-    calls' write-backs in the sets a sweep down C's rows crowds), a C tile fetched from beyond
+    calls' write-backs in the sets a sweep down C's rows crowds, or the next call's B loads
+    waiting for these stores: ``_b_after_c_store_cycles``), a C tile fetched from beyond
     L2, and C lines whose 128-byte pair another thread writes. Plus, once, the wait for A's lines
     from DRAM read in place (``a_demand_miss_cycles``).
     """
@@ -346,6 +349,12 @@ def micro_kernel_cycles(
     for tiles, rows, cols in _tile_classes(share.m_share, share.n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
         cyc_k, load_k = _cycles_per_kstep(tile_mix, hw, s.kc)
+        step = _overlapped(cyc_k, conflict)
+        # the C lines B evicts, and B's rows' translations, are waited for beside B's own
+        # misses: only the excess adds
+        evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc
+        step += max(0.0, evicted - (step - cyc_k))
+        step += max(0.0, dtlb + walks - (step - cyc_k))
         tile_vecs = rows * -(-cols // lanes)
         call_cycles = c.call_cycles + _c_tile_port_cycles(
             tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
@@ -365,6 +374,7 @@ def micro_kernel_cycles(
             _c_store_miss_cycles(s, hw, rows, cols),
             _store_alias_cycles(s, hw, rows),
             queued,
+            _b_after_c_store_cycles(s, hw, step),
         )
         # both are waits for C lines from afar, which the calls in flight wait for together
         pair_wait = (
@@ -374,12 +384,6 @@ def micro_kernel_cycles(
             * hw.caches[-1].latency_cycles
         )
         call_cycles += (c_fetch + pair_wait) / _calls_in_flight(tile_mix, hw, s.kc)
-        step = _overlapped(cyc_k, conflict)
-        # the C lines B evicts, and B's rows' translations, are waited for beside B's own
-        # misses: only the excess adds
-        evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc
-        step += max(0.0, evicted - (step - cyc_k))
-        step += max(0.0, dtlb + walks - (step - cyc_k))
         compute_cycles += tiles * (s.K * step + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles
@@ -1292,6 +1296,30 @@ def _store_alias_cycles(s: CpuSchedule, hw: HwSpec, rows: int) -> float:
     pairs = aliasing_row_pairs(rows, s.mr, s.c_sm * 4, hw.memory.page_bytes)
     kt = -(-s.K // s.kc)
     return pairs * hw.core.store_alias_cycles * (kt - 1) / kt
+
+
+def _b_after_c_store_cycles(s: CpuSchedule, hw: HwSpec, step: float) -> float:
+    """Cycles a call waits when its B loads match the last call's C stores in the page-offset
+    bits (``_b_loads_alias_c_stores``): a load waits for such a store to commit, so calls no
+    longer overlap. The call's FMA chain beyond its issue, and one L2 round trip, are then on
+    the path: a sweep's C lines, evicted by B's rows streaming through their sets since the
+    last visit, or the fresh B rows of a call that follows the same tile. A floor: tiles of more
+    C lines waited more (README, stop 72)."""
+    if not _b_loads_alias_c_stores(s, hw):
+        return 0.0
+    chain = s.kc * hw.core.fma_latency_cycles
+    return max(0.0, chain - s.kc * step) + _l1_refill_level(hw).latency_cycles
+
+
+def _b_loads_alias_c_stores(s: CpuSchedule, hw: HwSpec) -> bool:
+    """Whether a call's unpacked B rows match the last call's C stores in the page-offset bits:
+    both row strides are whole pages (large buffers start at one offset within a page, so
+    B[k, j] and C[i, j] then share those bits) and the call reads the columns the last one
+    stored: it steps down C's rows, or follows the same tile into the next k block."""
+    page = hw.memory.page_bytes
+    if s.pack_b or s.a_shared or s.b_sk <= 0 or (s.b_sk * 4) % page or (s.c_sm * 4) % page:
+        return False
+    return _calls_step_down_rows(s) or (s.mc <= s.mr and s.nc <= s.nr and s.order[-1] == "k")
 
 
 def aliasing_row_pairs(rows: int, mr: int, stride_bytes: int, page_bytes: int) -> int:

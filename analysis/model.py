@@ -1204,12 +1204,17 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> fl
     (measured on Zen 4, packed operands, one thread, 1024 or 4096 columns against 1040 or 4112:
     12, 16-17 and 19 rows cost 86-91, 150-280 and 200-350 cycles a call more, at kc = 8 to 128
     and with the C block in L2 or L3). Unpacked B rows in the same sets give the fills clean
-    victims, one round trip each.
+    victims, one round trip each. The tile's rows have all the set's ways (the packed panels
+    spread over every set; ``usable_fraction`` is a tile's claim on the whole cache): on Zen 5,
+    12 to 24 rows at kc = 8 cost 6-263 cycles a call more, 0-336 predicted that way, 64-396 with
+    the claim (README, stop 72).
     """
     if s.K <= s.kc:
         return 0.0  # each tile is visited once; its cold misses are memory traffic
-    isz, line = 4, hw.cache(1).line_bytes
-    miss = _l1_miss_fraction(s.c_sm * isz, rows, cols * isz, hw)
+    l1, isz = hw.cache(1), 4
+    line = l1.line_bytes
+    capacity = l1.conflict_slack * l1.associativity
+    miss = _set_overflow_share(s.c_sm * isz, rows, cols * isz, line, _sets(l1), capacity)
     if miss == 0.0:
         return 0.0
     lines = -(-cols * isz // line)

@@ -89,10 +89,14 @@ class CpuTarget:
 
     def kernel_keys(self, schedule: Any) -> tuple[tuple[int, ...], ...]:
         """What kind of kernel it is, coarse to fine, for the final check to take one of each:
-        how it reads A and B (packed panels or rows in place, where the model errs most: see the
-        README's Zen 3 notes), then its micro-kernel (register tile and those reads)."""
+        how its threads split C (what two threads writing the same pages of C cost depends on
+        where the OS places them, which no static model sees: on a VM the hand-over reads 40 or
+        190 ns from one minute to the next; README, stop 72), how it reads A and B (packed
+        panels or rows in place, where the model errs most: see the README's Zen 3 notes), then
+        its micro-kernel (register tile and those reads)."""
+        split = int(schedule.threads > 1 and schedule.par == "n")  # 1: they split its columns
         reads = (int(schedule.pack_a), int(schedule.pack_b))
-        return (reads, (schedule.mr, schedule.nr, *reads))
+        return ((split,), reads, (schedule.mr, schedule.nr, *reads))
 
     def usable(self, features: Any) -> bool:
         """Every compiled CPU kernel may be picked."""

@@ -1259,6 +1259,33 @@ def test_cpu_top_k_takes_each_way_of_reading_the_operands_before_a_second_tile(s
     assert with_kernels_spread(ranked, 2, 2, target.kernel_keys)[:2] == [ranked[0], ranked[3]]
 
 
+def test_cpu_top_k_takes_each_way_of_splitting_c_between_the_threads_first(space):
+    """Two threads splitting C's columns write into the same pages of C, and under a far placement
+    of the threads (a VM's hand-over at 190 ns, not 40) such kernels ran a third slower than the
+    same kernels splitting the rows, which no static model sees. So the final check measures the
+    best of each split before the best of each way of reading the operands."""
+    from aotune.search.driver import spread_top_k
+    from aotune.targets import target_for
+
+    target = target_for(space.hw)
+    base = "mr=6,nr=32,kc=128,mc=48,nc=256,order=nkm,unroll=4"
+    ranked = [
+        schedule_from_config(space, space.parse_config(f"{base},{rest}"))
+        for rest in (
+            "pack_a=0,pack_b=1,par=n,threads=2",
+            "pack_a=0,pack_b=0,par=n,threads=2",
+            "pack_a=1,pack_b=1,par=n,threads=2",
+            "pack_a=0,pack_b=1,par=m,threads=2",
+            "pack_a=0,pack_b=1,par=m,threads=1",
+        )
+    ]
+    assert spread_top_k(ranked, 2, target.kernel_keys) == [ranked[0], ranked[3]]
+    # then each way of reading A and B; one thread writes no page with another, as par=m
+    assert spread_top_k(ranked, 3, target.kernel_keys) == [ranked[0], ranked[1], ranked[3]]
+    assert spread_top_k(ranked, 4, target.kernel_keys) == [ranked[i] for i in (0, 1, 2, 3)]
+    assert target.kernel_keys(ranked[4])[0] == target.kernel_keys(ranked[3])[0]
+
+
 def test_rows_sharing_l1_sets_are_counted_line_by_line():
     """B rows a page apart each span consecutive sets, one line per set: eight 96-wide rows put 8
     lines (+1 of A) in each of 6 sets, beyond the 6.4 a Zen 4 set gives a tile (8 ways, 0.8

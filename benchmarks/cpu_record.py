@@ -4,8 +4,8 @@
 
 ``aotune bench --json`` keeps, per accuracy row, every sampled config with the time it ran in
 and what the model of the day predicted. The records in ``benchmarks/data/cpu/`` are such
-documents from CPUs a later session may not have (the first: a Zen 5 slice, 2026-11-30: five
-timings of the same matmul samples, a-e, stops 69-72, the operator and unseen rows).
+documents from CPUs a later session may not have (the first: a Zen 5 slice, 2026-11-30: seven
+timings of the same matmul samples, a-g, stops 69-72, the operator and unseen rows).
 ``rescore`` compiles each sampled config for ``--target`` (the spec of the CPU that timed it: its
 own code and tier-2 features, none of the machine's), predicts it with today's model and scores
 the predictions against the kept times, beside the scores the record was made with. Nothing is

@@ -1212,12 +1212,11 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> fl
     if s.K <= s.kc:
         return 0.0  # each tile is visited once; its cold misses are memory traffic
     l1, isz = hw.cache(1), 4
-    line = l1.line_bytes
-    capacity = l1.conflict_slack * l1.associativity
-    miss = _set_overflow_share(s.c_sm * isz, rows, cols * isz, line, _sets(l1), capacity)
+    ways = l1.conflict_slack * l1.associativity
+    miss = _l1_miss_fraction(s.c_sm * isz, rows, cols * isz, hw, capacity=ways)
     if miss == 0.0:
         return 0.0
-    lines = -(-cols * isz // line)
+    lines = -(-cols * isz // l1.line_bytes)
     missed = miss * rows  # per line column of the tile
     clean = s.kc if _b_rows_share_c_sets(s, hw) else 0
     dirty = max(0.0, missed - clean)
@@ -1461,24 +1460,21 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     return together * b_sets / _sets(l1)
 
 
-def _l1_miss_fraction(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> float:
+def _l1_miss_fraction(
+    stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec, capacity: float | None = None
+) -> float:
     """Share of a panel's lines that miss L1 when ``rows`` rows ``stride_bytes`` apart are swept
     again.
 
     Rows a power of two apart fall into few L1 sets; each set keeps only as many of the panel's
-    lines as its ways hold, and the rest are refetched on every sweep. A row wider than a line
+    lines as its ways hold (``capacity`` lines; by default the tile's claim on a set,
+    ``_l1_set_capacity``), and the rest are refetched on every sweep. A row wider than a line
     spreads over consecutive sets (112 floats at a 1 KiB stride: 8 rows cover 28 sets, two lines
     each), so the sets are counted line by line.
     """
     l1 = hw.cache(1)
-    return _set_overflow_share(
-        stride_bytes,
-        rows,
-        row_bytes,
-        l1.line_bytes,
-        _sets(l1),
-        _l1_set_capacity(hw),
-    )
+    held = _l1_set_capacity(hw) if capacity is None else capacity
+    return _set_overflow_share(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1), held)
 
 
 def _panel_sets(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int) -> int:

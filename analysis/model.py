@@ -343,8 +343,15 @@ def micro_kernel_cycles(
     conflict = _conflict_miss_cycles(s, hw, share.m_share, mix)
     dtlb = _dtlb_miss_cycles(s, hw, share.m_share)
     walks = _page_walk_cycles(s, hw, share.m_share, share.n_share)
-    pair_shared = _c_line_pair_sharing(s, hw, share.ranges)
+    line_shared = _c_line_sharing(s, hw, share.ranges)
+    pair_shared = _c_line_pair_sharing(s, hw, share.ranges) - line_shared
     c_fetch = _c_tile_fetch_cycles(s, hw, share.m_share, share.n_share)  # every tile class's
+    lockstep = _threads_store_shared_lines_at_once(s, share)
+    # a C line the other core wrote since comes back for the store, about a last-level latency:
+    # a line both write on every visit, a pair's other line on visits that miss L1
+    shared_wait = hw.caches[-1].latency_cycles * (
+        line_shared + pair_shared * _c_visits_from_beyond_l1(s, hw, share)
+    )
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(share.m_share, share.n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
@@ -376,14 +383,11 @@ def micro_kernel_cycles(
             queued,
             _b_after_c_store_cycles(s, hw, step),
         )
-        # both are waits for C lines from afar, which the calls in flight wait for together
-        pair_wait = (
-            pair_shared
-            * rows
-            * -(-cols * isz // hw.cache(1).line_bytes)
-            * hw.caches[-1].latency_cycles
-        )
-        call_cycles += (c_fetch + pair_wait) / _calls_in_flight(tile_mix, hw, s.kc)
+        # a wait for C lines from afar, which the calls in flight wait for together
+        call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
+        # the calls in flight wait for them together, unless the threads store them at once
+        shared = shared_wait * rows * -(-cols * isz // hw.cache(1).line_bytes)
+        call_cycles += shared if lockstep else shared / _calls_in_flight(tile_mix, hw, s.kc)
         compute_cycles += tiles * (s.K * step + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles
@@ -1167,30 +1171,52 @@ def stlb_reach(hw: HwSpec, stride_bytes: int, row_pages: int = 1) -> float:
 
 def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, ranges: Sequence[tuple[int, int]]) -> float:
     """Share of the slowest thread's C lines that sit in a 128-byte line pair another thread also
-    writes, when the threads split the rows' contiguous axis (par=n).
-
-    The L2 fetches the adjacent line of a pair along with a miss, so a pair written by two cores
-    moves between their caches on every write, and each such line waits about a last-level
-    latency for ownership; the calls in flight wait for theirs together, as for a C tile's fetch
-    (``micro_kernel_cycles``). A pair is shared where a thread's columns, or a row, end in the
-    middle of one. Measured on Zen 4: NHWC depthwise with 32 channels split 16 + 16 per thread
-    (every pair shared) ran at 29-36 GFLOP/s where the model without this said 46-56; split by
-    pixels, 63-86. Charged in full per call, it over-priced the par=n kernels of the 7x7 and
-    14x14 NCHW convolutions (re-scored on two days' Zen 4 samples, Spearman 0.70-0.74 ->
-    0.73-0.80 and 0.84 -> 0.89 over the calls in flight).
+    writes, when the threads split the rows' contiguous axis (par=n): where a thread's columns, or
+    a row, end in the middle of one. The L2 fetches the other line of a pair beside an access that
+    missed L1, so such a line moves between the cores on the visits that miss L1
+    (``_c_visits_from_beyond_l1``). Measured on Zen 4: NHWC depthwise with 32 channels split
+    16 + 16 per thread (every pair shared) ran at 29-36 GFLOP/s where the model without this said
+    46-56; split by pixels, 63-86.
     """
+    return _c_granule_sharing(s, ranges, 2 * hw.cache(1).line_bytes, hw.cache(1).line_bytes)
+
+
+def _c_line_sharing(s: CpuSchedule, hw: HwSpec, ranges: Sequence[tuple[int, int]]) -> float:
+    """Share of the slowest thread's C lines another thread also writes (par=n, a thread's
+    columns or a row ending mid-line): such a line moves between the cores on every visit, in L2
+    or not (Zen 5, 7x7 NCHW convolutions, 49-float rows split by two threads: 35-90 cycles more
+    per shared line stored, whatever the tile and the calls in flight)."""
+    line = hw.cache(1).line_bytes
+    return _c_granule_sharing(s, ranges, line, line)
+
+
+def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> bool:
+    """Whether the threads store the C lines they share at the same time (par=n): each covers its
+    columns with one call per row block, of as many vectors as the others', so they go down the
+    rows together and every shared line moves at each visit, which calls in flight cannot
+    overlap. Zen 5, cycles more per shared line stored than the model without sharing said,
+    whatever the calls in flight (1.4-10): 7x7 NCHW convolutions, 49-float rows as 32 + 17
+    columns, 35-90; NHWC depthwise, 32 channels as 16 + 16, 30-49."""
+    if s.par != "n" or share.threads < 2:
+        return False
+    widths = {-(-(hi - lo) // s.lanes) for lo, hi in share.ranges}
+    return share.n_tiles == 1 and len(widths) == 1
+
+
+def _c_granule_sharing(
+    s: CpuSchedule, ranges: Sequence[tuple[int, int]], granule: int, line: int
+) -> float:
+    """Share of the slowest thread's C lines in a ``granule`` of bytes another thread also writes
+    when the threads split the rows' contiguous axis (par=n)."""
     threads = len(ranges)
     if s.par != "n" or threads < 2:
         return 0.0
-    line, isz = hw.cache(1).line_bytes, 4
-    pair = 2 * line
+    isz = 4
     ends = [hi for _, hi in ranges]  # the last one is the row's end
-    period = pair // math.gcd(s.N * isz, pair)  # rows after which the pattern of offsets repeats
-    mid_pair = (
-        sum(((r * s.N + end) * isz) % pair != 0 for r in range(period) for end in ends) / period
-    )
+    period = granule // math.gcd(s.N * isz, granule)  # rows after which the offsets repeat
+    mid = sum(((r * s.N + end) * isz) % granule != 0 for r in range(period) for end in ends)
     widest = max(hi - lo for lo, hi in ranges)
-    return min(1.0, mid_pair * 2 / threads / -(-widest * isz // line))
+    return min(1.0, mid / period * 2 / threads / -(-widest * isz // line))
 
 
 def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> float:
@@ -1408,6 +1434,14 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads
     kt = -(-s.K // s.kc)
     return _c_tile_wait_cycles(s, hw) * (kt - 1) / kt
+
+
+def _c_visits_from_beyond_l1(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Share of a C tile's visits (k blocks) whose lines come from beyond L1: the first, and the
+    others unless the C block between two visits stays in L1 (``_c_stays_in_l1``)."""
+    kt = share.k_blocks
+    later = 0.0 if _c_stays_in_l1(s, hw, share.m_share, share.n_share) else kt - 1.0
+    return (1.0 + later) / kt
 
 
 def _c_tile_wait_cycles(s: CpuSchedule, hw: HwSpec) -> float:

@@ -758,9 +758,24 @@ def test_threads_writing_one_line_pair_and_warm_last_level():
     assert _c_line_pair_sharing(aligned, hw, aligned.thread_ranges()) == 0.0
 
 
-def test_shared_line_pairs_wait_a_last_level_latency_over_the_calls_in_flight(monkeypatch):
-    """Each C line whose pair the other thread writes waits for ownership about a last-level
-    latency; the calls in flight wait for theirs together, as for a C tile's fetch."""
+def _shared_line_cycles(monkeypatch, s, hw) -> float:
+    """Micro-kernel cycles of ``s`` less those of the same kernel with no C line shared."""
+    import aotune.analysis.model as model_module
+
+    mix = model_module.mix_from_schedule(s, hw)
+    share = model_module.ThreadShare.of(s)
+    shared, _ = model_module.micro_kernel_cycles(s, hw, mix, share)
+    with monkeypatch.context() as m:
+        m.setattr(model_module, "_c_line_pair_sharing", lambda *args: 0.0)
+        m.setattr(model_module, "_c_line_sharing", lambda *args: 0.0)
+        alone, _ = model_module.micro_kernel_cycles(s, hw, mix, share)
+    return shared - alone
+
+
+def test_threads_storing_shared_pairs_at_once_wait_a_last_level_latency_per_line(monkeypatch):
+    """Two threads with one 16-channel call each per row block go down the rows together: each C
+    line, in a pair the other thread writes, waits a last-level latency per visit that misses L1,
+    and the calls in flight do not overlap those waits."""
     import aotune.analysis.model as model_module
     from aotune.analysis.workload import depthwise_conv2d
 
@@ -773,17 +788,86 @@ def test_shared_line_pairs_wait_a_last_level_latency_over_the_calls_in_flight(mo
             "pad_copy=1,par=n"
         ),
     )
-    mix = model_module.mix_from_schedule(s, hw)
     share = model_module.ThreadShare.of(s)
-    shared, _ = model_module.micro_kernel_cycles(s, hw, mix, share)
-    monkeypatch.setattr(model_module, "_c_line_pair_sharing", lambda *args: 0.0)
-    alone, _ = model_module.micro_kernel_cycles(s, hw, mix, share)
-    # every tile's C row is one 64-byte line (16 channels), in a pair the other thread writes
-    assert s.nr * 4 == hw.cache(1).line_bytes and share.n_tiles == 1
-    in_flight = model_module._calls_in_flight(mix, hw, s.kc)
-    assert in_flight > 1.5
-    per_call = s.mr * hw.caches[-1].latency_cycles / in_flight
-    assert shared - alone == pytest.approx(share.calls * per_call, rel=0.02)
+    assert model_module._threads_store_shared_lines_at_once(s, share)
+    assert model_module._c_line_sharing(s, hw, share.ranges) == 0.0  # 64-byte halves: pairs only
+    assert model_module._calls_in_flight(model_module.mix_from_schedule(s, hw), hw, s.kc) > 1.5
+    # every tile's C row is one 64-byte line (16 channels); one k block, so one visit, from afar
+    assert s.nr * 4 == hw.cache(1).line_bytes and share.k_blocks == 1
+    per_call = s.mr * hw.caches[-1].latency_cycles
+    assert _shared_line_cycles(monkeypatch, s, hw) == pytest.approx(
+        share.calls * per_call, rel=0.02
+    )
+
+
+def _conv7_split_by_threads(hw, rest: str) -> tuple:
+    """7x7 NCHW convolution kernels, 9 rows per call, par=n over 2 threads: nr = 32 (one call per
+    row block each) and nr = 16 (two)."""
+    from aotune.analysis.workload import conv2d
+
+    space = build_cpu_space(conv2d(1, 512, 7, 7, 512, 3, 3, pad=1, layout="NCHW"), hw)
+    return tuple(
+        schedule_from_config(
+            space,
+            space.parse_config(f"mr=9,nr={nr},mc=9,nc={nr},{rest},par=n,threads=2,pad_copy=0"),
+        )
+        for nr in (32, 16)
+    )
+
+
+def test_lines_two_threads_write_wait_on_every_visit_pairs_only_beyond_l1():
+    """A 7x7 NCHW row is 49 floats, 196 bytes: split 32 + 17 columns, rows and threads end
+    mid-line, so the threads write the same 64-byte lines. Pairs alone move only on visits that
+    miss L1: C blocks that stay in L1 between k blocks bring them once."""
+    import aotune.analysis.model as model_module
+
+    hw = load_target("znver5")
+    one_call, two_calls = _conv7_split_by_threads(hw, "kc=64,order=mkn,pack_a=0,pack_b=1,unroll=4")
+    for s in (one_call, two_calls):
+        share = model_module.ThreadShare.of(s)
+        assert share.ranges == ((0, 32), (32, 49))
+        assert model_module._c_line_sharing(s, hw, share.ranges) > 0.9
+    # one call per row block each, of two vectors each, in step; two calls each are not
+    assert model_module._threads_store_shared_lines_at_once(
+        one_call, model_module.ThreadShare.of(one_call)
+    )
+    assert not model_module._threads_store_shared_lines_at_once(
+        two_calls, model_module.ThreadShare.of(two_calls)
+    )
+    share = model_module.ThreadShare.of(one_call)
+    assert model_module._c_stays_in_l1(one_call, hw, share.m_share, share.n_share)
+    assert model_module._c_visits_from_beyond_l1(one_call, hw, share) == 1 / share.k_blocks
+    # a pair-aligned split of 256-float rows shares no line
+    mm = build_cpu_space(matmul(64, 256, 64), hw)
+    aligned = schedule_from_config(
+        mm,
+        mm.parse_config(
+            "mr=4,nr=32,kc=64,mc=64,nc=128,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"
+        ),
+    )
+    assert model_module._c_line_sharing(aligned, hw, tuple(aligned.thread_ranges())) == 0.0
+
+
+def test_shared_lines_of_threads_in_step_cost_more_than_over_the_calls_in_flight(monkeypatch):
+    """The same 7x7 lines shared, 9 rows per call: with the threads in step each visit's lines
+    wait in full; with two calls per row block, the calls in flight wait for them together."""
+    import aotune.analysis.model as model_module
+
+    hw = load_target("znver5")
+    one_call, two_calls = _conv7_split_by_threads(hw, "kc=8,order=nkm,pack_a=0,pack_b=1,unroll=4")
+    latency = hw.caches[-1].latency_cycles
+    for s, in_step in ((one_call, True), (two_calls, False)):
+        share = model_module.ThreadShare.of(s)
+        extra = _shared_line_cycles(monkeypatch, s, hw)
+        line = model_module._c_line_sharing(s, hw, share.ranges)
+        full = share.calls * s.mr * 2 * line * latency  # both threads' rows end in a 2nd line
+        if in_step:
+            assert extra >= 0.9 * full
+        else:
+            in_flight = model_module._calls_in_flight(
+                model_module.mix_from_schedule(s, hw), hw, s.kc
+            )
+            assert in_flight > 1.2 and extra < full / 1.2
 
 
 def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():

@@ -1522,6 +1522,36 @@ def test_a_packing_copy_waits_once_per_line_not_per_short_segment():
     assert per[16] == pytest.approx(hw.cache(3).latency_cycles / 16)
 
 
+@pytest.mark.parametrize(
+    "mr, kc, measured",
+    [(1, 16, (24.7, 29.3)), (4, 16, (87.8, 93.0))],
+)
+def test_a_block_packed_from_rows_within_a_page_overlaps_its_rows_misses(mr, kc, measured):
+    """Its row loads are independent: up to the misses the core keeps in flight wait together.
+    Zen 5, 384 x 16 blocks of A, rows 3840 B apart, repacked for every 16 columns of C: measured
+    cycles per call. With K = 1024, rows a page apart, they measured the same; the model does
+    not claim it there (``_pack_rows_in_flight``)."""
+    from aotune.analysis.model import _pack_rows_in_flight
+
+    hw = load_target("znver5")
+    assert _pack_rows_in_flight(hw, 384, 3840) == hw.memory.misses_in_flight
+    assert _pack_rows_in_flight(hw, 384, 4096) == 1.0
+    assert _pack_rows_in_flight(hw, 3, 3840) == 3.0
+    space = build_cpu_space(matmul(384, 1040, 960), hw)
+    s = schedule_from_config(
+        space,
+        space.parse_config(
+            f"mr={mr},nr=16,kc={kc},mc=384,nc=16,order=nmk,pack_a=1,pack_b=0,unroll=4,par=m,"
+            "threads=1"
+        ),
+    )
+    loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
+    (p,) = AnalyticalCpuModel(hw).predict_batch([s], [loop])
+    calls = (384 // mr) * 65 * (960 // kc)
+    per_call = p.seconds * hw.core.frequency_ghz * 1e9 / calls
+    assert 0.75 * min(measured) <= per_call <= 1.35 * max(measured)
+
+
 def test_data_every_thread_reads_is_held_once_in_the_level_they_share():
     """B read whole by both threads of a par=m kernel sits once in the shared L3: 12 MB does not fit
     one core's usable share (8 MB of 32 MB shared by 2, half usable) but fits both shares; a

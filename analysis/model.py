@@ -335,8 +335,8 @@ def micro_kernel_cycles(
     partial vector, C stores that miss L1 (or, for short calls, C fills queued behind the last
     calls' write-backs in the sets a sweep down C's rows crowds, or the next call's B loads
     waiting for these stores: ``_b_after_c_store_cycles``), a C tile fetched from beyond
-    L2, and C lines whose 128-byte pair another thread writes. Plus, once, the wait for A's lines
-    from DRAM read in place (``a_demand_miss_cycles``).
+    L2, and C lines another thread writes too, or whose pair it does. Plus, once, the wait for
+    A's lines from DRAM read in place (``a_demand_miss_cycles``).
     """
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = _vector_load_rate(hw)
@@ -1209,7 +1209,10 @@ def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> b
     rows together and every shared line moves at each visit, which calls in flight cannot
     overlap. Zen 5, cycles more per shared line stored than the model without sharing said,
     whatever the calls in flight (1.4-10): 7x7 NCHW convolutions, 49-float rows as 32 + 17
-    columns, 35-90; NHWC depthwise, 32 channels as 16 + 16, 30-49."""
+    columns, 35-90; NHWC depthwise, 32 channels as 16 + 16, 30-49. That is the price with the
+    vCPUs far apart (hand-over 170-190 ns); timed near (35-45 ns) the same lines cost 0-9. The
+    placement is decided at run time, so the model prices the far one (README, stop 73); Zen 4's
+    samples, not kept, had read 7x7 and 14x14 NCHW par=n kernels over-priced at a full wait."""
     if s.par != "n" or share.threads < 2:
         return False
     widths = {-(-(hi - lo) // s.lanes) for lo, hi in share.ranges}

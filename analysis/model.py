@@ -383,11 +383,11 @@ def micro_kernel_cycles(
             queued,
             _b_after_c_store_cycles(s, hw, step),
         )
-        # a wait for C lines from afar, which the calls in flight wait for together
-        call_cycles += c_fetch / _calls_in_flight(tile_mix, hw, s.kc)
-        # the calls in flight wait for them together, unless the threads store them at once
+        # waits for C lines from afar, which the calls in flight wait for together; shared lines
+        # the threads store at once wait in full
+        in_flight = _calls_in_flight(tile_mix, hw, s.kc)
         shared = shared_wait * rows * -(-cols * isz // hw.cache(1).line_bytes)
-        call_cycles += shared if lockstep else shared / _calls_in_flight(tile_mix, hw, s.kc)
+        call_cycles += c_fetch / in_flight + (shared if lockstep else shared / in_flight)
         compute_cycles += tiles * (s.K * step + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles

@@ -198,10 +198,23 @@ CALL_INSTRUCTIONS = (
 )
 
 
-def _overlapped_terms(terms: Sequence[float]) -> float:
+def _overlapped_terms(terms: Sequence[float], power: int = 4) -> float:
     """Seconds of the micro-kernels' work and the traffic of each level beyond L1, which overlap
-    as the L1 misses do with issue (``_overlapped``'s 4-norm)."""
-    return sum(v**4 for v in terms) ** 0.25
+    as the L1 misses do with issue (``_overlapped``'s 4-norm), or less (``power`` 2) where only
+    the loop's own loads fetch B (``b_rows_fetched_by_the_loop``)."""
+    return sum(v**power for v in terms) ** (1.0 / power)
+
+
+def b_rows_fetched_by_the_loop(s: CpuSchedule, hw: HwSpec) -> bool:
+    """Whether B is read in place with its rows further apart than the hardware prefetchers
+    follow: its lines then come only as the micro-kernel's own loads and prefetches ask for them,
+    so their traffic overlaps the FMAs less than a stream the prefetchers run ahead of the loop.
+    Bounds that are equal cost 1.41x the larger (a 2-norm), not 1.19x: a Zen 4 7 x 16 tile whose
+    prefetched B rows each waited ~7 cycles for L2 ran at ~10 a k step, not 7 or 8.3; on a Zen 5
+    slice, 14 tiles of 1-12 rows whose unpacked panels are met once per call, rows 4 and 8 KiB
+    apart, from L2 and L3, ran at 0.96-1.13x the 2-norm's time and 1.11-1.38x the 4-norm's
+    (README, stop 74)."""
+    return not s.pack_b and s.b_sk * 4 > hw.memory.prefetch_stride_bytes
 
 
 def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
@@ -279,7 +292,8 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
         overhead the call and the threads' hand-over
     seconds = 4-norm(compute, L2, L3, memory) + packing + overhead (L1's load cycles are in
     compute already); their plain sum where each packed B panel serves one tile whatever the
-    tile (``panels_serve_one_tile``).
+    tile (``panels_serve_one_tile``), their 2-norm where only the loop's own loads fetch B
+    (``b_rows_fetched_by_the_loop``).
     """
     freq = hw.core.frequency_ghz * 1e9
     share = ThreadShare.of(s)
@@ -301,7 +315,10 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     packing = (nb * packing_cycles(s, hw, share) + pad_copy_cycles(s, hw, share)) / freq
     overhead = hw.overhead.call_seconds + (share.threads - 1) * hw.overhead.thread_seconds
     beyond_l1 = [v for k, v in parts.items() if k != "L1"]  # L1's are in compute already
-    body = sum(beyond_l1) if panels_serve_one_tile(s) else _overlapped_terms(beyond_l1)
+    if panels_serve_one_tile(s):
+        body = sum(beyond_l1)
+    else:
+        body = _overlapped_terms(beyond_l1, 2 if b_rows_fetched_by_the_loop(s, hw) else 4)
     seconds = body + packing + overhead
     breakdown = {**parts, "packing": packing, "overhead": overhead}
     bottleneck = max(

@@ -232,26 +232,40 @@ def test_batch_entries_that_all_stay_in_the_last_level_cost_no_dram_and_else_eac
     assert dram_bytes_by_tensor(s, hw, ThreadShare.of(s)) == (one / 128, one, 2 * one)
 
 
-def test_compute_and_traffic_overlap_as_a_4_norm():
+@pytest.mark.parametrize(
+    ("shape", "pack_b", "power"),
+    [((2048, 2048, 2048), 1, 4), ((2048, 2048, 2048), 0, 2), ((2048, 96, 2048), 0, 4)],
+)
+def test_compute_and_traffic_overlap_as_a_4_norm_or_less_where_the_loop_fetches_b(
+    shape: tuple[int, int, int], pack_b: int, power: int
+) -> None:
     """The prediction is the 4-norm of compute and the L2, L3 and DRAM terms, plus packing and
-    overhead: never below the largest term, and above it when two are close."""
+    overhead: never below the largest term, and above it when two are close. B read in place
+    with rows 8 KiB apart, beyond what the prefetchers follow, comes only as the loop asks for
+    it: a 2-norm. Rows 384 bytes apart (N = 96) the prefetchers follow: the 4-norm again."""
+    from aotune.analysis.model import b_rows_fetched_by_the_loop
+
     hw = load_target("skylake-avx512")
-    s = _sched_2048(
-        hw, "mr=8,nr=32,kc=128,mc=8,nc=2048,order=mkn,pack_a=1,pack_b=0,unroll=4,par=m,threads=2"
+    space = build_cpu_space(matmul(*shape), hw)
+    cfg = (
+        f"mr=8,nr=32,kc=128,mc=8,nc=96,order=mkn,pack_a=1,pack_b={pack_b},unroll=4,par=m,threads=2"
     )
+    s = schedule_from_config(space, space.parse_config(cfg))
+    assert b_rows_fetched_by_the_loop(s, hw) == (power == 2)
     (p,) = AnalyticalCpuModel(hw).estimate_batch([s])
     parts = dict(p.breakdown)
     terms = [parts[k] for k in ("compute", "L2", "L3", "memory")]
     extra = parts["packing"] + parts["overhead"]
-    assert p.seconds == pytest.approx(sum(t**4 for t in terms) ** 0.25 + extra)
-    assert max(terms) + extra <= p.seconds < sum(terms) + extra
+    assert sorted(terms)[-2] > 0.2 * max(terms)  # close enough that the norms differ
+    assert p.seconds == pytest.approx(sum(t**power for t in terms) ** (1 / power) + extra)
+    assert max(terms) + extra < p.seconds < sum(terms) + extra
 
 
 @pytest.mark.parametrize("pack_b", [1, 0])
 def test_b_panels_each_used_by_one_tile_add_their_traffic(pack_b):
     """With one row of C (M = 1, as in a depthwise convolution's groups), a packed panel is
     copied for its one tile, so nothing overlaps the traffic and the terms add; read in place,
-    B streams beside the FMAs and the terms overlap as a 4-norm."""
+    B's rows (16 KiB apart) come as the loop asks for them and the terms overlap as a 2-norm."""
     hw = load_target("znver4")
     space = build_cpu_space(matmul(1, 4096, 512), hw)
     cfg = (
@@ -267,7 +281,7 @@ def test_b_panels_each_used_by_one_tile_add_their_traffic(pack_b):
     if pack_b:
         assert p.seconds == pytest.approx(sum(terms) + extra)
     else:
-        assert p.seconds == pytest.approx(sum(t**4 for t in terms) ** 0.25 + extra)
+        assert p.seconds == pytest.approx(sum(t**2 for t in terms) ** 0.5 + extra)
 
 
 def test_tiles_as_tall_as_c_keep_the_overlap_where_c_has_more_rows():
@@ -590,10 +604,11 @@ def test_a_panel_met_once_in_one_set_waits_for_its_refills():
         one_set = per_step(hw, mr, nr, 1024)
         assert refill <= one_set < 1.3 * refill
         assert per_step(hw, mr, nr, 1040) < 0.8 * refill  # the rows spread over the sets
-    assert per_step(unmeasured, 5, 16, 1024) < 0.7 * refill  # none claimed: as before
+    assert per_step(unmeasured, 5, 16, 1024) < 0.8 * refill  # none claimed: below the floor
     # rows of two lines: each of their two sets takes a refill per row, side by side
     assert refill <= per_step(hw, 1, 32, 1024) <= 1.1 * 13.8
-    assert per_step(unmeasured, 1, 32, 1024) < 0.9 * 12.8  # none claimed without the field
+    # none claimed without the field: the floor adds a tenth at least
+    assert per_step(unmeasured, 1, 32, 1024) < 0.9 * per_step(hw, 1, 32, 1024)
 
 
 def test_rows_of_several_lines_met_once_wait_for_their_sets_refills():

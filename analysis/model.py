@@ -211,9 +211,8 @@ def b_rows_fetched_by_the_loop(s: CpuSchedule, hw: HwSpec) -> bool:
     so their traffic overlaps the FMAs less than a stream the prefetchers run ahead of the loop.
     Bounds that are equal cost 1.41x the larger (a 2-norm), not 1.19x: a Zen 4 7 x 16 tile whose
     prefetched B rows each waited ~7 cycles for L2 ran at ~10 a k step, not 7 or 8.3; on a Zen 5
-    slice, 14 tiles of 1-12 rows whose unpacked panels are met once per call, rows 4 and 8 KiB
-    apart, from L2 and L3, ran at 0.96-1.13x the 2-norm's time and 1.11-1.38x the 4-norm's
-    (README, stop 74)."""
+    slice, 28 tiles of 1-12 rows meeting such panels once per call (rows 4-8 KiB apart, from L2
+    and L3) ran at 0.92-1.22x the 2-norm's time and 1.07-1.42x the 4-norm's (README, stop 74)."""
     return not s.pack_b and s.b_sk * 4 > hw.memory.prefetch_stride_bytes
 
 

@@ -1091,7 +1091,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
     rows_in_flight = max(1.0, hw.core.reorder_window / max(mix.instructions, 1.0))
     # k steps whose FMAs the schedulers hold waiting (dispatch stops when they are full)
     held = hw.core.scheduler_entries / max(mix.fma, 1.0)
-    if not s.pack_b and b_stride > hw.memory.prefetch_stride_bytes:
+    if b_rows_fetched_by_the_loop(s, hw):
         row_lines = -(-s.nr * isz // line)
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
         sweeps = _sweep_calls(s, m_share)

@@ -1126,8 +1126,11 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         extra += first_touch * max(wait, refill / side_by_side, transfer)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;
-        # otherwise only the panel's reuse across calls is lost, one miss per line
-        thrash = max(_l1_miss_fraction(a_stride, s.mr, isz, hw), shared)
+        # otherwise only the panel's reuse across calls is lost, one miss per line. B's set group
+        # takes A's lines only where A's rows are a whole number of pages apart too: rows a page
+        # and a line apart each fall in a set of their own
+        joins_b = a_stride % page == 0
+        thrash = max(_l1_miss_fraction(a_stride, s.mr, isz, hw), shared if joins_b else 0.0)
         if thrash > 0:
             # a k step's misses refill one set in turn; those of the k steps whose FMAs the
             # schedulers hold (and the window reaches) overlap, bound by the lines' transfer

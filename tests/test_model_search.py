@@ -1426,6 +1426,25 @@ def test_rows_sharing_l1_sets_are_counted_line_by_line():
     assert 0.0 < fractions[0] and fractions == sorted(fractions)
 
 
+def test_a_rows_a_page_and_a_line_apart_do_not_join_b_one_set():
+    """B rows 4 KiB apart thrash one L1 set; A rows 4160 B apart (a page and a line) each fall in
+    a set of their own, so A in place adds nothing for B's set (Zen 5, 8 x 16 tiles, 128 x 1024 x
+    1040, one thread, cycles per call: A in place 565, packed 628; the old charge predicted 949).
+    A rows 4 KiB apart do share B's set and still pay for it."""
+    from aotune.analysis.model import _conflict_miss_cycles, mix_from_schedule
+
+    hw = load_target("znver5")
+    cfg = "mr=8,nr=16,kc=64,mc=8,nc=256,order=nkm,pack_a={},pack_b=0,unroll=8,par=n,threads=1"
+
+    def extra(k: int, pack_a: int) -> float:
+        space = build_cpu_space(matmul(128, 1024, k), hw)
+        s = schedule_from_config(space, space.parse_config(cfg.format(pack_a)))
+        return _conflict_miss_cycles(s, hw, 128, mix_from_schedule(s, hw))
+
+    assert extra(1040, 0) == pytest.approx(extra(1040, 1))
+    assert extra(1024, 0) > extra(1024, 1)
+
+
 def test_a_narrow_tail_vector_costs_fewer_slots_only_on_narrow_pipes():
     """49 columns are 3 x 16 lanes and 1: on Zen 4's 256-bit pipes the one-lane FMA takes one slot
     where a 16-lane one takes two; on Skylake's 512-bit pipes both take one."""

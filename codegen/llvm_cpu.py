@@ -492,6 +492,12 @@ class CpuKernelBuilder:
         if s.a_panel_row_major:  # a gathered A
             return self.pack_a_runs_fn()
         fn, b = self.pack_prologue("pack_a")
+        if s.mr > 1:
+            # stores mr apart: LLVM vectorises them as scatters, slower than a copy one element at
+            # a time (Zen 5: 1.1-1.5x the kernel's time where packing weighs); out of line, so the
+            # attribute that keeps the copy scalar stays on the copy alone
+            fn.attributes.add("noimplicitfloat")
+            fn.attributes.add("noinline")
         A, ws, ic, pc, m_len, k_len = fn.args
         with counted_loop(b, c64(0), m_len, 1, "row") as row:
             p = b.sdiv(row, c64(s.mr))

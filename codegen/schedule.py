@@ -372,9 +372,10 @@ def b_prefetch_rows(
     b_row_stride: int = 0,
 ) -> int:
     """How many k steps ahead the micro-kernel prefetches an unpacked B row: far enough that the
-    row arrives from beyond L2 in ``memory.prefetch_ahead_cycles``, counted at FMA speed, but no
-    further than L1 keeps the rows fetched ahead (``rows_l1_keeps_ahead``; B's row stride in
-    elements, 0 where it is not known: no cap).
+    row arrives from beyond L2 in ``memory.prefetch_ahead_cycles``, counted at FMA speed (at the
+    FMA latency for tiles too small to fill the pipes), but no further than L1 keeps the rows
+    fetched ahead (``rows_l1_keeps_ahead``; B's row stride in elements, 0 where it is not known:
+    no cap).
 
     The hardware prefetchers do not follow a stream of short rows a whole operand row apart: read
     in place from L3 or DRAM, each row waited for its lines (a 13 x 32 tile over 7x7 NHWC weights,
@@ -387,7 +388,9 @@ def b_prefetch_rows(
     # the FMAs a core issues per cycle at this vector width (Zen 4: one 512-bit FMA on two
     # 256-bit pipes), so the distance is in the core's own cycles, as hw calibrate measures it
     fma_rate = hw.core.fma_units * min(1.0, hw.core.fma_width_bits / hw.isa.vector_bits)
-    cycles_per_step = mr * vectors / fma_rate
+    # a k step is at least one FMA latency: each accumulator is a chain of one FMA per step (a
+    # 3 x 16 tile over rows 16 KiB apart ran 12 cycles a step 200 rows ahead, 9 at 75)
+    cycles_per_step = max(mr * vectors / fma_rate, hw.core.fma_latency_cycles)
     ahead = max(1, math.ceil(hw.memory.prefetch_ahead_cycles / cycles_per_step))
     if b_row_stride and b_prefetch_level(hw, b_row_stride) == 1:
         ahead = min(ahead, rows_l1_keeps_ahead(hw, nr, b_row_stride))

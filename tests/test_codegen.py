@@ -380,6 +380,20 @@ def test_b_rows_are_prefetched_no_further_ahead_than_their_l1_sets_keep_them():
     assert prefetch(1024, 0) == lead
 
 
+def test_small_tiles_count_the_prefetch_lead_in_fma_latencies():
+    """A tile of fewer vector FMAs a k step than the pipes hold in flight runs a step per FMA
+    latency, not per issue slot: 300 cycles ahead is 75 rows for a 1 x 16 or 3 x 16 tile on Zen 5
+    (4-cycle FMAs), not 600 or 200 (Zen 5, 3 x 16 over rows 16 KiB apart, prefetched into L2:
+    11.9 cycles a k step 200 rows ahead, 9.0 at 75). Tiles that fill the pipes keep theirs."""
+    from aotune.codegen.schedule import b_prefetch_rows
+
+    hw = load_target("znver5")
+    ahead, latency = hw.memory.prefetch_ahead_cycles, hw.core.fma_latency_cycles
+    assert (ahead, latency) == (300, 4)
+    assert [b_prefetch_rows(hw, mr, 16, False) for mr in (1, 3, 8, 10)] == [75, 75, 75, 60]
+    assert b_prefetch_rows(hw, 5, 32, False) == 60
+
+
 @pytest.mark.parametrize("N", [1, 17, 33, 63, 1000])
 def test_b_panels_copied_as_vectors_are_zero_past_n(N):
     """The vector copy masks the loads of B's last panel: columns past N must be packed as zeros

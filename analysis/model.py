@@ -199,9 +199,10 @@ CALL_INSTRUCTIONS = (
 
 
 def _overlapped_terms(terms: Sequence[float], power: int = 4) -> float:
-    """Seconds of the micro-kernels' work and the traffic of each level beyond L1, which overlap
-    as the L1 misses do with issue (``_overlapped``'s 4-norm), or less (``power`` 2) where only
-    the loop's own loads fetch B (``b_rows_fetched_by_the_loop``)."""
+    """The micro-kernels' work and the traffic of each level beyond L1 (or a k step's issue and
+    its operand's refills), which overlap as the L1 misses do with issue (``_overlapped``'s
+    4-norm), or less (``power`` 2) where only the loop's own loads fetch B
+    (``_miss_overlap_power``)."""
     return sum(v**power for v in terms) ** (1.0 / power)
 
 
@@ -214,6 +215,15 @@ def b_rows_fetched_by_the_loop(s: CpuSchedule, hw: HwSpec) -> bool:
     slice, 28 tiles of 1-12 rows meeting such panels once per call (rows 4-8 KiB apart, from L2
     and L3) ran at 0.92-1.22x the 2-norm's time and 1.07-1.42x the 4-norm's (README, stop 74)."""
     return not s.pack_b and s.b_sk * 4 > hw.memory.prefetch_stride_bytes
+
+
+def _miss_overlap_power(s: CpuSchedule, hw: HwSpec) -> int:
+    """The norm that overlaps a kernel's work with its waits for lines beyond L1: 2 where only
+    the loop's own loads fetch B (``b_rows_fetched_by_the_loop``), the same for the k step's issue
+    and its B rows' set refills (Zen 5 slice, 2048^3, B rows 8 KiB apart in one L1 set, kc = 128:
+    2 x 16 to 12 x 16 tiles ran 8.4-12.4 cycles a k step, the 4-norm 7.9-9.1, the 2-norm
+    8.4-10.7), else 4 (``_overlapped``)."""
+    return 2 if b_rows_fetched_by_the_loop(s, hw) else 4
 
 
 def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
@@ -317,7 +327,7 @@ def cost(s: CpuSchedule, hw: HwSpec, mix: KStepMix, tier: str) -> Prediction:
     if panels_serve_one_tile(s):
         body = sum(beyond_l1)
     else:
-        body = _overlapped_terms(beyond_l1, 2 if b_rows_fetched_by_the_loop(s, hw) else 4)
+        body = _overlapped_terms(beyond_l1, _miss_overlap_power(s, hw))
     seconds = body + packing + overhead
     breakdown = {**parts, "packing": packing, "overhead": overhead}
     bottleneck = max(
@@ -372,7 +382,8 @@ def micro_kernel_cycles(
     for tiles, rows, cols in _tile_classes(share.m_share, share.n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
         cyc_k, load_k = _cycles_per_kstep(tile_mix, hw, s.kc)
-        step = _overlapped(cyc_k, conflict)
+        # the k step's issue and its unpacked operand's misses overlap as the traffic terms do
+        step = _overlapped_terms((cyc_k, conflict), _miss_overlap_power(s, hw))
         # the C lines B evicts, and B's rows' translations, are waited for beside B's own
         # misses: only the excess adds
         evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc

@@ -261,6 +261,31 @@ def test_compute_and_traffic_overlap_as_a_4_norm_or_less_where_the_loop_fetches_
     assert max(terms) + extra < p.seconds < sum(terms) + extra
 
 
+def test_a_k_step_waiting_for_its_own_b_rows_overlaps_them_as_a_2_norm() -> None:
+    """B read in place with rows 8 KiB apart (one L1 set, beyond what the prefetchers follow):
+    each k step waits for its row's set refill beside its own issue, and the two overlap as the
+    traffic terms do there, a 2-norm (Zen 5: an 8 x 16 tile at kc = 128 ran 10.3-10.7 cycles a k
+    step, the 4-norm of its 5.1 issue cycles and 7.7-cycle refills 8.0, the 2-norm 9.3)."""
+    from aotune.analysis import model as M
+
+    hw = load_target("znver5")
+    space = build_cpu_space(matmul(2048, 2048, 2048), hw)
+    cfg = "mr=8,nr=16,kc=128,mc=8,nc=720,order=nkm,pack_a=1,pack_b=0,unroll=8,par=n,threads=1"
+    s = schedule_from_config(space, space.parse_config(cfg))
+    assert M.b_rows_fetched_by_the_loop(s, hw)
+    share = M.ThreadShare.of(s)
+    mix = M._with_split_loads(M.mix_from_schedule(s, hw), s, hw)
+    issue, _ = M._cycles_per_kstep(mix, hw, s.kc)
+    refills = M._conflict_miss_cycles(s, hw, share.m_share, mix)
+    assert 0.5 < refills / issue < 2.0  # close enough that the norms differ
+    tiles = sum(t for t, _, _ in M._tile_classes(share.m_share, share.n_share, s.mr, s.nr))
+    per_step = M.micro_kernel_cycles(s, hw, mix, share)[0] / (tiles * s.K)
+    two, four = math.hypot(issue, refills), (issue**4 + refills**4) ** 0.25
+    assert two - four > 1.0
+    # the 2-norm, plus the call's own cycles spread over its k steps (well under one a step)
+    assert two <= per_step < two + 0.5
+
+
 @pytest.mark.parametrize("pack_b", [1, 0])
 def test_b_panels_each_used_by_one_tile_add_their_traffic(pack_b):
     """With one row of C (M = 1, as in a depthwise convolution's groups), a packed panel is
@@ -627,7 +652,7 @@ def test_rows_of_several_lines_met_once_wait_for_their_sets_refills():
     measured = 13.3
     assert hw.memory.set_refill_cycles <= cycles / k_steps
     assert 0.8 * measured <= cycles / k_steps <= 1.05 * measured
-    assert unclaimed / k_steps < 0.6 * measured  # no floor: the miss this fixes
+    assert unclaimed / k_steps < 0.7 * measured  # no floor: a third short, the miss this fixes
 
 
 def test_a_panel_swept_in_one_set_waits_for_its_refills():
@@ -669,7 +694,13 @@ def test_a_rows_translation_hides_in_the_wait_for_its_refill():
     the walks added) hides walks shorter than its refill wait; rows spread over the sets, which
     wait for no refill, pay the walks on top of the FMAs as measured (4032-byte rows: 10.6-11.1
     cycles per k step against 6 FMA cycles)."""
-    from aotune.analysis.model import ThreadShare, _page_walk_cycles
+    from aotune.analysis.model import (
+        ThreadShare,
+        _cycles_per_kstep,
+        _page_walk_cycles,
+        _with_split_loads,
+        mix_from_schedule,
+    )
 
     base = load_target("znver3")
     walk = 0.4 * base.memory.set_refill_cycles
@@ -690,7 +721,12 @@ def test_a_rows_translation_hides_in_the_wait_for_its_refill():
     share = ThreadShare.of(sched)
     per_step = _page_walk_cycles(sched, hw, share.m_share, share.n_share)
     assert per_step > 0.3 * walk
-    assert walked - unwalked > 0.8 * per_step * 10 * 63 * 4096
+    mix = _with_split_loads(mix_from_schedule(sched, hw), sched, hw)
+    issue, _ = _cycles_per_kstep(mix, hw, sched.kc)
+    k_steps = 10 * 63 * 4096
+    # the k step pays its issue and the walks; the first touches' own short wait hides a little
+    assert walked > unwalked
+    assert walked / k_steps > issue + 0.8 * per_step
 
 
 def test_unpacked_b_rows_evict_the_c_tile_sharing_their_sets():

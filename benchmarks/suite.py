@@ -245,6 +245,11 @@ def model_accuracy(
         "core_to_core_ns": [h for h in handoff if h is not None],
         # the core's clock at the same moments: predictions are cycles at the spec's clock
         "clock_ghz": clocks,
+        # the median error with the predicted cycles at the clock read beside the timings (a
+        # cloud slice's clock moves by several percent from one hour to the next)
+        "median_abs_error_at_read_clock": median_abs_error(
+            p * hw.core.frequency_ghz / float(np.mean(clocks)), t
+        ),
         # what other processes and guests used of the machine while the samples were timed
         "sharing": shared.as_dict() if shared else None,
         "rounds": {"sweep": sweep_rounds, "finalists": finalist_rounds},

@@ -1091,11 +1091,15 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       Those broadcasts refill one set, one after another; the k steps whose FMAs wait in the
       schedulers overlap theirs (Zen 4, 12 to 28 rows 4 KiB apart, 16 columns, kc = 32: 25, 47,
       76, 115 and 161 cycles per k step measured, 22, 44, 75, 113 and 159 predicted).
+    - The two wait side by side, in their own sets: they overlap as the k step's issue and its
+      misses do (``_miss_overlap_power``), not one after the other (Zen 5 slice, 1024^3, one
+      thread, kc = 64, A in place: 16 x 16 to 28 x 16 tiles ran 15.1, 26.0 and 64.1 cycles a k
+      step with B in place, rows in one set, and 15.6, 30.1 and 63.3 with B packed).
     Packing exists to avoid all of this.
     """
     line, isz, page = hw.cache(1).line_bytes, 4, hw.memory.page_bytes
     l2 = _l1_refill_level(hw)
-    extra = 0.0
+    extra = a_extra = 0.0
     b_stride, a_stride = s.b_sk * isz, s.a_sm * isz
     shared = _shared_set_miss_fraction(s, hw)
     # k steps whose loads the reorder window holds at once: their misses overlap
@@ -1147,10 +1151,10 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             # schedulers hold (and the window reaches) overlap, bound by the lines' transfer
             transfer = s.mr * line / l2.bandwidth_bytes_per_cycle
             steps_waiting = max(1.0, min(rows_in_flight, held))
-            extra += thrash * max(transfer, s.mr * l2.latency_cycles / steps_waiting)
+            a_extra = thrash * max(transfer, s.mr * l2.latency_cycles / steps_waiting)
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
-            extra += s.mr * isz / line * l2.latency_cycles
-    return extra
+            a_extra = s.mr * isz / line * l2.latency_cycles
+    return _overlapped_terms((extra, a_extra), _miss_overlap_power(s, hw))
 
 
 def _sweep_calls(s: CpuSchedule, m_share: int) -> int:

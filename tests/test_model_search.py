@@ -286,6 +286,23 @@ def test_a_k_step_waiting_for_its_own_b_rows_overlaps_them_as_a_2_norm() -> None
     assert two <= per_step < two + 0.5
 
 
+@pytest.mark.parametrize("mr", [21, 28])
+def test_b_rows_in_one_set_wait_beside_a_rows_that_thrash_their_own(mr: int) -> None:
+    """A tall tile with A in place, rows 4 KiB apart, misses on its broadcasts in A's set; B's rows
+    in one set of their own refill meanwhile, not after them (Zen 5 slice, 1024^3, kc = 64, one
+    thread: 21 x 16 ran 26.0 cycles a k step with B in place and 30.1 with B packed, 28 x 16 64.1
+    and 63.3; the two waits added said 1.19x B packed's prediction for B in place)."""
+    hw = load_target("znver5")
+    cfg = (
+        "mr={mr},nr=16,kc=64,mc={mr},nc=512,order=nkm,pack_a=0,pack_b={pb},unroll=4,par=n,threads=1"
+    )
+    in_place, packed = (
+        _predicted_cycles(hw, matmul(1024, 1024, 1024), cfg.format(mr=mr, pb=pb))[1]
+        for pb in (0, 1)
+    )
+    assert 0.9 * packed < in_place < 1.1 * packed
+
+
 @pytest.mark.parametrize("pack_b", [1, 0])
 def test_b_panels_each_used_by_one_tile_add_their_traffic(pack_b):
     """With one row of C (M = 1, as in a depthwise convolution's groups), a packed panel is

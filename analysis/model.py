@@ -1099,7 +1099,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
     """
     line, isz, page = hw.cache(1).line_bytes, 4, hw.memory.page_bytes
     l2 = _l1_refill_level(hw)
-    extra = a_extra = 0.0
+    b_extra = a_extra = 0.0
     b_stride, a_stride = s.b_sk * isz, s.a_sm * isz
     shared = _shared_set_miss_fraction(s, hw)
     # k steps whose loads the reorder window holds at once: their misses overlap
@@ -1132,13 +1132,13 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         # a row of several lines evicted by the rows ahead, refetch an L2 round trip apart
         one_line_pace = refill > 0 and row_lines == 1 and (sweeps == 1 or sets == 1)
         refetch = refill if one_line_pace else l2.latency_cycles
-        extra += thrash * max(refetch / side_by_side, transfer)
+        b_extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:
             wait = 0.0 if s.b_prefetch_level == 1 else l2.latency_cycles / rows_in_flight
         else:
             wait = (l2.latency_cycles + tlb) / rows_in_flight
-        extra += first_touch * max(wait, refill / side_by_side, transfer)
+        b_extra += first_touch * max(wait, refill / side_by_side, transfer)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;
         # otherwise only the panel's reuse across calls is lost, one miss per line. B's set group
@@ -1154,7 +1154,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             a_extra = thrash * max(transfer, s.mr * l2.latency_cycles / steps_waiting)
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
             a_extra = s.mr * isz / line * l2.latency_cycles
-    return _overlapped_terms((extra, a_extra), _miss_overlap_power(s, hw))
+    return _overlapped_terms((b_extra, a_extra), _miss_overlap_power(s, hw))
 
 
 def _sweep_calls(s: CpuSchedule, m_share: int) -> int:

@@ -235,7 +235,7 @@ def _overlapped(issue_cycles: float, miss_cycles: float) -> float:
     the model's first pick at 512^3 with a plain max (measured 134 GFLOP/s where the sample's
     best ran 209). A 4-norm: the larger when they differ by 2x or more, 1.19x it when equal.
     """
-    return (issue_cycles**4 + miss_cycles**4) ** 0.25
+    return _overlapped_terms((issue_cycles, miss_cycles))
 
 
 def _calls_in_flight(mix: KStepMix, hw: HwSpec, kc: int) -> float:
@@ -367,6 +367,7 @@ def micro_kernel_cycles(
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = _vector_load_rate(hw)
     conflict = _conflict_miss_cycles(s, hw, share.m_share, mix)
+    power = _miss_overlap_power(s, hw)
     dtlb = _dtlb_miss_cycles(s, hw, share.m_share)
     walks = _page_walk_cycles(s, hw, share.m_share, share.n_share)
     line_shared = _c_line_sharing(s, hw, share.ranges)
@@ -383,7 +384,7 @@ def micro_kernel_cycles(
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
         cyc_k, load_k = _cycles_per_kstep(tile_mix, hw, s.kc)
         # the k step's issue and its unpacked operand's misses overlap as the traffic terms do
-        step = _overlapped_terms((cyc_k, conflict), _miss_overlap_power(s, hw))
+        step = _overlapped_terms((cyc_k, conflict), power)
         # the C lines B evicts, and B's rows' translations, are waited for beside B's own
         # misses: only the excess adds
         evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc

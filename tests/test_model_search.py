@@ -740,10 +740,10 @@ def test_a_rows_translation_hides_in_the_wait_for_its_refill():
     assert per_step > 0.3 * walk
     mix = _with_split_loads(mix_from_schedule(sched, hw), sched, hw)
     issue, _ = _cycles_per_kstep(mix, hw, sched.kc)
-    k_steps = 10 * 63 * 4096
+    spread_steps = 10 * 63 * 4096
     # the k step pays its issue and the walks; the first touches' own short wait hides a little
     assert walked > unwalked
-    assert walked / k_steps > issue + 0.8 * per_step
+    assert walked / spread_steps > issue + 0.8 * per_step
 
 
 def test_unpacked_b_rows_evict_the_c_tile_sharing_their_sets():

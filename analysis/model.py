@@ -438,14 +438,19 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     along k is priced (a transposed or gathered A is another walk), and only where a k block sweeps
     more rows than one tile's: a block one tile high walks its rows along k call after call, streams
     the prefetchers follow. A floor: on Zen 4 such kernels waited about twice this (README, "A read
-    in place from DRAM")."""
+    in place from DRAM"). Where the prefetchers follow the calls' step down the rows
+    (``memory.far_prefetch_stride_bytes``, measured), only the first line of each row's visit
+    waits: they run ahead along the rest of it (README, stop 77)."""
     line = hw.cache(1).line_bytes
     plain = s.a_gather is None and s.a_sk == 1 and not s.a_shared
     if s.pack_a or not plain or s.a_sm * 4 < hw.memory.page_bytes or _a_rows_stream(s, share):
         return 0.0
     a_bytes = dram_bytes_by_tensor(s, hw, share)[0]
     own = share.m_share / s.M if s.par == "m" else 1.0 / share.threads
-    return a_bytes * own / line * hw.memory.latency_cycles / hw.memory.misses_in_flight
+    waiting = 1.0
+    if s.mr * s.a_sm * 4 <= hw.memory.far_prefetch_stride_bytes:
+        waiting = min(1.0, line / (s.kc * 4))  # of a visit's kc * 4 bytes, the first line
+    return a_bytes * own / line * waiting * hw.memory.latency_cycles / hw.memory.misses_in_flight
 
 
 def _a_rows_stream(s: CpuSchedule, share: ThreadShare) -> bool:

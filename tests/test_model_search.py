@@ -182,6 +182,34 @@ def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in
     assert a_demand_miss_cycles(cached, hw, ThreadShare.of(cached)) == 0.0
 
 
+def test_a_row_visit_of_several_lines_waits_for_its_first_where_prefetchers_follow_the_rows():
+    """Where the prefetchers follow the calls' step down A's rows (Zen 5: 32 KiB), a visit of
+    kc * 4 bytes to a row waits for its first line only: kc = 128 waits for an eighth of A's
+    lines, kc = 8 (half a line a visit) for all. A step beyond that stride, or a core with no
+    such stride measured (Zen 4), waits for every line."""
+    from aotune.analysis.model import ThreadShare, a_demand_miss_cycles
+
+    def wait(target: str, mr: int, kc: int) -> float:
+        hw = load_target(target)
+        mc = 440 // mr * mr
+        cfg = f"mr={mr},nr=48,kc={kc},mc={mc},nc=96,order=nkm,pack_a=0,pack_b=1,unroll=8,par=m"
+        space = build_cpu_space(matmul(4096, 64, 1024), hw)
+        s = schedule_from_config(space, space.parse_config(cfg + ",threads=2"))
+        share = ThreadShare.of(s)
+        lines = 4096 * 1024 * 4 / 64 * share.m_share / 4096  # A once, the thread's rows
+        return a_demand_miss_cycles(s, hw, share) / lines  # per line of A
+
+    zen5 = load_target("znver5").memory
+    every = zen5.latency_cycles / zen5.misses_in_flight
+    assert 5 * 4096 <= zen5.far_prefetch_stride_bytes < 9 * 4096
+    assert wait("znver5", 5, 8) == pytest.approx(every)
+    assert wait("znver5", 5, 32) == pytest.approx(every / 2)
+    assert wait("znver5", 5, 128) == pytest.approx(every / 8)
+    assert wait("znver5", 9, 128) == pytest.approx(every)  # a step of 36 KiB: not followed
+    zen4 = load_target("znver4").memory
+    assert wait("znver4", 5, 96) == pytest.approx(zen4.latency_cycles / zen4.misses_in_flight)
+
+
 def test_packs_of_a_block_one_tile_high_stream_and_wait_for_no_line():
     """A's packs that continue one tile's rows along k (m not innermost) copy at the issue bound;
     a block of more rows, or m innermost, waits for each line where A lives."""

@@ -41,11 +41,11 @@ import aotune
 from aotune.artifact.backends import Check, Chosen, backend_for
 from aotune.artifact.fanout import SearchTask, run_searches
 from aotune.artifact.inputs import KernelList, SkippedOp
-from aotune.errors import BuildError
+from aotune.errors import BuildError, DatabaseError
 from aotune.files import file_identity
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import driver
-from aotune.search.cached import record_key, result_of, store_check
+from aotune.search.cached import fitting_schedules, record_key, result_of, store_check
 from aotune.search.database import (
     CandidateRecord,
     TuneRecord,
@@ -384,7 +384,8 @@ def _pick(record: TuneRecord) -> CandidateRecord:
     if not correct:
         raise BuildError(
             f"no candidate of record {record.id} ({record.workload.get('describe')}) passed the "
-            "numpy check; this is a bug in aotune: please report it (--retune searches again)"
+            "numpy check stored with it; --retune searches again (a record this aotune made, not "
+            "one imported, failing so is a bug: please report it)"
         )
     return correct[0]
 
@@ -438,6 +439,10 @@ def _build(
     for key, ks in groups.items():
         found = None if options.retune else db.find(key)  # type: ignore[arg-type]
         if found is not None:
+            try:
+                fitting_schedules(found, ks[0].workload, hw)  # an imported record may not fit
+            except DatabaseError as e:
+                raise BuildError(f"kernel {labels[key]}: {e}") from None
             records[key] = found
             reused.add(key)
             event(labels[key], "database")

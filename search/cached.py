@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
@@ -72,20 +73,33 @@ def search_record(workload: Workload, hw: HwSpec, options: SearchOptions) -> Tun
     return record_of(driver.tune(workload, hw, options))
 
 
-def result_of(record: TuneRecord, workload: Workload, hw: HwSpec) -> driver.TuneResult:
-    """The record's candidates as a TuneResult, compiled again from their configs."""
+def fitting_schedules(
+    record: TuneRecord, workload: Workload, hw: HwSpec
+) -> tuple[Any, list[tuple[Any, Any]]]:
+    """The workload's space on ``hw`` and (config, schedule) of each of the record's candidates
+    in it: a record imported, or written by hand, may name configs the space refuses, and a
+    DatabaseError then names the record and the fix."""
     target = target_for(hw)
     space = target.build_space(workload)
-    cands = []
+    out = []
     for c in record.candidates:
         try:
             cfg = space.config(c.config)
-            sched = target.schedule(space, cfg)
+            out.append((cfg, target.schedule(space, cfg)))
         except AotuneError as e:
             raise DatabaseError(
                 f"record {record.id}: config {c.config} does not fit the space ({e}); "
                 "run again with --retune"
             ) from None
+    return space, out
+
+
+def result_of(record: TuneRecord, workload: Workload, hw: HwSpec) -> driver.TuneResult:
+    """The record's candidates as a TuneResult, compiled again from their configs."""
+    target = target_for(hw)
+    space, fitting = fitting_schedules(record, workload, hw)
+    cands = []
+    for c, (cfg, sched) in zip(record.candidates, fitting):
         cands.append(
             driver.Candidate(
                 c.rank,

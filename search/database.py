@@ -221,6 +221,8 @@ class TuneRecord:
         ranks = [c.rank for c in checked]
         if len(set(ranks)) != len(ranks):
             raise _field_error("candidates", ranks, "two candidates have one rank")
+        if sorted(ranks) != list(range(1, len(ranks) + 1)):  # a search ranks 1, 2, ... n
+            raise _field_error("candidates", ranks, "rank the candidates 1 to their number")
         # one search's candidates come from one space, so they name the same decisions
         for i, c in enumerate(checked[1:], 1):
             if set(c.config) != set(checked[0].config):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import json
 import shutil
 import socket
 import threading
@@ -280,3 +281,31 @@ def test_an_unroutable_address_is_a_timeout_naming_it(monkeypatch):
     address = "tcp://10.255.255.1:8786"
     with pytest.raises(BuildError, match=f"nothing at {address} answered within 1 s"):
         fanout.check_scheduler(address, timeout=1.0)
+
+
+# ---- a record imported from elsewhere ------------------------------------------------------
+
+
+def test_an_imported_record_whose_config_breaks_the_space_is_named_with_its_fix(tmp_path, capsys):
+    """db import checks a record's fields, not its configs against a space (it may come from
+    another machine's spec): build then named the config as if the user had given it."""
+    kernels = tmp_path / "one.toml"
+    kernels.write_text(TWO.split("\n\n")[0] + "\n")
+    db, x = str(tmp_path / "a.db"), tmp_path / "x.jsonl"
+    first = str(tmp_path / "o1")
+    rc, _, err = run_cli(capsys, "build", str(kernels), "-o", first, "--db", db, *FAST)
+    assert rc == 0, err
+    assert run_cli(capsys, "db", "export", str(x), "--db", db)[0] == 0
+    record = json.loads(x.read_text())
+    for c in record["candidates"]:
+        c["config"]["mr"] = 999  # no tile that tall fits the registers
+    x.write_text(json.dumps(record) + "\n")
+    tampered = str(tmp_path / "b.db")
+    assert run_cli(capsys, "db", "import", str(x), "--db", tampered)[0] == 0
+    out = tmp_path / "o2"
+    rc, _, err = run_cli(capsys, "build", str(kernels), "-o", str(out), "--db", tampered, *FAST)
+    assert rc == 2
+    line = one_error_line(err)
+    assert "kernel a: record 1: config" in line and "does not fit the space" in line
+    assert "--retune" in line
+    assert not out.exists() and not _leftovers(tmp_path)

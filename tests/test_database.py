@@ -673,3 +673,13 @@ def test_db_show_prints_configs_as_config_takes_them(tmp_path, capsys):
         db.put(dataclasses.replace(rec, candidates=(labelled, second)))
     assert main(["db", "show", "1", "--db", str(tmp_path / "a.db")]) == 0
     assert "#1 mr=4,order=mkn,par=m:" in capsys.readouterr().out
+
+
+def test_import_refuses_ranks_with_a_gap(tmp_path, capsys):
+    """tune showed an imported table ranked 2, 3, 5 and 'chosen rank 5'."""
+    d = json.loads(json.dumps(_record(3, n_cands=3).as_dict()))
+    d["candidates"][2]["rank"] = 5
+    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
+    assert main(["db", "import", str(tmp_path / "x.jsonl"), "--db", str(tmp_path / "t.db")]) == 2
+    err = _error_line(capsys)
+    assert "field candidates is [1, 2, 5]" in err and "rank the candidates 1 to their number" in err

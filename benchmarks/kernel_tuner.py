@@ -106,6 +106,8 @@ def _loads(text: str, path: Path) -> Any:
 
 def _parse(text: str, path: Path) -> tuple[dict, bool]:
     """The JSON document, closing it as Kernel Tuner would if it ends unterminated."""
+    if not text.strip():
+        raise MeasurementFileError(f"{path} is empty; pass a Kernel Tuner cache file")
     try:
         doc = _loads(text, path)
         truncated = False

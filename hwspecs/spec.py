@@ -668,6 +668,8 @@ def load_target(name: str) -> Any:
             f"target {_short(name)} is a directory, not a built-in name or a spec file; pass a "
             ".toml spec inside it (or host, or a built-in name)"
         )
+    if name.lower() in builtin_names() or name.lower() == "host":  # names are lower case
+        raise HwSpecError(f"unknown target {_short(name)}; did you mean {name.lower()}?")
     raise HwSpecError(
         f"unknown target {_short(name)}; known: host, {', '.join(builtin_names())} "
         "(or pass a path to a .toml spec)"

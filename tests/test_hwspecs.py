@@ -111,6 +111,12 @@ def test_unknown_target_lists_known_ones():
         load_target("pentium")
 
 
+@pytest.mark.parametrize("name", ["H100", "Znver5", "HOST"])
+def test_a_built_in_name_in_the_wrong_case_is_pointed_to(name: str):
+    with pytest.raises(HwSpecError, match=f"did you mean {name.lower()}"):
+        load_target(name)
+
+
 def test_host_detection_reads_cores_and_caches(host):
     import os
 

@@ -131,6 +131,9 @@ def test_failed_configs_are_counted_not_scored(tmp_path: Path):
 @pytest.mark.parametrize(
     "content, says",
     [
+        (b"", "is empty; pass a Kernel Tuner cache file"),
+        (b" \n\n", "is empty; pass a Kernel Tuner cache file"),
+        (gzip.compress(b""), "is empty; pass a Kernel Tuner cache file"),
         (b"not json at all", "not a Kernel Tuner cache file"),
         (b"[1, 2, 3]", "JSON list"),
         (b'{"kernel_name": "Xgemm"}', "lacks tune_params_keys, cache"),

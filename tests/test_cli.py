@@ -172,6 +172,10 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
             ["tune", "depthwise_conv2d", "--shape", "1,8,8,8,3,3", "--groups", "2"],
             ["one group per channel"],
         ),
+        (  # it named depthwise_conv2d too, which refuses --groups
+            ["tune", "matmul", "--shape", "8x8x8", "--groups", "2"],
+            ["--groups applies to conv2d, not matmul"],
+        ),
     ],
 )
 def test_bad_input_gets_one_line_error(args, needles):

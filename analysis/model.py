@@ -438,9 +438,11 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     along k is priced (a transposed or gathered A is another walk), and only where a k block sweeps
     more rows than one tile's: a block one tile high walks its rows along k call after call, streams
     the prefetchers follow. A floor: on Zen 4 such kernels waited about twice this (README, "A read
-    in place from DRAM"). Where the prefetchers follow the calls' step down the rows
-    (``memory.far_prefetch_stride_bytes``, measured), only the first line of each row's visit
-    waits: they run ahead along the rest of it (README, stop 77)."""
+    in place from DRAM"). Where calls step down the rows within the stride the prefetchers follow
+    (``memory.far_prefetch_stride_bytes``, measured on lines from the last level), a visit of
+    several lines to a row waited for its first line only on Zen 5 (A from DRAM ran as fast as A
+    in the caches from two lines a visit on: README, stop 77); Zen 4, with no such stride
+    measured, paid for every line."""
     line = hw.cache(1).line_bytes
     plain = s.a_gather is None and s.a_sk == 1 and not s.a_shared
     if s.pack_a or not plain or s.a_sm * 4 < hw.memory.page_bytes or _a_rows_stream(s, share):
@@ -448,8 +450,8 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     a_bytes = dram_bytes_by_tensor(s, hw, share)[0]
     own = share.m_share / s.M if s.par == "m" else 1.0 / share.threads
     waiting = 1.0
-    if s.mr * s.a_sm * 4 <= hw.memory.far_prefetch_stride_bytes:
-        waiting = min(1.0, line / (s.kc * 4))  # of a visit's kc * 4 bytes, the first line
+    if _calls_step_down_rows(s) and s.mr * s.a_sm * 4 <= hw.memory.far_prefetch_stride_bytes:
+        waiting = min(1.0, line / (s.kc * 4))  # the rest of the visit comes ahead of it
     return a_bytes * own / line * waiting * hw.memory.latency_cycles / hw.memory.misses_in_flight
 
 

@@ -640,7 +640,9 @@ def build_workload(
     given = [f"--{k}" for k, v in conv_args.items() if v is not None]
     if given and op not in CONV_OPS:
         verb = "applies" if len(given) == 1 else "apply"
-        ops = "conv2d" if given == ["--groups"] else "conv2d and depthwise_conv2d"
+        ops = "conv2d and depthwise_conv2d"
+        if "--groups" in given:  # depthwise_conv2d has one group per channel
+            ops = "conv2d" if given == ["--groups"] else f"{ops} (--groups: conv2d only)"
         raise WorkloadError(f"{'/'.join(given)} {verb} to {ops}, not {op}")
     if groups is not None and op == "depthwise_conv2d":
         raise WorkloadError(

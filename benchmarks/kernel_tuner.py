@@ -91,6 +91,8 @@ def _text(path: Path) -> str:
             raise MeasurementFileError(
                 f"{path} is gzipped twice: unpack it once (gunzip -c {path} > cache.json.gz)"
             )
+        if not raw.strip():
+            raise MeasurementFileError(f"{path} unpacks to no text; pass a Kernel Tuner cache file")
     return decode_utf8(raw, path, WHAT, MeasurementFileError)
 
 

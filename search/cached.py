@@ -6,6 +6,8 @@ tune(workload, hw, options, db, ...)   the record of this key if the database ha
                                        retune), else a search whose record is stored first
 result_of(record, workload, hw)        a stored record as a TuneResult: the top-k compiled
                                        again from their configs (a few hundred ms, no search)
+fitting_schedules(record, workload, hw)   each candidate's config and schedule in today's space,
+                                       or a DatabaseError naming the record and --retune
 store_check(db, record, verified, numpy_gflops)   the final check's measurements
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 
 from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload
+from aotune.constraints.space import Config, Space
 from aotune.errors import AotuneError, DatabaseError
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import driver
@@ -75,7 +78,7 @@ def search_record(workload: Workload, hw: HwSpec, options: SearchOptions) -> Tun
 
 def fitting_schedules(
     record: TuneRecord, workload: Workload, hw: HwSpec
-) -> tuple[Any, list[tuple[Any, Any]]]:
+) -> tuple[Space, list[tuple[Config, Any]]]:
     """The workload's space on ``hw`` and (config, schedule) of each of the record's candidates
     in it: a record imported, or written by hand, may name configs the space refuses, and a
     DatabaseError then names the record and the fix."""

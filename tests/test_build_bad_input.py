@@ -288,7 +288,7 @@ def test_an_unroutable_address_is_a_timeout_naming_it(monkeypatch):
 
 def test_an_imported_record_whose_config_breaks_the_space_is_named_with_its_fix(tmp_path, capsys):
     """db import checks a record's fields, not its configs against a space (it may come from
-    another machine's spec): build then named the config as if the user had given it."""
+    another machine's spec): build names the record a config came from, and --retune."""
     kernels = tmp_path / "one.toml"
     kernels.write_text(TWO.split("\n\n")[0] + "\n")
     db, x = str(tmp_path / "a.db"), tmp_path / "x.jsonl"

@@ -172,9 +172,13 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
             ["tune", "depthwise_conv2d", "--shape", "1,8,8,8,3,3", "--groups", "2"],
             ["one group per channel"],
         ),
-        (  # it named depthwise_conv2d too, which refuses --groups
+        (  # not depthwise_conv2d, which has one group per channel
             ["tune", "matmul", "--shape", "8x8x8", "--groups", "2"],
             ["--groups applies to conv2d, not matmul"],
+        ),
+        (
+            ["tune", "matmul", "--shape", "8x8x8", "--stride", "2", "--groups", "2"],
+            ["--stride/--groups apply to conv2d and depthwise_conv2d (--groups: conv2d only)"],
         ),
     ],
 )

@@ -676,7 +676,7 @@ def test_db_show_prints_configs_as_config_takes_them(tmp_path, capsys):
 
 
 def test_import_refuses_ranks_with_a_gap(tmp_path, capsys):
-    """tune showed an imported table ranked 2, 3, 5 and 'chosen rank 5'."""
+    """Ranks 1, 2, 5 would show as 'chosen rank 5' of a table of three."""
     d = json.loads(json.dumps(_record(3, n_cands=3).as_dict()))
     d["candidates"][2]["rank"] = 5
     (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")

@@ -133,7 +133,7 @@ def test_failed_configs_are_counted_not_scored(tmp_path: Path):
     [
         (b"", "is empty; pass a Kernel Tuner cache file"),
         (b" \n\n", "is empty; pass a Kernel Tuner cache file"),
-        (gzip.compress(b""), "is empty; pass a Kernel Tuner cache file"),
+        (gzip.compress(b""), "unpacks to no text; pass a Kernel Tuner cache file"),
         (b"not json at all", "not a Kernel Tuner cache file"),
         (b"[1, 2, 3]", "JSON list"),
         (b'{"kernel_name": "Xgemm"}', "lacks tune_params_keys, cache"),

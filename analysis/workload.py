@@ -304,7 +304,7 @@ def einsum(
     dims: Mapping[str, int],
     *,
     op: str = "einsum",
-    names: tuple[str, str, str] = ("A", "B", "C"),
+    names: tuple[str, str, str] | None = None,
     shape: tuple[tuple[str, int], ...] | None = None,
     dtype: str = "float32",
 ) -> Workload:
@@ -312,7 +312,9 @@ def einsum(
 
     Letters of the output are spatial loops, the others are reductions. Loop order follows first
     appearance in the output, then in the inputs. The spec is read as numpy reads it
-    (``numpy_einsum_spec``: spaces, and an implicit output).
+    (``numpy_einsum_spec``: spaces, and an implicit output). The tensors are A, B and C unless
+    ``names`` says otherwise, or in0, in1 and out where the spec uses one of those letters as an
+    index (``C[A, C]`` would read as a tensor indexed by itself).
     """
     if dtype not in DTYPE_BYTES:
         raise WorkloadError(f"dtype {dtype!r} not supported; use one of {', '.join(DTYPE_BYTES)}")
@@ -353,6 +355,8 @@ def einsum(
     def access(tname: str, idx: str) -> Access:
         return Access(tname, tuple(AffineIndex(((ch, 1),)) for ch in idx))
 
+    if names is None:
+        names = ("in0", "in1", "out") if set("ABC") & set(order) else ("A", "B", "C")
     a, b, c = names
     tensors = (
         Tensor(a, tuple(dims[ch] for ch in in0), dtype),

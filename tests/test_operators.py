@@ -120,6 +120,17 @@ def test_einsums_of_more_than_26_indices_are_checked_against_numpy():
     check(w, 0)
 
 
+def test_einsum_tensors_are_not_named_after_its_indices():
+    """An index named A, B or C would print as ``C[A, C] += A[A, B] * B[B, C]``: such a spec's
+    tensors are in0, in1 and out; any other keeps A, B and C. Both compute what numpy does."""
+    clash = einsum("AB,BC->AC", {"A": 5, "B": 3, "C": 2})
+    assert [t.name for t in clash.tensors] == ["in0", "in1", "out"]
+    assert str(clash.statement) == "out[A, C] += in0[A, B] * in1[B, C]"
+    plain = einsum("mk,kn->mn", {"m": 5, "n": 2, "k": 3})
+    assert [t.name for t in plain.tensors] == ["A", "B", "C"]
+    check(clash, 0)
+
+
 def test_numpy_baseline_computes_the_same_as_the_reference():
     w = dense(9, 20, 7, True, "gelu")
     space = build_cpu_space(w, HOST)

@@ -293,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_STAGE_UNITS = {"search": "configs", "compile": "kernels", "verify": "kernels against numpy"}
+
+
 def _progress_log() -> Callable[[str], None]:
     """Prints progress lines on stderr as written: their "[bench]" tags and install hints such
     as 'aotune[gpu]' are text, not rich markup."""
@@ -400,6 +403,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         disable=args.json or not err.is_terminal,
     ) as bar:
         tasks: dict[str, Any] = {}
+        # off a terminal the bar is off: a plain line as each stage starts says what runs
+        log = _progress_log() if bar.disable and not args.json else None
 
         def progress(stage: str, done: int, total: int) -> None:
             label = {
@@ -409,6 +414,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             }[stage]
             if stage not in tasks:
                 tasks[stage] = bar.add_task(label, total=total)
+                if log is not None:
+                    log(f"[tune] {label}: {total} {_STAGE_UNITS[stage]}")
             bar.update(tasks[stage], completed=done, total=total)
 
         db = open_db(args)

@@ -546,3 +546,20 @@ def test_version_prints_the_version_and_runs_nothing():
 
     proc = run_cli("--version")
     assert proc.returncode == 0 and proc.stdout.strip() == f"aotune {__version__}"
+
+
+def test_tune_off_a_terminal_says_each_stage_as_it_starts(capsys):
+    """Piped stderr gets no progress bar; one plain line per stage says what runs, so a long
+    final check is not silent. --json keeps stderr free of them."""
+    args = ["tune", "matmul", "--shape", "16x8x4", "--target", "host", "--budget", "32"]
+    assert main([*args, "--no-db"]) == 0
+    err = capsys.readouterr().err
+    stages = [line for line in err.splitlines() if line.startswith("[tune] ")]
+    assert [line.split(":")[0] for line in stages] == [
+        "[tune] searching (no runs)",
+        "[tune] compiling top configs",
+        "[tune] final check",
+    ]
+    assert stages[-1].endswith("kernels against numpy")
+    assert main([*args, "--no-db", "--json"]) == 0
+    assert "[tune]" not in capsys.readouterr().err

@@ -293,7 +293,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_STAGE_UNITS = {"search": "configs", "compile": "kernels", "verify": "kernels against numpy"}
+# a final check whose kernels' predicted runs add up to this is announced off a terminal
+SLOW_CHECK_SECONDS = 2.0
+CHECK_RUNS = 15  # runs of each kernel a final check makes, about: 3 rounds of >= 5
+
+
+def _announce_slow_check(result: Any) -> None:
+    """One line on stderr before a final check whose kernels the model expects to run for
+    seconds, so a long check off a terminal (where no bar shows) is not silent."""
+    calls = [c.prediction.seconds for c in result.candidates]
+    expected = CHECK_RUNS * sum(s for s in calls if math.isfinite(s))
+    if expected >= SLOW_CHECK_SECONDS:
+        _progress_log()(
+            f"[tune] final check: running {len(calls)} kernels beside numpy, about "
+            f"{expected:.0f} s of kernel runs predicted (the numpy reference comes on top)"
+        )
 
 
 def _progress_log() -> Callable[[str], None]:
@@ -403,8 +417,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
         disable=args.json or not err.is_terminal,
     ) as bar:
         tasks: dict[str, Any] = {}
-        # off a terminal the bar is off: a plain line as each stage starts says what runs
-        log = _progress_log() if bar.disable and not args.json else None
 
         def progress(stage: str, done: int, total: int) -> None:
             label = {
@@ -414,8 +426,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
             }[stage]
             if stage not in tasks:
                 tasks[stage] = bar.add_task(label, total=total)
-                if log is not None:
-                    log(f"[tune] {label}: {total} {_STAGE_UNITS[stage]}")
             bar.update(tasks[stage], completed=done, total=total)
 
         db = open_db(args)
@@ -425,6 +435,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             verified, numpy_gflops = ([], None)
             shared = None  # what others used of the machine while the final check timed
             if ok and not args.no_verify:
+                if bar.disable and not args.json:  # no bar shows it: a long check says so
+                    _announce_slow_check(result)
                 use_before = machine_load.cpu_use()
                 verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
                 if numpy_gflops is not None:  # timed here beside numpy, not emulated

@@ -8,7 +8,8 @@ workspaces and zero-bordered padded copies, one set per share), and a wrapper ge
         NULL pointers -> AOTUNE_ERR_NULL; out overlapping an input -> AOTUNE_ERR_OVERLAP
         A, B = in0, in1 (or swapped, where the schedule made the second input A)
         __aotune_lock()
-        [__aotune_run(NAME.pad, copies, pad shares)]      the zero-padded copy, split or per share
+        [__aotune_run(NAME.pad, copies, pad shares)]      the zero-padded copies: per share, the
+                                                          rows it reads (a static table)
         __aotune_run(NAME.share, shares, kernel shares)    the parallel loop's [lo, hi) per share
         __aotune_unlock(); return AOTUNE_OK
 
@@ -173,9 +174,15 @@ def _wrapper_ir(
     operands = [(pa, pb)] * shares
     if plan.pad_operand is not None:
         src = pa if plan.pad_operand == "a" else pb
+        rows_ty = ir.ArrayType(I64, len(plan.pad_rows))
+        rows_var = ir.GlobalVariable(mod, rows_ty, name=f"{name}.pad_rows")
+        rows_var.linkage = "internal"
+        rows_var.global_constant = True
+        rows_var.initializer = ir.Constant(rows_ty, [int(r) for r in plan.pad_rows])
+        rows = b.ptrtoint(b.gep(rows_var, [ir.Constant(I64, 0), ir.Constant(I64, 0)]), I64)
         run_shares(
             pad_fn,
-            [[src, at(f"padded{buf}"), 0, 0, lo, hi, 0, 0] for buf, lo, hi in plan.pad_shares],
+            [[src, at(f"padded{buf}"), rows, 0, lo, hi, 0, 0] for buf, lo, hi in plan.pad_shares],
         )
         operands = [
             (at(f"padded{buf}"), pb) if plan.pad_operand == "a" else (pa, at(f"padded{buf}"))
@@ -199,7 +206,8 @@ def _wrapper_ir(
         else {
             "operand": s.pad_copy.operand,
             "padded_shape": list(s.pad_copy.padded),
-            "per_share": s.pad_copy_per_thread,
+            "buffers": plan.pad_buffers,  # one per share, each holding the rows it reads
+            "rows_copied": [hi - lo for _, lo, hi in plan.pad_shares],
         },
         "static_bytes": 4 * total,
     }

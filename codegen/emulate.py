@@ -282,8 +282,13 @@ def _job_c(i: int, run: EmulatedRun, operand_set: int, calls: int, offset: int) 
             f"padded[p] = buffer({plan.pad_elems}, 0.0f, 0);"
         )
         src = "A" if plan.pad_operand == "a" else "B"
+        lines.append(
+            f"    static int64_t pad_rows[{max(1, len(plan.pad_rows))}] = "
+            f"{{{', '.join(str(int(r)) for r in plan.pad_rows) or '0'}}};"
+        )
         pad_calls = ", ".join(
-            f"{{{pad}, {{{src}, padded[{b}], NULL, NULL}}, {lo}, {hi}, {{NULL, NULL}}}}"
+            f"{{{pad}, {{{src}, padded[{b}], (float *)pad_rows, NULL}}, {lo}, {hi}, "
+            "{NULL, NULL}}"
             for b, lo, hi in plan.pad_shares
         )
     shares = []

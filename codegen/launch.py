@@ -3,26 +3,30 @@
 A call of a kernel is two phases of shares, each share one thread's call of a function with the
 entry's signature ``(A, B, C, bias, lo, hi, ws_a, ws_b)``:
 
-    1. only with a zero-padded copy: ``<entry>_pad(src, padded, -, -, lo, hi, -, -)`` per pad share
-       (the rows split over the threads, or each thread copying all of them into its own buffer);
+    1. only with a zero-padded copy: ``<entry>_pad(src, padded[t], rows, -, lo, hi, -, -)`` per
+       share t: it copies the input rows ``rows[lo:hi]`` (a table of row indices), those its own
+       kernel share reads, into a buffer of its own;
     2. ``<entry>(A or padded, B or padded, C, bias, lo, hi, ws_a[t], ws_b[t])`` per kernel share t,
        each thread with its own packing workspaces.
 
-The phases are separated by a barrier: every row of the padded copy is written before any thread
-reads it. :class:`LaunchPlan` says which buffers a call needs and which shares each phase runs; the
-host runner (``runner.py``) turns it into addresses for its worker threads, the emulated check
+The phases are separated by a barrier: every row a share reads is written before it reads it.
+:class:`LaunchPlan` says which buffers a call needs and which shares each phase runs; the host
+runner (``runner.py``) turns it into addresses for its worker threads, the emulated check
 (``emulate.py``) into a C driver on pthreads, so both exercise exactly the same shares.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 from aotune.codegen.schedule import CpuSchedule
 
+ROW_CHUNK = 256  # operand rows per step when finding which padded rows a share reads (memory)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class LaunchPlan:
     """The buffers and shares of one call of a kernel (buffers are counted, not allocated)."""
 
@@ -31,9 +35,11 @@ class LaunchPlan:
     ws_b_elems: int
     pad_operand: str | None  # "a" or "b": the input copied into a zero-padded buffer, or None
     pad_elems: int  # floats of one padded buffer (0 without a padded copy)
-    pad_buffers: int  # padded buffers: 0, 1 (split over the threads) or one per thread
-    pad_shares: tuple[tuple[int, int, int], ...]  # phase 1: (padded buffer, lo row, hi row)
+    pad_buffers: int  # padded buffers: 0, or one per share
+    pad_shares: tuple[tuple[int, int, int], ...]  # phase 1: (buffer, lo, hi): pad_rows[lo:hi]
     padded_of_share: tuple[int, ...]  # phase 2: the padded buffer each kernel share reads
+    # the input rows phase 1 copies, share by share (indexed by pad_shares' lo, hi)
+    pad_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def threads(self) -> int:
@@ -51,6 +57,12 @@ def page_rounded(elems: int, page_bytes: int) -> int:
 def launch_plan(s: CpuSchedule) -> LaunchPlan:
     """The launch plan of a kernel built from schedule ``s``.
 
+    With a padded copy, each share gets a buffer of its own and copies into it just the rows its
+    kernel reads (all of them where the parallel loop does not index the padded operand): no line
+    of a padded copy is ever written or read by two cores. A buffer split over the threads sent
+    the rows its shares both read (a convolution window's halo) from one core's cache to the
+    other's on every call, and costs twice the time where the two vCPUs sit far apart.
+
     The padded copy's border stays zero (the pad function writes only its interior), so its buffers
     must be zeroed once when they are allocated and may be reused by later calls.
     """
@@ -59,20 +71,54 @@ def launch_plan(s: CpuSchedule) -> LaunchPlan:
     pc = s.pad_copy
     if pc is None:
         return LaunchPlan(shares, s.pack_a_elems, s.pack_b_elems, None, 0, 0, (), ())
-    rows = math.prod(pc.shape[:-1])  # the pad function copies rows: all dims but the last
-    if s.pad_copy_per_thread:
-        pad_shares = tuple((t, 0, rows) for t in range(threads))
-    else:
-        pad_shares = tuple(
-            (0, t * rows // threads, (t + 1) * rows // threads) for t in range(threads)
-        )
+    per_share = [padded_rows_read(s, lo, hi) for lo, hi in shares]
+    bounds = np.cumsum([0] + [len(r) for r in per_share])
     return LaunchPlan(
         shares,
         s.pack_a_elems,
         s.pack_b_elems,
         pc.operand,
         pc.elems,
-        threads if s.pad_copy_per_thread else 1,
-        pad_shares,
-        tuple(buffer for buffer, _, _ in pad_shares),
+        threads,
+        tuple((t, int(bounds[t]), int(bounds[t + 1])) for t in range(threads)),
+        tuple(range(threads)),
+        np.concatenate(per_share).astype(np.int64),
     )
+
+
+def padded_rows_read(s: CpuSchedule, lo: int, hi: int) -> np.ndarray:
+    """Input rows (flattened, unpadded) whose copies the kernel share [lo, hi) of the parallel
+    loop reads, over every batch entry; all rows where each thread reads all of them
+    (``CpuSchedule.pad_copy_per_thread``) or runs alone."""
+    pc = s.pad_copy
+    assert pc is not None
+    gather = s.a_gather if pc.operand == "a" else s.b_gather
+    rows = math.prod(pc.shape[:-1])
+    if s.pad_copy_per_thread or s.threads < 2 or gather is None or len(pc.shape) < 2:
+        return np.arange(rows)
+    row_offsets, k_offsets, _ = gather.tables()
+    width = pc.padded[-1]
+    # A read in place as vectors along its columns too: each read spans N elements more
+    span = s.N - 1 if s.a_shared and pc.operand == "a" else 0
+    if span >= width:
+        return np.arange(rows)
+    k_offsets = np.unique(np.concatenate([k_offsets, k_offsets + span]))
+    read = [
+        np.unique((row_offsets[r : min(r + ROW_CHUNK, hi), None] + k_offsets[None, :]) // width)
+        for r in range(lo, hi, ROW_CHUNK)
+    ]
+    padded_rows = np.unique(np.concatenate(read))
+    batch = np.zeros(1, dtype=np.int64)  # each batch entry's offset in the padded buffer
+    for extent, a_stride, b_stride, _ in s.batch:
+        stride = a_stride if pc.operand == "a" else b_stride
+        batch = (batch[:, None] + np.arange(extent, dtype=np.int64)[None, :] * stride).ravel()
+    if np.all(batch % width == 0):
+        padded_rows = (padded_rows[None, :] + (batch // width)[:, None]).ravel()
+    else:  # a batch step inside a row: a row's elements then span two rows
+        starts = padded_rows[None, :] * width + batch[:, None]
+        padded_rows = np.concatenate([starts // width, (starts + width - 1) // width], axis=None)
+    padded_rows = np.unique(padded_rows)
+    index = np.unravel_index(padded_rows[padded_rows < math.prod(pc.padded[:-1])], pc.padded[:-1])
+    inside = [i - below for i, below in zip(index, pc.lo[:-1])]
+    keep = np.all([(i >= 0) & (i < n) for i, n in zip(inside, pc.shape[:-1])], axis=0)
+    return np.ravel_multi_index([i[keep] for i in inside], pc.shape[:-1])

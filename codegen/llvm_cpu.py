@@ -727,8 +727,9 @@ class CpuKernelBuilder:
         return fn
 
     def pad_fn(self) -> ir.Function:
-        """<entry>_pad(src, dst, -, -, lo, hi, -, -): copy rows [lo, hi) of the input (all dims but
-        the last, flattened) into the interior of its zero-padded buffer.
+        """<entry>_pad(src, dst, rows, -, lo, hi, -, -): copy the input rows (all dims but the
+        last, flattened) that ``rows[lo:hi]`` names (an i64 table) into the interior of its
+        zero-padded buffer.
 
         It has the entry's signature, so the worker pool can run it on the threads. The
         buffer's border is zeroed once when it is allocated and never written, so each call copies
@@ -741,14 +742,16 @@ class CpuKernelBuilder:
             ir.FunctionType(ir.VoidType(), [PF32, PF32, PF32, PF32, I64, I64, PF32, PF32]),
             name=f"{self.entry}_pad",
         )
-        src, dst, _, _, lo, hi, _, _ = fn.args
-        for arg in (src, dst):
+        src, dst, table, _, lo, hi, _, _ = fn.args
+        for arg in (src, dst, table):
             arg.add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         nd = len(pc.shape)
         width = pc.shape[-1]
         dst_strides = [math.prod(pc.padded[d + 1 :]) for d in range(nd)]
-        with counted_loop(b, lo, hi, 1, "row") as row:
+        row_table = b.bitcast(table, PI64)
+        with counted_loop(b, lo, hi, 1, "slot") as slot:
+            row = b.load(b.gep(row_table, [slot], inbounds=True))
             # the row's index in each outer dim, innermost first, and its offset in the padded
             # buffer
             dst_off, rest = c64(sum(p * st for p, st in zip(pc.lo, dst_strides))), row

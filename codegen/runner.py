@@ -169,7 +169,9 @@ class HostKernel:
         # zeroed once: the padded copy's border stays zero, the pad function writes its interior
         self._padded = [own_pages(plan.pad_elems, page) for _ in range(plan.pad_buffers)]
         padded_addr = [p.ctypes.data for p in self._padded]
-        self._pad_shares = [(padded_addr[i], lo, hi) for i, lo, hi in plan.pad_shares]
+        self._pad_rows = plan.pad_rows  # the pad function's row table: kept alive with the kernel
+        rows_addr = self._pad_rows.ctypes.data
+        self._pad_shares = [(padded_addr[i], rows_addr, lo, hi) for i, lo, hi in plan.pad_shares]
         # the padded buffer each thread's kernel share reads
         self._padded_of_share = [padded_addr[i] for i in plan.padded_of_share]
 
@@ -215,7 +217,8 @@ class HostKernel:
         ):  # the shares are set in __init__ exactly when there is a padded copy
             src = pa if s.pad_copy.operand == "a" else pb
             self._run(
-                self._pad_addr, [(src, dst, 0, 0, lo, hi, 0, 0) for dst, lo, hi in self._pad_shares]
+                self._pad_addr,
+                [(src, dst, rows, 0, lo, hi, 0, 0) for dst, rows, lo, hi in self._pad_shares],
             )
             operands = [
                 (padded, pb) if s.pad_copy.operand == "a" else (pa, padded)

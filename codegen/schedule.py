@@ -99,7 +99,7 @@ class Gather:
 @dataclass(frozen=True)
 class PadCopy:
     """Copy one input into a zero-padded buffer before the GEMM, so packing needs no bounds checks
-    (one buffer split over the threads, or one per thread: ``CpuSchedule.pad_copy_per_thread``)."""
+    (a buffer per thread holding the rows its share reads: ``codegen/launch.py``)."""
 
     operand: str  # "a" or "b"
     shape: tuple[int, ...]
@@ -179,19 +179,18 @@ class CpuSchedule:
 
     @property
     def pad_copy_per_thread(self) -> bool:
-        """Whether each thread makes its own whole padded copy rather than a share of one.
+        """Whether each thread copies the whole input, rather than about its share of it.
 
-        Where the parallel loop does not index the padded operand (NCHW output channels split over
-        the threads), every thread reads all of it, and a shared copy written half by each core
-        sends half of it from one core's cache to the other's on every call (14x14x256 NCHW,
-        side by side: 199-200 GFLOP/s shared, 202-203 private; in the machine's slow spells
-        160 vs 177). Where it does index it, each thread reads mostly its own part: one copy,
-        split.
+        Where the parallel loop does not pick the padded operand's rows (NCHW output channels, or
+        NHWC depthwise channels, split over the threads), every thread reads all of them and so
+        copies all of them; where it does, each copies the rows its share reads
+        (``launch.padded_rows_read``). Each copies into a buffer
+        of its own either way: a buffer split over the threads sent its rows between the cores'
+        caches (14x14x256 NCHW, side by side: 199-200 GFLOP/s shared, 202-203 private).
         """
         if self.pad_copy is None or self.threads < 2:
             return False
-        indexed_by_par = self.a_shared or (self.pad_copy.operand == "a") == (self.par == "m")
-        return not indexed_by_par
+        return (self.pad_copy.operand == "a") != (self.par == "m")
 
     @property
     def has_epilogue(self) -> bool:

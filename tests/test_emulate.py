@@ -34,8 +34,8 @@ from aotune.codegen.emulate import (
     find_emulator,
     run_emulated,
 )
-from aotune.codegen.launch import launch_plan
-from aotune.codegen.runner import random_operands
+from aotune.codegen.launch import launch_plan, padded_rows_read
+from aotune.codegen.runner import HostKernel, check_against_numpy, random_operands
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import FinalCheckError, UnsatisfiableError
@@ -167,19 +167,23 @@ def test_other_layouts_and_batches_under_emulation():
 
 
 @needs_qemu
-def test_two_threads_share_one_padded_copy_or_pad_their_own():
-    """The shapes HostKernel's own test uses: split over pixels (par=m), the two threads each copy
-    half the rows of one padded buffer; split over output channels (par=n), each pads its own."""
+def test_two_threads_pad_the_rows_they_read_into_buffers_of_their_own():
+    """The shapes HostKernel's own test uses, emulated: split over output channels (par=m), each
+    thread reads and so copies every row; split over pixels (par=n), each copies only the rows
+    of its pixels' windows. Each into a buffer of its own, both exact."""
     space = build_cpu_space(conv2d(1, 5, 7, 9, 6, 3, 3, pad=1), N1)
     runs = []
-    for par, buffers in (("m", 2), ("n", 1)):
+    rows = 5 * 7
+    for par, all_rows in (("m", True), ("n", False)):
         cfg = space.parse_config(
             f"mr=2,nr=16,kc=16,mc=4,nc=32,order=mkn,pack_a=0,pack_b=1,unroll=1,par={par},"
             "threads=2,pad_copy=1"
         )
         sched = schedule_from_config(space, cfg)
         plan = launch_plan(sched)
-        assert plan.threads == 2 and plan.pad_buffers == buffers
+        assert plan.threads == 2 and plan.pad_buffers == 2
+        copied = [hi - lo for _, lo, hi in plan.pad_shares]
+        assert copied == [rows, rows] if all_rows else max(copied) < rows
         runs.append(EmulatedRun(compile_kernel(sched, N1), random_operands(sched, 3)))
     checks = check_emulated(runs, calls=2)
     assert len(checks) == 2
@@ -281,11 +285,12 @@ def _solved(workload, hw):
     return space, space.solve()
 
 
-def test_launch_plan_covers_the_padded_rows_once_per_buffer():
-    """Without running anything: every padded buffer's rows are copied exactly once per call,
-    by the shares the plan gives the threads, and each kernel share reads a filled buffer."""
+def test_launch_plan_gives_each_share_its_own_buffer_and_the_rows_it_reads():
+    """Without running anything: each kernel share reads a padded buffer of its own, filled by
+    its own pad share with each row it reads once; where the parallel loop splits the padded
+    operand, the shares together copy far fewer rows than a copy per thread of all of them."""
     space = build_cpu_space(conv2d(1, 6, 11, 7, 8, 3, 3, pad=1, stride=2), N1)
-    seen = 0
+    seen = split = 0
     for cfg in space.sample(40, seed=3):
         s = schedule_from_config(space, cfg)
         plan = launch_plan(s)
@@ -295,14 +300,52 @@ def test_launch_plan_covers_the_padded_rows_once_per_buffer():
             continue
         seen += 1
         rows = int(np.prod(s.pad_copy.shape[:-1]))
-        for buf in range(plan.pad_buffers):
-            covered = sorted(
-                r for bb, lo, hi in plan.pad_shares if bb == buf for r in range(lo, hi)
-            )
-            assert covered == list(range(rows))
-        assert set(plan.padded_of_share) == set(range(plan.pad_buffers))
-        assert plan.pad_buffers == (plan.threads if s.pad_copy_per_thread else 1)
-    assert seen > 0
+        assert plan.pad_buffers == plan.threads
+        assert plan.padded_of_share == tuple(range(plan.threads))
+        copied = 0
+        for t, ((buf, lo, hi), (klo, khi)) in enumerate(zip(plan.pad_shares, plan.shares)):
+            own = plan.pad_rows[lo:hi]
+            assert buf == t and np.all(np.diff(own) > 0) and 0 <= own[0] and own[-1] < rows
+            assert np.array_equal(own, padded_rows_read(s, klo, khi))
+            copied += len(own)
+        if plan.threads > 1 and not s.pad_copy_per_thread:
+            split += 1
+            assert copied < 1.5 * rows
+    assert seen > 0 and split > 0
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        depthwise_conv2d(2, 4, 12, 9, 3, 3, pad=1),
+        conv2d(1, 3, 11, 7, 4, 3, 3, pad=1, stride=2),
+        conv2d(2, 3, 9, 10, 5, 3, 3, pad=1, layout="NHWC"),
+        depthwise_conv2d(1, 5, 9, 6, 3, 3, pad=2, dilation=2, layout="NHWC"),
+    ],
+    ids=["depthwise-nchw", "conv-stride2", "conv-nhwc", "depthwise-nhwc-dilated"],
+)
+def test_a_kernel_reads_no_padded_row_its_share_did_not_copy(workload):
+    """Run on this host, into padded buffers whose interior starts NaN: a share's pad function
+    fills only the rows ``padded_rows_read`` names, so a row the kernel reads beyond them would
+    turn the output NaN. The output matches numpy instead."""
+    hw = load_target("host")
+    space = build_cpu_space(workload, hw)
+    runs = 0
+    for cfg in space.sample(60, seed=2):
+        s = schedule_from_config(space, cfg)
+        if s.pad_copy is None or s.threads < 2 or runs == 6:
+            continue
+        runs += 1
+        hk = HostKernel(compile_kernel(s, hw), hw)
+        for padded in hk._padded:
+            interior = padded[: s.pad_copy.elems].reshape(s.pad_copy.padded)[
+                tuple(slice(lo, lo + n) for lo, n in zip(s.pad_copy.lo, s.pad_copy.shape))
+            ]
+            interior[...] = np.nan  # a view: the buffer's own interior
+        a, b, bias = random_operands(s, 0)
+        correct, err, tol = check_against_numpy(hk, a, b, bias)
+        assert correct, (space.describe_config(cfg), err, tol)
+    assert runs > 0
 
 
 def test_missing_tools_name_the_packages_to_install(monkeypatch, capsys, tmp_path):

@@ -340,12 +340,13 @@ def test_nchw_read_in_place_copies_pixel_rows_masked_at_the_padding(
 
 
 @pytest.mark.parametrize("par, own_copies", [("m", True), ("n", False)])
-def test_threads_that_all_read_the_padded_input_each_pad_their_own(
+def test_threads_pad_the_input_they_read_into_buffers_of_their_own(
     par: str, own_copies: bool
 ) -> None:
     """NCHW split over output channels: every thread reads every pixel, so each copies the whole
-    padded input into a buffer of its own (no lines written by one core and read by the other);
-    split over pixels, one buffer is split. Both compute the convolution exactly."""
+    padded input; split over pixels, each copies its pixels' rows. Each into a buffer of its own
+    (no line written by one core and read by the other); both compute the convolution exactly,
+    on a second call too."""
     w = conv2d(1, 5, 7, 9, 6, 3, 3, pad=1)
     space = build_cpu_space(w, HOST)
     cfg = space.parse_config(
@@ -355,7 +356,7 @@ def test_threads_that_all_read_the_padded_input_each_pad_their_own(
     sched = schedule_from_config(space, cfg)
     assert sched.pad_copy_per_thread == own_copies and len(compile_kernel(sched, HOST).launch) == 2
     host = HostKernel(compile_kernel(sched, HOST), HOST)
-    assert len(host._padded) == (2 if own_copies else 1)
+    assert len(host._padded) == 2
     a, b, bias = random_operands(sched, 3)
     for _ in range(2):  # the second call finds its buffers' borders still zero
         assert check_against_numpy(host, a, b, bias)[0]

@@ -22,6 +22,7 @@ def test_the_zen5_records_are_kept():
         "znver5-operators-2026-11-30-c.json.gz",
         "znver5-operators-2026-11-30-d.json.gz",
         "znver5-operators-2026-11-30-e.json.gz",
+        "znver5-operators-2026-12-01.json.gz",
         "znver5-unseen-2026-11-30.json.gz",
         "znver5-unseen-2026-11-30-b.json.gz",
         "znver5-unseen-2026-11-30-c.json.gz",
@@ -29,6 +30,7 @@ def test_the_zen5_records_are_kept():
         "znver5-unseen-2026-11-30-e.json.gz",
         "znver5-unseen-2026-11-30-f.json.gz",
         "znver5-unseen-2026-11-30-g.json.gz",
+        "znver5-unseen-2026-12-01.json.gz",
     } <= names
 
 

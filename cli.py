@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aotune import __version__, machine_load
 from aotune.artifact.commands import (
@@ -40,6 +40,10 @@ from aotune.files import (
     write_new_file,
 )
 from aotune.search.options import LIMITS, SearchOptions
+
+if TYPE_CHECKING:
+    from aotune.hwspecs.spec import HwSpec
+    from aotune.search.driver import TuneResult
 
 EXIT_ERROR = 2
 SEED_LIMIT = LIMITS["seed"]
@@ -295,18 +299,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 # a final check whose kernels' predicted runs add up to this is announced off a terminal
 SLOW_CHECK_SECONDS = 2.0
-CHECK_RUNS = 15  # runs of each kernel a final check makes, about: 3 rounds of >= 5
 
 
-def _announce_slow_check(result: Any) -> None:
-    """One line on stderr before a final check whose kernels the model expects to run for
-    seconds, so a long check off a terminal (where no bar shows) is not silent."""
-    calls = [c.prediction.seconds for c in result.candidates]
-    expected = CHECK_RUNS * sum(s for s in calls if math.isfinite(s))
+def _announce_slow_check(result: TuneResult, hw: HwSpec) -> None:
+    """One line on stderr before a final check on this CPU whose kernels the model expects to
+    run for seconds, so a long check off a terminal (where no bar shows) is not silent. (An
+    emulated check's time is the emulator's, which the model does not predict.)"""
+    from aotune.codegen.runner import FINAL_CHECK_ROUNDS
+    from aotune.hwspecs.host import host_can_run
+
+    if hw.kind != "cpu" or not host_can_run(hw)[0]:
+        return
+    # each kernel: a checked call, then per round a warm-up call and at least 5 timed runs
+    calls = 1 + FINAL_CHECK_ROUNDS * (1 + 5)
+    seconds = [c.prediction.seconds for c in result.candidates]
+    expected = calls * sum(s for s in seconds if math.isfinite(s))
     if expected >= SLOW_CHECK_SECONDS:
         _progress_log()(
-            f"[tune] final check: running {len(calls)} kernels beside numpy, about "
-            f"{expected:.0f} s of kernel runs predicted (the numpy reference comes on top)"
+            f"[tune] final check: running {len(seconds)} kernels beside numpy, about "
+            f"{expected:.0f} s of kernel runs predicted (numpy's runs come on top)"
         )
 
 
@@ -436,7 +447,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             shared = None  # what others used of the machine while the final check timed
             if ok and not args.no_verify:
                 if bar.disable and not args.json:  # no bar shows it: a long check says so
-                    _announce_slow_check(result)
+                    _announce_slow_check(result, hw)
                 use_before = machine_load.cpu_use()
                 verified, numpy_gflops = driver.verify(result, seed=args.seed, progress=progress)
                 if numpy_gflops is not None:  # timed here beside numpy, not emulated

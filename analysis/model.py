@@ -720,10 +720,12 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
 
 def pad_copy_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     """Cycles of the zero-padded copy of the input, once per call (not per batch entry), before
-    the kernel: the threads split it, or each makes its own; a load and a store per vector, or
-    the lines read at the bandwidth of the level that holds input and buffer, whichever is
-    slower: the input, and each buffer line, which a store reads for ownership first (its
-    write-back later takes the write path, which runs beside the reads)."""
+    the kernel: each thread copies the rows its share reads (about its part; one buffer's worth
+    of lines in all), or all of them where every thread reads all of them (a buffer's worth
+    each); a load and a store per vector, or the lines read at the bandwidth of the level that
+    holds input and buffers, whichever is slower: the input, and each buffer line, which a store
+    reads for ownership first (its write-back later takes the write path, which runs beside the
+    reads)."""
     if s.pad_copy is None:
         return 0.0
     elems = math.prod(s.pad_copy.shape)

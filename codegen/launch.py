@@ -17,13 +17,12 @@ runner (``runner.py``) turns it into addresses for its worker threads, the emula
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 from aotune.codegen.schedule import CpuSchedule
-
-ROW_CHUNK = 256  # operand rows per step when finding which padded rows a share reads (memory)
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,14 +53,17 @@ def page_rounded(elems: int, page_bytes: int) -> int:
     return -(-elems // page) * page
 
 
+@functools.lru_cache(maxsize=64)
 def launch_plan(s: CpuSchedule) -> LaunchPlan:
-    """The launch plan of a kernel built from schedule ``s``.
+    """The launch plan of a kernel built from schedule ``s`` (cached: the final check, a library
+    build and the emulated check each ask for it).
 
     With a padded copy, each share gets a buffer of its own and copies into it just the rows its
-    kernel reads (all of them where the parallel loop does not index the padded operand): no line
-    of a padded copy is ever written or read by two cores. A buffer split over the threads sent
-    the rows its shares both read (a convolution window's halo) from one core's cache to the
-    other's on every call, and costs twice the time where the two vCPUs sit far apart.
+    kernel reads (all of them where the parallel loop does not pick the padded operand's rows).
+    A buffer split over the threads sent the rows both shares read (a convolution window's
+    halo) from one core's cache to the other's on every call, and cost twice the time where the
+    two vCPUs sit far apart. (The worker pool may still run a share's two phases on different
+    cores, e.g. after a nap; the result is the same, only slower.)
 
     The padded copy's border stays zero (the pad function writes only its interior), so its buffers
     must be zeroed once when they are allocated and may be reused by later calls.
@@ -71,8 +73,16 @@ def launch_plan(s: CpuSchedule) -> LaunchPlan:
     pc = s.pad_copy
     if pc is None:
         return LaunchPlan(shares, s.pack_a_elems, s.pack_b_elems, None, 0, 0, (), ())
-    per_share = [padded_rows_read(s, lo, hi) for lo, hi in shares]
-    bounds = np.cumsum([0] + [len(r) for r in per_share])
+    if s.pad_copy_per_thread or threads < 2:  # one table of every row, which all shares copy
+        rows = math.prod(pc.shape[:-1])
+        pad_shares = tuple((t, 0, rows) for t in range(threads))
+        pad_rows = np.arange(rows, dtype=np.int64)
+    else:
+        per_share = [padded_rows_read(s, lo, hi) for lo, hi in shares]
+        bounds = np.cumsum([0] + [len(r) for r in per_share])
+        pad_shares = tuple((t, int(bounds[t]), int(bounds[t + 1])) for t in range(threads))
+        pad_rows = np.concatenate(per_share).astype(np.int64)
+    pad_rows.flags.writeable = False  # shared by every caller of the cached plan
     return LaunchPlan(
         shares,
         s.pack_a_elems,
@@ -80,9 +90,9 @@ def launch_plan(s: CpuSchedule) -> LaunchPlan:
         pc.operand,
         pc.elems,
         threads,
-        tuple((t, int(bounds[t]), int(bounds[t + 1])) for t in range(threads)),
+        pad_shares,
         tuple(range(threads)),
-        np.concatenate(per_share).astype(np.int64),
+        pad_rows,
     )
 
 
@@ -103,10 +113,14 @@ def padded_rows_read(s: CpuSchedule, lo: int, hi: int) -> np.ndarray:
     if span >= width:
         return np.arange(rows)
     k_offsets = np.unique(np.concatenate([k_offsets, k_offsets + span]))
-    read = [
-        np.unique((row_offsets[r : min(r + ROW_CHUNK, hi), None] + k_offsets[None, :]) // width)
-        for r in range(lo, hi, ROW_CHUNK)
-    ]
+    # an operand row at q * width + rem reads rows q + (rem + k) // width: one short list per
+    # distinct rem (one in all for NHWC), not a row of K offsets per operand row
+    quotient, rem = np.divmod(row_offsets[lo:hi], width)
+    read = []
+    for r in np.unique(rem):
+        steps = np.unique((r + k_offsets) // width)
+        starts = np.unique(quotient[rem == r])
+        read.append(np.unique((starts[:, None] + steps[None, :]).ravel()))
     padded_rows = np.unique(np.concatenate(read))
     batch = np.zeros(1, dtype=np.int64)  # each batch entry's offset in the padded buffer
     for extent, a_stride, b_stride, _ in s.batch:

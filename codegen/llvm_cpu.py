@@ -18,9 +18,9 @@ Structure of the generated module (all sizes and strides are compile-time consta
         A is a broadcast scalar per (row, k), or, when A is shared along the columns (NHWC
         depthwise), a vector at a + row_off[r] + k_off[k], loaded in place like B.
 
-    void <entry>_pad(float* src, float* dst, -, -, i64 lo, i64 hi, -, -)   (only with a padded copy)
-        copies rows [lo, hi) of a zero-padding input into the interior of a padded buffer, before
-        the threads run the kernel (the rows split over them, or all of them into each one's own).
+    void <entry>_pad(float* src, float* dst, i64* rows, -, i64 lo, i64 hi, -, -)   (padded copy)
+        copies the input rows rows[lo:hi] into the interior of a zero-bordered buffer, before the
+        kernel: per thread, into its own buffer, the rows its share reads (codegen/launch.py).
 
 Remainders: one variant for full tiles and one for the m tail, the n tail and both, because the
 tails of M and N are known when the kernel is generated. A gathered operand (a convolution window)

@@ -534,7 +534,7 @@ def test_padded_copy_reads_at_the_bandwidth_of_where_it_lives():
 
 def test_padded_copy_from_memory_shares_its_bandwidth_between_the_threads():
     """An input beyond the last cache level is copied at DRAM's bandwidth, which the threads share:
-    splitting the one buffer over two threads does not make the copy faster."""
+    splitting its rows over two threads does not make the copy faster."""
     from aotune.analysis.model import ThreadShare, pad_copy_cycles
     from aotune.analysis.workload import depthwise_conv2d
 

@@ -184,9 +184,9 @@ class CpuSchedule:
         Where the parallel loop does not pick the padded operand's rows (NCHW output channels, or
         NHWC depthwise channels, split over the threads), every thread reads all of them and so
         copies all of them; where it does, each copies the rows its share reads
-        (``launch.padded_rows_read``). Each copies into a buffer
-        of its own either way: a buffer split over the threads sent its rows between the cores'
-        caches (14x14x256 NCHW, side by side: 199-200 GFLOP/s shared, 202-203 private).
+        (``launch.padded_rows_read``). Each copies into a buffer of its own either way: a buffer
+        split over the threads sent its rows between the cores' caches (14x14x256 NCHW, side by
+        side: 199-200 GFLOP/s shared, 202-203 private).
         """
         if self.pad_copy is None or self.threads < 2:
             return False

@@ -168,7 +168,10 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
     That latency and the pipes' throughput overlap as issue and misses do (``_overlapped``): a
     tile whose chains only just fill the pipes loses slots whenever its FMAs wait (Zen 5, packed
     6 x 16 and 8 x 16 tiles at kc = 320, one thread: 4.58 and 5.26 cycles a k step measured,
-    4.1 and 4.8 by the larger bound alone).
+    4.1 and 4.8 by the larger bound alone). Where one pipe takes every vector FMA (Zen 4's 512-bit
+    FMAs use both 256-bit pipes) there is no pipe to pick: four chains ran a packed 4 x 16 tile at
+    the 8 x 16's pace per FMA, where the blend said 1.11x, so the step is capped at the larger of
+    the throughput and the chains' own latency.
     """
     c = hw.core
     vec_bits = hw.isa.vector_bits
@@ -190,6 +193,10 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
         mix.stores / c.store_ports,
     )
     cycles = _overlapped(throughput, c.fma_latency_cycles / calls_in_flight)
+    if fma_rate <= 1.0:
+        # one vector FMA a cycle through one pipe: no pipe to pick, so a call's own chains take
+        # their turns and a step takes no longer than their latency or the pipe's throughput
+        cycles = min(cycles, max(throughput, c.fma_latency_cycles))
     return cycles + c.spill_cycles * mix.spills, load_cycles
 
 

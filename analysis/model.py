@@ -835,9 +835,12 @@ def _vector_pack_cycles_per_elem(
     Few instructions per line keep many lines in flight, so the copy streams at a share of the
     bandwidth of the level its source comes from (DRAM's is shared by the threads, which all pack
     at once), not at one latency per line as the element-wise copy did (Zen 4, B from L3: ~0.25
-    cycles per element, 16-wide panels, where the element-wise copy took 0.85-3). Panel rows a
-    page or more apart each need a translation, and a panel deeper than the DTLB evicts its own
-    pages before the next panel, over the same rows, comes back to them; a shallower block's
+    cycles per element, 16-wide panels, where the element-wise copy took 0.85-3). A panel row
+    needs a translation where it meets a new page (every row a page or more apart; at N = 1000,
+    rows 4000 bytes apart, nearly every row: on Zen 4 repacking per 26 rows of A took 1.49x the
+    time of packing per 130, 1.24x charged from whole-page strides only), and a panel whose rows
+    span more pages than the DTLB holds evicts its own pages before the next panel, over the
+    same rows, comes back to them; a shallower block's
     rows keep theirs to the next pack over them only if the pages touched in between fit too
     (``_pages_between_b_packs``), else each pack pays one miss per row (on Zen 3, 2 x 24 tiles
     over rows 4 KiB apart, kc = 64, 64 DTLB entries: packing ~0.3 of the time, 0.15 predicted);
@@ -859,16 +862,17 @@ def _vector_pack_cycles_per_elem(
             hw.cache(level).copy_bandwidth_share * hw.cache(level).bandwidth_bytes_per_cycle
         )
     per_elem = max(1.0 / (hw.core.store_ports * s.lanes), isz * per_byte)
-    if s.b_sk * isz >= hw.memory.page_bytes:
-        between = _pages_between_b_packs(s, hw, share)
-        row_elems = min(s.nc, share.n_share)  # of a block's row: what one translation serves
-        if s.kc > hw.memory.dtlb_entries:
-            per_elem += hw.memory.tlb_miss_cycles / s.nr
-        elif between > hw.memory.dtlb_entries:
-            per_elem += hw.memory.tlb_miss_cycles / row_elems
-        # as ``_page_walk_cycles`` charges the micro-kernel's rows
-        walked = last_level_miss_share(between, stlb_reach(hw, s.b_sk * isz))
-        per_elem += walked * hw.memory.page_walk_cycles / row_elems
+    # rows less than a page apart share pages: a row meets a new one that often
+    new_page = min(1.0, s.b_sk * isz / hw.memory.page_bytes)
+    between = _pages_between_b_packs(s, hw, share)
+    row_elems = min(s.nc, share.n_share)  # of a block's row: what one translation serves
+    if s.kc * new_page > hw.memory.dtlb_entries:
+        per_elem += hw.memory.tlb_miss_cycles * new_page / s.nr
+    elif between > hw.memory.dtlb_entries:
+        per_elem += hw.memory.tlb_miss_cycles * new_page / row_elems
+    # as ``_page_walk_cycles`` charges the micro-kernel's rows
+    walked = last_level_miss_share(between, stlb_reach(hw, s.b_sk * isz))
+    per_elem += walked * hw.memory.page_walk_cycles * new_page / row_elems
     return per_elem
 
 

@@ -840,11 +840,11 @@ def _vector_pack_cycles_per_elem(
     rows 4000 bytes apart, nearly every row: on Zen 4 repacking per 26 rows of A took 1.49x the
     time of packing per 130, 1.24x charged from whole-page strides only), and a panel whose rows
     span more pages than the DTLB holds evicts its own pages before the next panel, over the
-    same rows, comes back to them; a shallower block's
-    rows keep theirs to the next pack over them only if the pages touched in between fit too
-    (``_pages_between_b_packs``), else each pack pays one miss per row (on Zen 3, 2 x 24 tiles
-    over rows 4 KiB apart, kc = 64, 64 DTLB entries: packing ~0.3 of the time, 0.15 predicted);
-    where they outrun the second-level TLB too, the share it cannot keep walks (``stlb_reach``).
+    same rows, comes back to them; a shallower block's rows keep theirs to the next pack over
+    them only if the pages touched in between fit too (``_pages_between_b_packs``), else each
+    pack pays one miss per row (on Zen 3, 2 x 24 tiles over rows 4 KiB apart, kc = 64, 64 DTLB
+    entries: packing ~0.3 of the time, 0.15 predicted); where they outrun the second-level TLB
+    too, the share it cannot keep walks (``stlb_reach``).
     """
     isz = 4
     whole = source_bytes == s.K * s.N * isz  # every thread reads all of it: held once where shared

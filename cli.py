@@ -305,13 +305,13 @@ def _announce_slow_check(result: TuneResult, hw: HwSpec) -> None:
     """One line on stderr before a final check on this CPU whose kernels the model expects to
     run for seconds, so a long check off a terminal (where no bar shows) is not silent. (An
     emulated check's time is the emulator's, which the model does not predict.)"""
-    from aotune.codegen.runner import FINAL_CHECK_ROUNDS
+    from aotune.codegen.runner import FINAL_CHECK_ROUNDS, MIN_TIMED_RUNS
     from aotune.hwspecs.host import host_can_run
 
     if hw.kind != "cpu" or not host_can_run(hw)[0]:
         return
-    # each kernel: a checked call, then per round a warm-up call and at least 5 timed runs
-    calls = 1 + FINAL_CHECK_ROUNDS * (1 + 5)
+    # each kernel: a checked call, then per round a warm-up call and its timed runs
+    calls = 1 + FINAL_CHECK_ROUNDS * (1 + MIN_TIMED_RUNS)
     seconds = [c.prediction.seconds for c in result.candidates]
     expected = calls * sum(s for s in seconds if math.isfinite(s))
     if expected >= SLOW_CHECK_SECONDS:

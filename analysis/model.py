@@ -862,8 +862,7 @@ def _vector_pack_cycles_per_elem(
             hw.cache(level).copy_bandwidth_share * hw.cache(level).bandwidth_bytes_per_cycle
         )
     per_elem = max(1.0 / (hw.core.store_ports * s.lanes), isz * per_byte)
-    # rows less than a page apart share pages: a row meets a new one that often
-    new_page = min(1.0, s.b_sk * isz / hw.memory.page_bytes)
+    new_page = new_page_per_row(s.b_sk * isz, hw)
     between = _pages_between_b_packs(s, hw, share)
     row_elems = min(s.nc, share.n_share)  # of a block's row: what one translation serves
     if s.kc * new_page > hw.memory.dtlb_entries:
@@ -1217,13 +1216,18 @@ def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) ->
         return 0.0
     rows = s.kc if s.order == "nkm" else s.K
     cols = n_share if s.order == "mkn" else min(s.nc, n_share)
-    # rows less than a page apart share pages: a row meets a new one that often
-    new_page = min(1.0, stride / page)
+    new_page = new_page_per_row(stride, hw)
     row_pages = -(-cols * 4 // page)
     pages = rows * (new_page if stride < page else row_pages)
     # the TLB keeps its reach's worth of a sweep too large for it (as the last cache level does)
     missed = last_level_miss_share(pages, stlb_reach(hw, stride, row_pages))
     return missed * hw.memory.page_walk_cycles * new_page / _sweep_calls(s, m_share)
+
+
+def new_page_per_row(stride_bytes: int, hw: HwSpec) -> float:
+    """How often a walk down rows ``stride_bytes`` apart meets a new page: every row a page or
+    more apart, else once per page's worth of rows (they share pages)."""
+    return min(1.0, stride_bytes / hw.memory.page_bytes)
 
 
 def stlb_reach(hw: HwSpec, stride_bytes: int, row_pages: int = 1) -> float:

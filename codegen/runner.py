@@ -283,6 +283,8 @@ def _summary(times: list[float], seconds: float) -> tuple[float, int, float]:
     return seconds, len(times), (max(times) - min(times)) / seconds if seconds > 0 else 0.0
 
 
+MIN_TIMED_RUNS = 5  # timed runs of each function per round, at least
+
 # Each round warms up for longer than a BLAS library keeps its threads spinning after its last
 # call (OpenBLAS: ~2^28 cycles, under 0.1 s), so a function never runs against the previous one's
 # spinners (seen: our 2-thread 512^3 at 97 GFLOP/s right after numpy, 195 alone).
@@ -291,7 +293,7 @@ SWITCH_WARMUP_SECONDS = 0.15
 
 def time_side_by_side(
     fns: list[Callable[[], object]],
-    min_runs: int = 5,
+    min_runs: int = MIN_TIMED_RUNS,
     min_seconds: float = 0.2,
     rounds: int = 3,
     warmup_seconds: float = SWITCH_WARMUP_SECONDS,
@@ -453,7 +455,7 @@ def final_check(
     a: np.ndarray,
     b: np.ndarray,
     bias: np.ndarray | None = None,
-    min_runs: int = 5,
+    min_runs: int = MIN_TIMED_RUNS,
     min_seconds: float = 0.2,
     warmup_seconds: float = 0.1,
 ) -> Measurement:
@@ -486,7 +488,7 @@ def final_check_side_by_side(
     a: np.ndarray,
     b: np.ndarray,
     bias: np.ndarray | None = None,
-    min_runs: int = 5,
+    min_runs: int = MIN_TIMED_RUNS,
     min_seconds: float = 0.2,
     with_numpy: bool = True,
     warmup_seconds: float = SWITCH_WARMUP_SECONDS,

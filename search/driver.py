@@ -26,9 +26,7 @@ from aotune.codegen.compile import Kernel
 from aotune.codegen.cuda_device import DeviceMeasurement
 from aotune.codegen.emulate import EmulatedCheck
 from aotune.codegen.executions import executions
-from aotune.codegen.runner import (
-    Measurement,
-)
+from aotune.codegen.runner import MIN_TIMED_RUNS, Measurement
 from aotune.codegen.schedule import CpuSchedule
 from aotune.constraints.cpu import CpuSpace
 from aotune.constraints.space import Config
@@ -271,7 +269,10 @@ def can_verify(hw: HwSpec) -> tuple[bool, str]:
 
 
 def verify(
-    result: TuneResult, seed: int = 0, min_runs: int = 5, progress: Progress | None = None
+    result: TuneResult,
+    seed: int = 0,
+    min_runs: int = MIN_TIMED_RUNS,
+    progress: Progress | None = None,
 ) -> tuple[list[Verified], float | None]:
     """Final check of the top-k against numpy where the target can run them: (verified
     candidates, the baseline's GFLOP/s). The target decides how (``Target.final_check``): a CPU

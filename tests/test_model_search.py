@@ -950,7 +950,8 @@ def test_shared_lines_of_threads_in_step_cost_more_than_over_the_calls_in_flight
     import aotune.analysis.model as model_module
 
     hw = load_target("znver5")
-    one_call, two_calls = _conv7_split_by_threads(hw, "kc=8,order=nkm,pack_a=0,pack_b=1,unroll=4")
+    # row blocks outermost: each sweeps both threads' columns, so they meet on every sweep
+    one_call, two_calls = _conv7_split_by_threads(hw, "kc=8,order=mkn,pack_a=0,pack_b=1,unroll=4")
     latency = hw.caches[-1].latency_cycles
     for s, in_step in ((one_call, True), (two_calls, False)):
         share = model_module.ThreadShare.of(s)
@@ -964,6 +965,33 @@ def test_shared_lines_of_threads_in_step_cost_more_than_over_the_calls_in_flight
                 model_module.mix_from_schedule(s, hw), hw, s.kc
             )
             assert in_flight > 1.2 and extra < full / 1.2
+
+
+def test_threads_that_meet_shared_lines_only_at_their_runs_ends_pay_no_visit_for_them(
+    monkeypatch,
+):
+    """N = 1000 split 480 + 520 by two threads: rows and the split end mid-line, so the threads
+    share C lines. With the 80-column blocks outermost each thread meets its shared columns only
+    at the start or the end of its run, never while the other does: the lines move once, not on
+    each visit (Zen 4: two threads 1.87x one). Row blocks outermost sweep both threads' columns
+    on every k block, and every visit pays (1.32x)."""
+    import aotune.analysis.model as model_module
+
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(128, 1000, 4032), hw)
+    rest = "mr=4,nr=80,kc=8,mc=8,nc=80,pack_a=0,pack_b=0,unroll=4,par=n,threads=2"
+    n_outer, m_outer = (
+        schedule_from_config(space, space.parse_config(f"{rest},order={order}"))
+        for order in ("nkm", "mkn")
+    )
+    for s in (n_outer, m_outer):
+        share = model_module.ThreadShare.of(s)
+        assert share.ranges == ((0, 480), (480, 1000)) and share.n_share > s.nc
+        assert model_module._c_line_sharing(s, hw, share.ranges) > 0.0
+        assert not model_module._threads_store_shared_lines_at_once(s, share)
+    assert _shared_line_cycles(monkeypatch, n_outer, hw) == 0.0
+    m_share = model_module.ThreadShare.of(m_outer)
+    assert _shared_line_cycles(monkeypatch, m_outer, hw) > 0.05 * m_share.calls * s.kc * 20
 
 
 def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():

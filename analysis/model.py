@@ -1283,13 +1283,14 @@ def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> b
 
 def _threads_meet_shared_lines_once(s: CpuSchedule, share: ThreadShare) -> bool:
     """Whether the C lines two threads share (par=n) move between the cores once a run rather
-    than on every visit: the column blocks are the outermost loop and each thread has more than
+    than on every visit: the column blocks are the outermost loop and every thread has more than
     one, so a thread meets its first columns at the start of its run and its last at the end,
     and the neighbour's shared line is written before or after, never in between. Zen 4 slice,
-    128x1000x4032, 4 x 80 tiles, kc = 8, seven 80-column blocks a thread (rows and the split
+    128x1000x4032, 4 x 80 tiles, kc = 8, six and seven 80-column blocks (rows and the split
     end mid-line): column blocks outermost, two threads ran 1.87x one thread; row blocks
     outermost (each block sweeps the columns, the neighbours meet on every sweep), 1.32x."""
-    return s.par == "n" and share.threads > 1 and s.order[0] == "n" and share.n_share > s.nc
+    narrowest = min(hi - lo for lo, hi in share.ranges)
+    return s.par == "n" and share.threads > 1 and s.order[0] == "n" and narrowest > s.nc
 
 
 def _c_granule_sharing(

@@ -992,6 +992,12 @@ def test_threads_that_meet_shared_lines_only_at_their_runs_ends_pay_no_visit_for
     assert _shared_line_cycles(monkeypatch, n_outer, hw) == 0.0
     m_share = model_module.ThreadShare.of(m_outer)
     assert _shared_line_cycles(monkeypatch, m_outer, hw) > 0.05 * m_share.calls * s.kc * 20
+    # one 480-column block for the first thread: it sweeps its columns every k block, and meets
+    # the line it shares while the second thread is still in its first block
+    one_block = schedule_from_config(
+        space, space.parse_config(rest.replace("nc=80", "nc=480") + ",order=nkm")
+    )
+    assert _shared_line_cycles(monkeypatch, one_block, hw) > 0.0
 
 
 def test_loop_mix_counts_k_steps_from_the_tile_the_loop_belongs_to():

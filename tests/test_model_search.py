@@ -990,8 +990,9 @@ def test_threads_that_meet_shared_lines_only_at_their_runs_ends_pay_no_visit_for
         assert model_module._c_line_sharing(s, hw, share.ranges) > 0.0
         assert not model_module._threads_store_shared_lines_at_once(s, share)
     assert _shared_line_cycles(monkeypatch, n_outer, hw) == 0.0
-    m_share = model_module.ThreadShare.of(m_outer)
-    assert _shared_line_cycles(monkeypatch, m_outer, hw) > 0.05 * m_share.calls * s.kc * 20
+    # 20 FMAs a k step, one a cycle: the shared lines add more than 5% to them
+    fma_cycles = model_module.ThreadShare.of(m_outer).calls * m_outer.kc * 20
+    assert _shared_line_cycles(monkeypatch, m_outer, hw) > 0.05 * fma_cycles
     # one 480-column block for the first thread: it sweeps its columns every k block, and meets
     # the line it shares while the second thread is still in its first block
     one_block = schedule_from_config(

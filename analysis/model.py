@@ -378,17 +378,9 @@ def micro_kernel_cycles(
     power = _miss_overlap_power(s, hw)
     dtlb = _dtlb_miss_cycles(s, hw, share.m_share)
     walks = _page_walk_cycles(s, hw, share.m_share, share.n_share)
-    line_shared = _c_line_sharing(s, hw, share.ranges)
-    pair_shared = _c_line_pair_sharing(s, hw, share.ranges) - line_shared
     c_fetch = _c_tile_fetch_cycles(s, hw, share.m_share, share.n_share)  # every tile class's
     lockstep = _threads_store_shared_lines_at_once(s, share)
-    # a C line the other core wrote since comes back for the store, about a last-level latency:
-    # a line both write on every visit, a pair's other line on visits that miss L1
-    shared_wait = hw.caches[-1].latency_cycles * (
-        line_shared + pair_shared * _c_visits_from_beyond_l1(s, hw, share)
-    )
-    if _threads_meet_shared_lines_once(s, share):
-        shared_wait = 0.0
+    shared_wait = _shared_line_wait_cycles(s, hw, share)
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(share.m_share, share.n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
@@ -1279,6 +1271,20 @@ def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> b
         return False
     widths = {-(-(hi - lo) // s.lanes) for lo, hi in share.ranges}
     return share.n_tiles == 1 and len(widths) == 1
+
+
+def _shared_line_wait_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Cycles per C tile row-line that the lines another thread writes add to a visit: a line
+    the other core wrote since comes back for the store, about a last-level latency; a line both
+    write on every visit, a pair's other line on visits that miss L1. None where the threads meet
+    those lines only at their runs' ends (``_threads_meet_shared_lines_once``)."""
+    if _threads_meet_shared_lines_once(s, share):
+        return 0.0
+    line_shared = _c_line_sharing(s, hw, share.ranges)
+    pair_shared = _c_line_pair_sharing(s, hw, share.ranges) - line_shared
+    return hw.caches[-1].latency_cycles * (
+        line_shared + pair_shared * _c_visits_from_beyond_l1(s, hw, share)
+    )
 
 
 def _threads_meet_shared_lines_once(s: CpuSchedule, share: ThreadShare) -> bool:

@@ -1,6 +1,6 @@
 """CPU bench samples kept in the repository, re-predicted by today's model on any machine.
 
-    python -m aotune.benchmarks.cpu_record rescore FILE.json.gz --target znver5 [--json]
+    python -m aotune.benchmarks.cpu_record rescore FILE.json.gz [FILE ...] --target znver5 [--json]
 
 ``aotune bench --json`` keeps, per accuracy row, every sampled config with the time it ran in
 and what the model of the day predicted. The records in ``benchmarks/data/cpu/`` are such
@@ -9,7 +9,9 @@ timings of the same matmul samples, a-g, stops 69-72, the operator and unseen ro
 ``rescore`` compiles each sampled config for ``--target`` (the spec of the CPU that timed it: its
 own code and tier-2 features, none of the machine's), predicts it with today's model and scores
 the predictions against the kept times, beside the scores the record was made with. Nothing is
-timed.
+timed. Given several timings of the same samples (a day's ``-b``, ``-c`` ...), it scores against
+each config's median time (``median_record``): one timing's placement of the vCPUs, or a
+neighbour's burst, then moves a score less.
 """
 
 from __future__ import annotations
@@ -82,6 +84,36 @@ def _samples(row: Any) -> list[dict[str, Any]]:
     ]
 
 
+def median_record(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, Any]:
+    """The first of ``docs`` with each kept sample's time replaced by the median of that
+    config's times over all of them (its predictions then stay the first's): timings of the same
+    samples, as a day's bench runs with one seed give. ``names`` name the documents in errors."""
+    first, rows = docs[0], []
+    for row in first["rows"]:
+        samples, name = _samples(row), row.get("workload") if isinstance(row, dict) else None
+        if not samples:
+            continue
+        times: dict[str, list[float]] = {s["config"]: [] for s in samples}
+        for doc, label in zip(docs, names):
+            other = next(
+                (r for r in doc["rows"] if isinstance(r, dict) and r.get("workload") == name),
+                None,
+            )
+            kept = {s["config"]: s["measured_s"] for s in _samples(other)}
+            missing = [c for c in times if c not in kept]
+            if missing:
+                raise MeasurementFileError(
+                    f"bench record {label}: row {name!r} has no time for {missing[0]} "
+                    f"({len(missing)} of {len(times)} configs missing); a median needs timings "
+                    "of the same samples: give records the bench wrote with the same seed"
+                )
+            for config, t in times.items():
+                t.append(kept[config])
+        median = [{**s, "measured_s": float(np.median(times[s["config"]]))} for s in samples]
+        rows.append({**row, "accuracy": {**row["accuracy"], "samples": median}})
+    return {**first, "rows": rows, "timings": len(docs)}
+
+
 def scores(predicted: Sequence[float], measured: Sequence[float]) -> dict[str, float]:
     """The bench's accuracy scores of predictions against times."""
     return accuracy_scores(np.asarray(predicted, float), np.asarray(measured, float))
@@ -115,28 +147,41 @@ def rescore(doc: dict[str, Any], target: str, log: Log = print) -> dict[str, Any
             }
         )
         log(f"{name}: re-predicted {len(samples)} sampled configs")
-    return {"machine": doc.get("machine"), "target": hw.name, "rows": rows}
+    return {
+        "machine": doc.get("machine"),
+        "target": hw.name,
+        "timings": doc.get("timings", 1),
+        "rows": rows,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line of the module docstring."""
     ap = argparse.ArgumentParser(prog="python -m aotune.benchmarks.cpu_record")
     ap.add_argument("step", choices=("rescore",))
-    ap.add_argument("file", type=Path, help="a bench document (.json or .json.gz)")
+    ap.add_argument(
+        "files",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="a bench document (.json or .json.gz); several: timings of the same samples, "
+        "scored against each config's median time",
+    )
     ap.add_argument("--target", required=True, help="the spec of the CPU that timed it")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
     try:
-        result = rescore(
-            read_record(args.file), args.target, log=lambda m: print(m, file=sys.stderr)
-        )
+        docs = [read_record(f) for f in args.files]
+        doc = median_record(docs, [str(f) for f in args.files]) if len(docs) > 1 else docs[0]
+        result = rescore(doc, args.target, log=lambda m: print(m, file=sys.stderr))
     except AotuneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{result['machine']} re-predicted for {result['target']}: before -> now")
+    against = "" if result["timings"] == 1 else f", against {result['timings']} timings' median"
+    print(f"{result['machine']} re-predicted for {result['target']}{against}: before -> now")
     for r in result["rows"]:
         b = r["before"]
         print(

@@ -108,3 +108,51 @@ def test_the_command_answers_bad_input_in_one_line(tmp_path, capsys):
     assert "is a GPU" in capsys.readouterr().err
     assert cpu_record.main(["rescore", str(tmp_path / "missing.json"), "--target", "znver5"]) == 2
     assert "cannot read bench record" in capsys.readouterr().err
+
+
+def _timing(times: dict[str, float], predicted: float = 1.0) -> dict:
+    """A bench document of one row whose samples ran in ``times`` (config -> seconds)."""
+    samples = [{"config": c, "predicted_s": predicted, "measured_s": t} for c, t in times.items()]
+    row = {"workload": "matmul 8x8x8", "accuracy": {"samples": samples}}
+    return {"machine": "m", "rows": [row]}
+
+
+def test_several_timings_are_scored_against_each_configs_median():
+    docs = [
+        _timing({"a": 1.0, "b": 5.0, "c": 2.0}, predicted=3.0),
+        _timing({"c": 4.0, "a": 9.0, "b": 1.0}, predicted=7.0),  # another order, another model
+        _timing({"b": 2.0, "a": 3.0, "c": 3.0}, predicted=7.0),
+    ]
+    doc = cpu_record.median_record(docs, ["x", "y", "z"])
+    (row,) = doc["rows"]
+    got = {s["config"]: (s["measured_s"], s["predicted_s"]) for s in row["accuracy"]["samples"]}
+    assert got == {"a": (3.0, 3.0), "b": (2.0, 3.0), "c": (3.0, 3.0)}
+    assert doc["timings"] == 3 and doc["machine"] == "m"
+    assert [s["measured_s"] for s in docs[0]["rows"][0]["accuracy"]["samples"]] == [1.0, 5.0, 2.0]
+
+
+def test_timings_of_other_samples_are_named_not_mixed():
+    docs = [_timing({"a": 1.0, "b": 2.0}), _timing({"a": 1.0, "d": 2.0})]
+    with pytest.raises(MeasurementFileError, match=r"second.json: row 'matmul 8x8x8' has no time"):
+        cpu_record.median_record(docs, ["first.json", "second.json"])
+
+
+def test_the_command_scores_several_files_against_their_median(tmp_path, capsys):
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / "znver4-matmul-2026-12-01.json.gz")
+    row = dict(doc["rows"][0])
+    row["accuracy"] = {**row["accuracy"], "samples": row["accuracy"]["samples"][:3]}
+    paths = []
+    for scale in (1.0, 2.0):
+        cut = json.loads(json.dumps({**doc, "rows": [row]}))
+        for s in cut["rows"][0]["accuracy"]["samples"]:
+            s["measured_s"] *= scale
+        paths.append(tmp_path / f"t{scale}.json")
+        paths[-1].write_text(json.dumps(cut))
+    argv = ["rescore", *map(str, paths), "--target", "znver4", "--json"]
+    assert cpu_record.main(argv) == 0
+    (scored,) = json.loads(capsys.readouterr().out)["rows"]
+    kept = row["accuracy"]["samples"]
+    median = [s["measured_s"] * 1.5 for s in kept]
+    assert scored["before"] == pytest.approx(
+        cpu_record.scores([s["predicted_s"] for s in kept], median)
+    )

@@ -99,6 +99,11 @@ def median_record(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
                 (r for r in doc["rows"] if isinstance(r, dict) and r.get("workload") == name),
                 None,
             )
+            if other is None:
+                raise MeasurementFileError(
+                    f"bench record {label}: no row {name!r}; a median needs timings of the same "
+                    "rows and samples: give records the bench wrote with the same seed"
+                )
             kept = {s["config"]: s["measured_s"] for s in _samples(other)}
             missing = [c for c in times if c not in kept]
             if missing:

@@ -136,6 +136,10 @@ def test_timings_of_other_samples_are_named_not_mixed():
     docs = [_timing({"a": 1.0, "b": 2.0}), _timing({"a": 1.0, "d": 2.0})]
     with pytest.raises(MeasurementFileError, match=r"second.json: row 'matmul 8x8x8' has no time"):
         cpu_record.median_record(docs, ["first.json", "second.json"])
+    other_row = _timing({"a": 1.0, "b": 2.0})
+    other_row["rows"][0]["workload"] = "matmul 9x9x9"
+    with pytest.raises(MeasurementFileError, match=r"third.json: no row 'matmul 8x8x8'"):
+        cpu_record.median_record([docs[0], other_row], ["first.json", "third.json"])
 
 
 def test_the_command_scores_several_files_against_their_median(tmp_path, capsys):

@@ -133,14 +133,21 @@ def add_db_parser(sub: Any) -> None:
     add_db_flags(im, search=False)
 
 
-def command_inputs(args: argparse.Namespace, database: bool = True) -> dict[str, str]:
+def command_inputs(
+    args: argparse.Namespace, database: bool = True, builtin_specs: bool = True
+) -> dict[str, str]:
     """The files a command reads, by what they are (for messages): its --target spec where that
-    is a file, and with ``database`` its tuning database unless --no-db."""
+    is a file, with ``builtin_specs`` aotune's own spec files (a target by name, ``host`` too,
+    reads them), and with ``database`` its tuning database unless --no-db."""
+    from aotune.hwspecs.spec import builtin_spec_files
     from aotune.search.database import default_path
 
     inputs = {}
     if os.path.isfile(args.target):
         inputs["the --target spec"] = args.target
+    if builtin_specs:
+        for name, path in builtin_spec_files().items():
+            inputs[f"aotune's built-in spec {name}, a file"] = str(path)
     if database and not getattr(args, "no_db", False):
         inputs["the tuning database"] = str(getattr(args, "db", None) or default_path())
     return inputs
@@ -201,7 +208,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     shapes = parse_shape_args(args.shape)
     kernels = read_input(Path(args.input), shapes)
     hw = load_target(args.target)
-    inputs = {"the kernel list": args.input, **command_inputs(args)}
+    # the build writes files of its own names only: aotune's spec files cannot be among them
+    inputs = {"the kernel list": args.input, **command_inputs(args, builtin_specs=False)}
     if not args.force:  # with --force they may stay there, if the build writes none of them
         # checked before the database is opened, which would create it inside -o
         refuse_inputs_inside(args.out, "-o", inputs, BuildError)

@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotune.errors import AotuneError, CalibrationError
-from aotune.files import check_writable, has_control_character, write_new_file
+from aotune.files import (
+    check_writable,
+    has_control_character,
+    refuse_outputs_over_inputs,
+    write_new_file,
+)
 from aotune.hwspecs.probes import (
     CLOCK_CHAIN,
     Effort,
@@ -59,6 +64,7 @@ from aotune.hwspecs.spec import (
     ARCHES,
     HwSpec,
     builtin_names,
+    builtin_spec_files,
     check_llvm_names,
     load_target,
     spec_from_dict,
@@ -643,7 +649,10 @@ def spec_text(cal: Calibration) -> str:
 
 
 def check_output(path: str, force: bool) -> None:
-    """Fail now, before a minute of measuring, if the spec could not be written to ``path``."""
+    """Fail now, before a minute of measuring, if the spec could not be written to ``path`` or
+    would replace one of aotune's own specs (which the calibration starts from)."""
+    own = {f"aotune's built-in spec {n}, a file": str(p) for n, p in builtin_spec_files().items()}
+    refuse_outputs_over_inputs({"-o": path}, own, CalibrationError)
     check_writable(path, force, CalibrationError)
 
 

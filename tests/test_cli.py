@@ -519,6 +519,36 @@ def test_emit_files_never_replace_what_the_command_reads(tmp_path, capsys, monke
     assert (tmp_path / "my.db").read_bytes() == b"" and not (tmp_path / "-").exists()
 
 
+def test_outputs_never_replace_aotunes_own_spec_files(tmp_path, capsys, monkeypatch):
+    """A target given by name (or ``host``) reads aotune's spec files: --emit-* --force and
+    ``hw calibrate -o --force`` refuse to write over one, however the path is spelt (checked on
+    a copy of the spec folder, so a regression replaces only the copy)."""
+    import shutil
+
+    import aotune.hwspecs.spec as spec_module
+    from aotune.errors import CalibrationError
+    from aotune.hwspecs.calibrate import check_output
+
+    specs = tmp_path / "specs"
+    shutil.copytree(SPEC_DIR, specs, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    monkeypatch.setattr(spec_module, "SPEC_DIR", specs)
+    monkeypatch.chdir(tmp_path)
+    before = {p.name: p.read_bytes() for p in specs.glob("*.toml")}
+    base = ["tune", "matmul", "--shape", "8x8x8", "--no-db", "--no-verify", "--force"]
+    cases = [
+        ["--target", "skylake-avx512", "--emit-asm", "specs/skylake-avx512.toml"],
+        ["--target", "host", "--emit-ir", str(specs / "znver4.toml")],
+        ["--target", "znver4", "--emit-asm", "./specs/../specs/haswell.toml"],
+    ]
+    for extra in cases:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "is aotune's built-in spec" in err and "give another file" in err, err
+    with pytest.raises(CalibrationError, match="is aotune's built-in spec znver5"):
+        check_output(str(specs / "znver5.toml"), True)
+    assert {p.name: p.read_bytes() for p in specs.glob("*.toml")} == before
+
+
 def test_a_target_that_is_a_directory_says_so(tmp_path, capsys):
     (tmp_path / "specs").mkdir()
     assert main(["hw", "show", str(tmp_path / "specs")]) == 2  # a path: read as a file

@@ -1,6 +1,8 @@
 """CPU bench samples kept in the repository, re-predicted by today's model on any machine.
 
     python -m aotune.benchmarks.cpu_record rescore FILE.json.gz [FILE ...] --target znver5 [--json]
+    python -m aotune.benchmarks.cpu_record ablate FILE.json.gz [FILE ...] --target my-cpu.toml \
+        --base znver4 [--json]
 
 ``aotune bench --json`` keeps, per accuracy row, every sampled config with the time it ran in
 and what the model of the day predicted. The records in ``benchmarks/data/cpu/`` are such
@@ -11,7 +13,9 @@ own code and tier-2 features, none of the machine's), predicts it with today's m
 the predictions against the kept times, beside the scores the record was made with. Nothing is
 timed. Given several timings of the same samples (a day's ``-b``, ``-c`` ...), it scores against
 each config's median time (``median_record``): one timing's placement of the vCPUs, or a
-neighbour's burst, then moves a score less.
+neighbour's burst, then moves a score less. ``ablate`` answers which of the values in which two
+specs of one CPU differ (a calibration against the built-in spec) moves which row's scores: it
+predicts the samples with each such field set back alone.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +36,12 @@ from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import Workload, matmul
 from aotune.benchmarks.suite import OPERATORS_FULL, OPERATORS_QUICK, UNSEEN, accuracy_scores
 from aotune.codegen.compile import compile_kernel
-from aotune.codegen.schedule import schedule_from_config
+from aotune.codegen.schedule import CpuSchedule, schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import AotuneError, MeasurementFileError
 from aotune.files import read_user_file
-from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec import HwSpec, load_target
+from aotune.hwspecs.spec_toml import differing_paths, value_at, with_value
 
 RECORDS_DIR = Path(__file__).resolve().parent / "data" / "cpu"
 RECORD_LIMIT_BYTES = 64 << 20
@@ -124,13 +130,26 @@ def scores(predicted: Sequence[float], measured: Sequence[float]) -> dict[str, f
     return accuracy_scores(np.asarray(predicted, float), np.asarray(measured, float))
 
 
-def rescore(doc: dict[str, Any], target: str, log: Log = print) -> dict[str, Any]:
-    """Every kept sample of ``doc`` compiled for ``target`` and predicted by today's model (tier
-    2, from its object code); per row the scores then (``before``) and now."""
-    hw = load_target(target)
+@dataclass(frozen=True)
+class _CompiledRow:
+    """A kept row's samples compiled for one spec: what a prediction needs, and the times."""
+
+    name: str
+    measured: list[float]
+    predicted_then: list[float]
+    schedules: list[CpuSchedule]
+    loops: list[Any]
+
+    def scores(self, model: AnalyticalCpuModel) -> dict[str, Any]:
+        """The row's scores under ``model``, with the predictions (tier 2, the kept loops)."""
+        now = [p.seconds for p in model.predict_batch(self.schedules, self.loops)]
+        return {**scores(now, self.measured), "predicted_s": now}
+
+
+def _compiled_rows(doc: dict[str, Any], hw: HwSpec, log: Log) -> list[_CompiledRow]:
+    """Every kept row of ``doc`` whose workload is known, its samples compiled for ``hw``."""
     if hw.kind != "cpu":
         raise MeasurementFileError(f"rescore predicts CPU kernels, and {hw.name} is a GPU")
-    model = AnalyticalCpuModel(hw)
     rows = []
     for row in doc["rows"]:
         samples, name = _samples(row), str(row.get("workload", ""))
@@ -140,18 +159,27 @@ def rescore(doc: dict[str, Any], target: str, log: Log = print) -> dict[str, Any
         space = build_cpu_space(w, hw)
         scheds = [schedule_from_config(space, space.parse_config(s["config"])) for s in samples]
         loops = [kernel_features(compile_kernel(s, hw), hw.isa.arch).loop for s in scheds]
-        now = [p.seconds for p in model.predict_batch(scheds, loops)]
-        measured = [s["measured_s"] for s in samples]
-        rows.append(
-            {
-                "workload": name,
-                "n": len(samples),
-                **scores(now, measured),
-                "before": scores([s["predicted_s"] for s in samples], measured),
-                "predicted_s": now,
-            }
-        )
-        log(f"{name}: re-predicted {len(samples)} sampled configs")
+        measured = [float(s["measured_s"]) for s in samples]
+        then = [float(s["predicted_s"]) for s in samples]
+        rows.append(_CompiledRow(name, measured, then, scheds, loops))
+        log(f"{name}: compiled {len(samples)} sampled configs")
+    return rows
+
+
+def rescore(doc: dict[str, Any], target: str, log: Log = print) -> dict[str, Any]:
+    """Every kept sample of ``doc`` compiled for ``target`` and predicted by today's model (tier
+    2, from its object code); per row the scores then (``before``) and now."""
+    hw = load_target(target)
+    model = AnalyticalCpuModel(hw)
+    rows = [
+        {
+            "workload": r.name,
+            "n": len(r.measured),
+            **r.scores(model),
+            "before": scores(r.predicted_then, r.measured),
+        }
+        for r in _compiled_rows(doc, hw, log)
+    ]
     return {
         "machine": doc.get("machine"),
         "target": hw.name,
@@ -160,10 +188,99 @@ def rescore(doc: dict[str, Any], target: str, log: Log = print) -> dict[str, Any
     }
 
 
+ABLATE_MOVE = 0.005  # a score that moves less than this when a field is set back is not shown
+
+
+def ablate(doc: dict[str, Any], target: str, base: str, log: Log = print) -> dict[str, Any]:
+    """``doc``'s samples predicted with ``target`` (a calibrated spec, say), with ``base`` (the
+    built-in it was compared with), and with each field in which the two differ set back to
+    ``base``'s value alone: which measured value moves which score. The samples are compiled once,
+    for ``target``, so the two specs must describe one ISA (LLVM's feature lists may differ)."""
+    hw, ref = load_target(target), load_target(base)
+    differ = differing_paths(hw, ref)
+    isa = [p for p in differ if p.startswith("isa.") and p != "isa.llvm_features"]
+    if isa:
+        raise MeasurementFileError(
+            f"{hw.name} and {ref.name} differ in {', '.join(isa)}: ablate compares specs of one "
+            "ISA (the samples are compiled once); give a base spec for the same CPU kind"
+        )
+    # compiled for the target's features (a calibration lists every one of the host's)
+    paths = [p for p in differ if not p.startswith("isa.")]
+    rows = _compiled_rows(doc, hw, log)
+
+    def scored(spec: HwSpec) -> list[dict[str, Any]]:
+        model = AnalyticalCpuModel(spec)
+        return [{k: v for k, v in r.scores(model).items() if k != "predicted_s"} for r in rows]
+
+    base_spec = hw
+    for path in paths:
+        base_spec = with_value(base_spec, path, value_at(ref, path))
+    fields = []
+    for path in paths:
+        fields.append(
+            {
+                "path": path,
+                "target_value": value_at(hw, path),
+                "base_value": value_at(ref, path),
+                "rows": scored(with_value(hw, path, value_at(ref, path))),
+            }
+        )
+        log(f"{path}: set back to {ref.name}'s value and re-predicted")
+    return {
+        "machine": doc.get("machine"),
+        "target": hw.name,
+        "base": ref.name,
+        "timings": doc.get("timings", 1),
+        "workloads": [r.name for r in rows],
+        "target_rows": scored(hw),
+        "base_rows": scored(base_spec),
+        "fields": fields,
+    }
+
+
+def _moves(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The scores that moved by at least ``ABLATE_MOVE``, as 'name a -> b' (empty: none)."""
+    names = (("top1", "top-1"), ("spearman", "Spearman"), ("median_abs_error", "median err"))
+    return "  ".join(
+        f"{label} {before[k]:.3f} -> {after[k]:.3f}"
+        for k, label in names
+        if abs(after[k] - before[k]) >= ABLATE_MOVE
+    )
+
+
+def _print_ablation(result: dict[str, Any]) -> None:
+    """The text form of ``ablate``'s result: per field, the rows whose scores it moves."""
+    against = "" if result["timings"] == 1 else f", against {result['timings']} timings' median"
+    print(
+        f"{result['machine']} re-predicted for {result['target']}{against}; each of the "
+        f"{len(result['fields'])} fields in which it differs from {result['base']} set back alone"
+    )
+    still = []
+    for entry in [{"path": f"every field ({result['base']})", "rows": result["base_rows"]}] + (
+        result["fields"]
+    ):
+        moved = [
+            (name, _moves(now, after))
+            for name, now, after in zip(result["workloads"], result["target_rows"], entry["rows"])
+        ]
+        moved = [(name, text) for name, text in moved if text]
+        if not moved:
+            still.append(entry["path"])
+            continue
+        values = (
+            f" {entry['target_value']} -> {entry['base_value']}" if "target_value" in entry else ""
+        )
+        print(f"  {entry['path']}{values}")
+        for name, text in moved:
+            print(f"      {name:<36} {text}")
+    if still:
+        print(f"  moving no score by {ABLATE_MOVE} or more: {', '.join(still)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line of the module docstring."""
     ap = argparse.ArgumentParser(prog="python -m aotune.benchmarks.cpu_record")
-    ap.add_argument("step", choices=("rescore",))
+    ap.add_argument("step", choices=("rescore", "ablate"))
     ap.add_argument(
         "files",
         type=Path,
@@ -173,17 +290,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         "scored against each config's median time",
     )
     ap.add_argument("--target", required=True, help="the spec of the CPU that timed it")
+    ap.add_argument(
+        "--base",
+        help="ablate: the spec to set each differing field back to, one at a time (e.g. the "
+        "built-in spec a calibrated --target was compared with)",
+    )
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
+    if (args.step == "ablate") != (args.base is not None):
+        ap.error("--base goes with ablate, and ablate needs it")
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
         docs = [read_record(f) for f in args.files]
         doc = median_record(docs, [str(f) for f in args.files]) if len(docs) > 1 else docs[0]
-        result = rescore(doc, args.target, log=lambda m: print(m, file=sys.stderr))
+        if args.base is not None:
+            result = ablate(doc, args.target, args.base, log=log)
+        else:
+            result = rescore(doc, args.target, log=log)
     except AotuneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(result))
+        return 0
+    if args.base is not None:
+        _print_ablation(result)
         return 0
     against = "" if result["timings"] == 1 else f", against {result['timings']} timings' median"
     print(f"{result['machine']} re-predicted for {result['target']}{against}: before -> now")

@@ -210,3 +210,15 @@ def with_value(spec: Any, path: str, value: Any) -> Any:
         raise HwSpecError(f"{path}: no field {head} in {type(spec).__name__}")
     new = with_value(getattr(spec, head), rest, value) if rest else value
     return dataclasses.replace(spec, **{head: new})
+
+
+def differing_paths(spec: HwSpec, other: HwSpec) -> list[str]:
+    """The field paths whose values differ between two CPU specs, in ``spec``'s file order. Specs
+    whose cache levels differ have no field-by-field comparison: a HwSpecError names the level."""
+    levels = [c.level for c in spec.caches], [c.level for c in other.caches]
+    if levels[0] != levels[1]:
+        raise HwSpecError(
+            f"{spec.name} has cache levels {levels[0]} and {other.name} {levels[1]}: specs are "
+            "compared field by field only with the same cache levels"
+        )
+    return [p for p in spec.field_paths() if value_at(spec, p) != value_at(other, p)]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
 
 import pytest
 from aotune.benchmarks import cpu_record
-from aotune.errors import MeasurementFileError
+from aotune.errors import HwSpecError, MeasurementFileError
+from aotune.hwspecs.spec import SPEC_DIR, load_target
+from aotune.hwspecs.spec_toml import differing_paths, with_value
 
 RECORDS = sorted(cpu_record.RECORDS_DIR.glob("*.json.gz"))
 
@@ -163,3 +166,74 @@ def test_the_command_scores_several_files_against_their_median(tmp_path, capsys)
     assert scored["before"] == pytest.approx(
         cpu_record.scores([s["predicted_s"] for s in kept], median)
     )
+
+
+def test_two_specs_differ_in_the_fields_set_apart():
+    hw = load_target("znver4")
+    other = with_value(with_value(hw, "memory.set_refill_cycles", 10.0), "core.call_cycles", 5.0)
+    assert differing_paths(hw, hw) == []
+    assert differing_paths(other, hw) == ["core.call_cycles", "memory.set_refill_cycles"]
+    with pytest.raises(HwSpecError, match="cache levels"):
+        differing_paths(dataclasses.replace(hw, caches=hw.caches[:2]), hw)
+
+
+def _spec_file(tmp_path, name: str, values: dict[str, str]) -> str:
+    """znver4's spec file as ``name``, with ``values`` (key -> TOML value) in place."""
+    text = (SPEC_DIR / "znver4.toml").read_text().replace('name = "znver4"', f'name = "{name}"')
+    for key, value in values.items():
+        old = f"\n{key} = "
+        assert text.count(old) == 1, key
+        start = text.index(old) + len(old)
+        text = text[:start] + value + text[text.index("\n", start) :]
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_ablate_predicts_with_each_differing_field_set_back_alone(tmp_path, capsys):
+    """What a field moves is what a re-score with the other fields changed and that one not
+    gives: each set-back is the spec with only the other field changed, every field set back is
+    the base spec."""
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / "znver4-matmul-2026-12-01.json.gz")
+    row = dict(doc["rows"][0])
+    row["accuracy"] = {**row["accuracy"], "samples": row["accuracy"]["samples"][:8]}
+    doc = {**doc, "rows": [row]}
+    changed = {"call_cycles": "30.0", "set_refill_cycles": "12.0"}
+    target = _spec_file(tmp_path, "mine", changed)
+    result = cpu_record.ablate(doc, target, "znver4", log=lambda _: None)
+    assert [f["path"] for f in result["fields"]] == ["core.call_cycles", "memory.set_refill_cycles"]
+    assert [(f["target_value"], f["base_value"]) for f in result["fields"]] == [
+        (30.0, 10.5),
+        (12.0, 0.0),
+    ]
+
+    def rescored(spec: str) -> dict:
+        (r,) = cpu_record.rescore(doc, spec, log=lambda _: None)["rows"]
+        return {k: r[k] for k in result["target_rows"][0]}
+
+    assert result["target_rows"] == [rescored(target)]
+    assert result["base_rows"] == [rescored("znver4")]
+    assert result["target_rows"] != result["base_rows"]  # the samples feel the change
+    only_refill = _spec_file(tmp_path, "refill", {"set_refill_cycles": "12.0"})
+    only_calls = _spec_file(tmp_path, "calls", {"call_cycles": "30.0"})
+    assert result["fields"][0]["rows"] == [rescored(only_refill)]
+    assert result["fields"][1]["rows"] == [rescored(only_calls)]
+    path = tmp_path / "cut.json"
+    path.write_text(json.dumps(doc))
+    assert cpu_record.main(["ablate", str(path), "--target", target, "--base", "znver4"]) == 0
+    out = capsys.readouterr().out
+    assert "each of the 2 fields in which it differs from znver4 set back alone" in out
+    assert "core.call_cycles 30.0 -> 10.5" in out
+
+
+def test_ablate_refuses_specs_of_another_isa_and_a_missing_base(tmp_path, capsys):
+    good = str(cpu_record.RECORDS_DIR / "znver4-unseen-2026-12-01.json.gz")
+    assert cpu_record.main(["ablate", good, "--target", "znver4", "--base", "znver5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "differ in isa.llvm_cpu" in err[0] and "one ISA" in err[0]
+    for argv in (["ablate", good, "--target", "znver4"], ["rescore", good, "--target", "znver4",
+                                                         "--base", "znver4"]):  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            cpu_record.main(argv)
+        assert stop.value.code == 2
+        assert "--base goes with ablate" in capsys.readouterr().err

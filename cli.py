@@ -821,6 +821,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
     flops = space.workload.flops
     feature_data, feature_line = target.feature_summary(features)
+    # a kernel the toolchain found unusable (a GPU kernel that spills) is priced, and said so
+    problems = target.kernel_problems(kernel)
     if args.json:
         print(
             json_text(
@@ -829,6 +831,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
                     "gflops": flops / pred.seconds / 1e9,
                     "config": _labeled(space, cfg),
                     target.feature_key: feature_data,
+                    "toolchain": problems,
                 },
                 indent=1,
             )
@@ -842,6 +845,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for name, sec in pred.breakdown:
         print(f"  {name:<9} {sec * 1e3:9.3f} ms")
     print(feature_line)
+    for text in problems:
+        print(
+            f"warning: {text} (validate rejects this config; the search ranks it after every "
+            "kernel that does not spill)"
+        )
     return 0
 
 

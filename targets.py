@@ -174,6 +174,10 @@ class CpuTarget:
         """Problems beyond the space's constraints (none for a CPU)."""
         return []
 
+    def kernel_problems(self, kernel: Any) -> list[str]:
+        """Problems the toolchain found in a compiled kernel (none for a CPU)."""
+        return []
+
 
 class GpuTarget:
     """An NVIDIA GPU: tiled SIMT GEMMs, PTX/ptxas/SASS, host emulation, device check."""
@@ -371,14 +375,30 @@ class GpuTarget:
             kernel = self.compile(self.schedule(space, cfg))
         except CodegenError as e:
             return [f"ptxas: {e}"]
-        r = kernel.report
-        if r.spill_bytes:
-            return [
-                f"registers/thread: ptxas spills {r.spill_store_bytes} B and reloads "
-                f"{r.spill_load_bytes} B per thread at {r.registers} registers (available "
-                f"{self.hw.limits.max_registers_per_thread}); reduce the thread tile"
-            ]
-        return []
+        return self.kernel_problems(kernel)
+
+    def kernel_problems(self, kernel: Any) -> list[str]:
+        """What ptxas reported of a compiled kernel that makes it unusable: spills, with the
+        register limit that applied (a block of many threads leaves each fewer registers)."""
+        from aotune.analysis.gpu_model import registers_per_thread_cap
+
+        r, threads = kernel.report, kernel.schedule.threads
+        if not r.spill_bytes:
+            return []
+        cap = registers_per_thread_cap(threads, self.hw)
+        lim = self.hw.limits
+        why = (
+            f"the most each of a block's {threads} threads may have ({lim.registers_per_sm} "
+            f"per SM / {threads})"
+            if cap < lim.max_registers_per_thread
+            else "the most a thread may have"
+        )
+        return [
+            f"registers/thread: ptxas spills {r.spill_store_bytes} B and reloads "
+            f"{r.spill_load_bytes} B per thread at {r.registers} registers, {why}; use a "
+            "smaller thread tile (vm, vn)"
+            + (" or fewer threads per block" if cap < lim.max_registers_per_thread else "")
+        ]
 
 
 TARGET_KINDS: dict[str, type] = {"cpu": CpuTarget, "gpu": GpuTarget}

@@ -383,6 +383,12 @@ def mix_from_schedule(s: GpuSchedule, hw: GpuSpec) -> GpuMix:
     )
 
 
+def registers_per_thread_cap(threads: int, hw: GpuSpec) -> int:
+    """The most registers each thread of a block of ``threads`` may have: the thread limit, or
+    an SM's register file shared by the block's threads, whichever is fewer."""
+    return min(hw.limits.max_registers_per_thread, hw.limits.registers_per_sm // max(1, threads))
+
+
 def estimated_registers(s: GpuSchedule, hw: GpuSpec) -> tuple[int, int]:
     """(registers, spill bytes) the schedule implies: accumulators, one k step's operand values
     and a margin, which spill where they do not fit in the registers a thread may have at this
@@ -390,7 +396,7 @@ def estimated_registers(s: GpuSchedule, hw: GpuSpec) -> tuple[int, int]:
     loads held between their global load and their store to shared memory, as many as the
     registers left hold: ptxas issues fewer of them ahead of their stores rather than spill."""
     staged = (s.sa * s.bm * s.bk + s.sb * s.bn * s.bk) // s.threads
-    cap = min(hw.limits.max_registers_per_thread, hw.limits.registers_per_sm // max(1, s.threads))
+    cap = registers_per_thread_cap(s.threads, hw)
     need = s.mwi * s.nwi + s.mwi + s.nwi + REGISTER_MARGIN
     if s.reads_ahead:  # the next k step's values of the operands read in place, in flight
         need += (0 if s.sa else s.mwi) + (0 if s.sb or s.shared_n else s.nwi)

@@ -59,6 +59,23 @@ def test_validate_reports_spills_from_ptxas():
     assert proc.returncode == 1 and "ptxas spills" in proc.stdout, proc.stdout
 
 
+def test_a_spilling_kernel_names_the_register_limit_its_block_size_set_in_validate_and_predict():
+    """1024 threads a block leave each thread 64 of an SM's 65536 registers, not the 255 a
+    thread may have: the message names that limit, and predict, which prices the kernel, warns."""
+    cfg = ("bm=256,bn=256,bk=64,tx=32,ty=32,vm=8,vn=8,strm=0,strn=0,sa=1,sb=1,la=16,lb=16,"
+           "va=1,vb=4,unroll=4,pad_a=0,pad_b=0,ahead=0")  # fmt: skip
+    problem = "the most each of a block's 1024 threads may have (65536 per SM / 1024)"
+    args = ("matmul", "--shape", "256x256x256", "--target", "h200", "--config", cfg)
+    proc = run_cli("validate", *args)
+    assert proc.returncode == 1 and "at 64 registers, " + problem in proc.stdout, proc.stdout
+    assert "fewer threads per block" in proc.stdout
+    proc = run_cli("predict", *args)
+    assert proc.returncode == 0 and "warning: registers/thread: ptxas spills" in proc.stdout
+    assert problem in proc.stdout and "validate rejects this config" in proc.stdout
+    doc = json.loads(run_cli("predict", *args, "--json").stdout)
+    assert doc["features"]["spill_bytes"] > 0 and problem in doc["toolchain"][0]
+
+
 def test_predict_and_space_on_a_gpu():
     cfg = ("bm=64,bn=64,bk=16,tx=8,ty=8,vm=4,vn=4,strm=0,strn=0,sa=1,sb=1,la=16,lb=16,"
            "va=1,vb=4,unroll=2,pad_a=0,pad_b=0")  # fmt: skip

@@ -40,7 +40,8 @@ class GpuBackend:
         given = [f for f, on in (("--cc", cc is not None), ("--objects-only", objects_only)) if on]
         if given:
             raise BuildError(
-                f"{' and '.join(given)} apply to CPU libraries; a GPU library is PTX and cubins "
+                f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to CPU "
+                "libraries; a GPU library is PTX and cubins "
                 f"made by ptxas and links nothing: leave out {' and '.join(given)}"
             )
 

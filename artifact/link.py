@@ -57,6 +57,11 @@ def find_linker(arch: str, host_arch: str, cc: str | None) -> Linker:
     native = arch == host_arch
     if cc:
         found = shutil.which(cc)
+        if not found and len(cc.split()) > 1 and shutil.which(cc.split()[0]):
+            raise BuildError(
+                f"--cc {cc!r}: --cc takes one compiler, a name on PATH or a path, not its flags; "
+                f"give --cc {cc.split()[0]}"
+            )
         if not found:
             raise BuildError(f"--cc {cc}: no such compiler on PATH; install it or name another")
         found = os.path.abspath(found)  # the link runs in the output directory, not here

@@ -979,8 +979,8 @@ def test_onnx_zero_dims_and_undefined_tensors_are_named(tmp_path, capsys):
     "flags, needles",
     [
         (["--objects-only", "--cc", "gcc"], ["--cc gcc", "--objects-only links nothing"]),
-        (["--target", "h100", "--cc", "gcc"], ["--cc apply to CPU libraries", "leave out --cc"]),
-        (["--target", "h100", "--objects-only"], ["--objects-only apply to CPU libraries"]),
+        (["--target", "h100", "--cc", "gcc"], ["--cc applies to CPU libraries", "leave out --cc"]),
+        (["--target", "h100", "--objects-only"], ["--objects-only applies to CPU libraries"]),
     ],
 )
 def test_library_options_that_would_be_ignored_are_refused_before_any_search(
@@ -1070,3 +1070,18 @@ def test_a_relative_cc_is_found_and_a_cross_compiler_is_named(tmp_path, capsys, 
     other.chmod(0o755)
     rc, _, err = run_cli(capsys, "build", "k.toml", "-o", "o2", "--cc", str(other), *FAST)
     assert rc == 2 and "makes aarch64 code" in one_error_line(err) and not Path("o2").exists()
+
+
+@needs_cc
+def test_a_compiler_given_with_its_flags_is_told_to_come_alone():
+    """``--cc 'gcc -O3'`` is no file on PATH, yet gcc is there: the message says what --cc takes
+    rather than that no such compiler exists."""
+    import platform
+
+    from aotune.artifact.link import find_linker
+
+    arch = platform.machine()
+    with pytest.raises(BuildError, match=rf"not its flags; give --cc {re.escape(CC)}$"):
+        find_linker(arch, arch, f"{CC} -O3")
+    with pytest.raises(BuildError, match="no such compiler on PATH"):
+        find_linker(arch, arch, "no-such-cc -O3")

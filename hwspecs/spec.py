@@ -406,6 +406,23 @@ def check_spec_texts(name: str, description: str, where: str) -> None:
         )
 
 
+def origin_keys(spec: HwSpec) -> set[str]:
+    """The keys an ``[origin]`` entry may have (``HwSpec.origin_of`` reads each): a field path,
+    a field of every cache level, a level, a section, or ``core_model``."""
+    cache_fields = [f.name for f in dataclasses.fields(CacheSpec)]
+    sections = [f.name for f in dataclasses.fields(HwSpec) if f.name in _SECTIONS]
+    return {
+        "core_model",
+        *sections,
+        *spec.field_paths(),
+        *(f"caches.{name}" for name in cache_fields),
+        *(f"caches.L{c.level}" for c in spec.caches),
+    }
+
+
+_SECTIONS = ("isa", "core", "caches", "memory", "overhead")
+
+
 def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     """Semantic checks that span fields (each field's own type and range were checked while
     loading); returns the spec unchanged."""
@@ -417,6 +434,15 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
         raise HwSpecError(
             f"{where}: isa.arch {_short(isa.arch)} unknown; use one of {', '.join(ARCHES)}"
         )
+    keys = origin_keys(spec)
+    for key, _ in spec.origin:
+        if key not in keys:
+            raise HwSpecError(
+                f"{where}: [origin] key {_short(key)} names no value of the spec, so the value it "
+                "was meant for has no origin; use a field path (core.frequency_ghz, "
+                "caches.L2.latency_cycles), a field of every cache level (caches.latency_cycles), "
+                "a level (caches.L2), a section (core) or core_model"
+            )
     for kind, have in (("vector", isa.vector_registers), ("general", isa.general_registers)):
         named = ARCH_REGISTERS[isa.arch][kind]
         if have > named:

@@ -95,6 +95,10 @@ def _spec_text() -> str:
             lambda t: t.replace('kind = "cpu"', 'kind = "gpu"'),
             "kind = 'gpu', but its caches, core, isa, origin, overhead belong to a cpu spec",
         ),
+        (  # a typo in an origin key leaves the value it was meant for without an origin
+            lambda t: t.replace("[origin]\n", '[origin]\n"core.frequency_ghx" = "datasheet"\n'),
+            "[origin] key 'core.frequency_ghx' names no value of the spec",
+        ),
     ],
 )
 def test_broken_spec_names_file_key_and_type(tmp_path: Path, mutate, expected):

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import aotune
-from aotune.artifact.backends import Check, Chosen, backend_for
+from aotune.artifact.backends import LIBRARY, Check, Chosen, backend_for
 from aotune.artifact.fanout import SearchTask, run_searches
 from aotune.artifact.inputs import KernelList, SkippedOp
 from aotune.errors import BuildError, DatabaseError
@@ -216,7 +216,8 @@ def _earlier_files(out: Path, force: bool) -> list[Path]:
         why = "was changed since aotune wrote it" if rel in listed else "was not written by aotune"
         raise BuildError(
             f"{out} holds {rel}, which {why}; choose a new or empty directory with -o, "
-            "or pass --force to build there anyway"
+            f"or pass --force to build there anyway (which replaces the files of the build's "
+            f"own names: {LIBRARY}.h, lib{LIBRARY}.so or .a, objects/, ptx/, cubin/, {MANIFEST})"
         )
     return ours
 

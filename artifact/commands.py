@@ -81,7 +81,10 @@ def add_build_parser(sub: Any, int_arg: Callable[[str], int] = int) -> None:
         "checked against numpy where this host runs it)",
     )
     b.add_argument(
-        "--force", action="store_true", help="write into a directory holding other files"
+        "--force",
+        action="store_true",
+        help="write into a directory holding other files (those of the build's own names, as "
+        "its header, library and manifest.json, are replaced)",
     )
     b.add_argument("--cc", default=None, help="C compiler that links the shared object")
     b.add_argument(

@@ -176,6 +176,8 @@ def test_output_directory_with_foreign_files_needs_force(tmp_path, capsys):
     rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(out), *FAST)
     assert rc == 2 and "holds notes.txt, which was not written by aotune" in one_error_line(err)
     assert "--force" in err and (out / "notes.txt").read_text() == "mine"
+    # what --force would replace is said before it is given
+    assert "replaces the files of the build's own names: aotune_kernels.h" in err
     (tmp_path / "file").write_text("x")
     rc, _, err = run_cli(capsys, "build", str(_list(tmp_path)), "-o", str(tmp_path / "file"))
     assert rc == 2 and "is a file" in one_error_line(err)

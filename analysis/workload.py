@@ -630,6 +630,8 @@ def build_workload(
     """
     if op not in OPERATORS:
         raise WorkloadError(f"unknown operator {op!r}; known: {', '.join(OPERATORS)}")
+    # names are case-blind here, as the layout is (--activation GELU, --layout nhwc)
+    activation = activation.lower() if isinstance(activation, str) else activation
     if (bias or activation != "none") and op != "dense":
         raise WorkloadError(
             f"--bias/--activation apply to dense, not {op}; use 'aotune tune dense ...'"

@@ -27,6 +27,7 @@ up to 1 MiB, a model up to 2 GiB.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -202,11 +203,19 @@ def check_unique(kernels: list[KernelRequest], source: str) -> None:
         seen[k.name] = k.source
 
 
+def _toml_shown(value: object) -> str:
+    """A value of the kernel list as TOML writes it (``true``, not Python's ``True``)."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _shape_text(value: str | list, where: str) -> str:
     if isinstance(value, str):
         return value
-    if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise BuildError(f'{where}: shape must be a string like "128x768x3072" or integers')
+    bad = [v for v in value if not isinstance(v, int) or isinstance(v, bool)]
+    if not value or bad:
+        which = f" ({_toml_shown(bad[0])} is not an integer size)" if bad else ""
+        raise BuildError(f'{where}: shape must be a string like "128x768x3072" or integers{which}')
     return ",".join(str(v) for v in value)
 
 
@@ -243,7 +252,7 @@ def kernel_from_table(table: Any, where: str) -> KernelRequest:
                 )
                 for t in types
             )
-            raise BuildError(f"{where}: {key} must be {wanted}, got {value!r}")
+            raise BuildError(f"{where}: {key} must be {wanted}, got {_toml_shown(value)}")
     # tune's default sizes are for trying aotune out, never what a library was meant to hold
     shape_text = table.get("shape")
     if (

@@ -380,7 +380,8 @@ def measured_accuracy(
     todo = sorted(set(drawn) | set(best_t1) | set(fastest))
     if log:
         log(
-            f"tier 2: compiling {len(todo)} kernels (ptxas + SASS): the tier-1 best {candidates}, "
+            f"tier 2: compiling {len(todo)} kernels (ptxas + SASS): the tier-1 best "
+            f"{len(best_t1)}, "
             f"a sample of {len(drawn)} (seed {seed}) and the measured top {max(TOP_K)}"
         )
     feats = _tier2(target, [schedules[i] for i in todo], log)

@@ -74,6 +74,15 @@ def test_unknown_operator():
         build_workload("conv9d", "4x4x4")
 
 
+def test_activation_names_are_case_blind_as_layouts_are():
+    """``--activation GELU`` is gelu, as ``--layout nhwc`` is NHWC; a name that is none of them
+    still says which there are."""
+    assert build_workload("dense", "4x8x4", activation="GELU").epilogue.activation == "gelu"
+    assert build_workload("conv2d", "1,2,5,6,2,3,3", layout="nhwc").conv.layout == "NHWC"
+    with pytest.raises(WorkloadError, match="activation 'relu6' is not supported; use one of"):
+        build_workload("dense", "4x8x4", activation="ReLU6")
+
+
 def test_flops_of_matmul():
     assert matmul(3, 5, 7).flops == 2 * 3 * 5 * 7
 

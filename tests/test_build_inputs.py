@@ -141,6 +141,9 @@ layout = "nhwc"
         ('[[kernel]]\nname = "a"\nop = "matmul"\nshap = "2x2x2"', "unknown key 'shap'"),
         ('[[kernel]]\nop = "matmul"', "missing 'name'"),
         ('[[kernel]]\nname = "a"\nop = "matmul"\nbias = "yes"', "bias must be true/false"),
+        # shown as TOML writes them: true, not Python's True; the element that is not a size
+        ('[[kernel]]\nname = "c"\nop = "conv2d"\npad = true', "pad must be an integer, got true"),
+        ('[[kernel]]\nname = "a"\nop = "matmul"\nshape = [8, 8, 8.5]', "(8.5 is not an integer"),
         ('[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2"', "has 2 sizes"),
         ("title = 'x'", "unknown top-level key 'title'"),
         ("", "lists no kernels"),

@@ -197,6 +197,9 @@ def ablate(doc: dict[str, Any], target: str, base: str, log: Log = print) -> dic
     ``base``'s value alone: which measured value moves which score. The samples are compiled once,
     for ``target``, so the two specs must describe one ISA (LLVM's feature lists may differ)."""
     hw, ref = load_target(target), load_target(base)
+    for spec in (hw, ref):
+        if spec.kind != "cpu":
+            raise MeasurementFileError(f"ablate predicts CPU kernels, and {spec.name} is a GPU")
     differ = differing_paths(hw, ref)
     isa = [p for p in differ if p.startswith("isa.") and p != "isa.llvm_features"]
     if isa:

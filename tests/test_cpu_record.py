@@ -231,6 +231,9 @@ def test_ablate_refuses_specs_of_another_isa_and_a_missing_base(tmp_path, capsys
     assert cpu_record.main(["ablate", good, "--target", "znver4", "--base", "znver5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "differ in isa.llvm_cpu" in err[0] and "one ISA" in err[0]
+    for target, base in (("h100", "znver4"), ("znver4", "h100")):
+        assert cpu_record.main(["ablate", good, "--target", target, "--base", base]) == 2
+        assert "h100 is a GPU" in capsys.readouterr().err
     for argv in (["ablate", good, "--target", "znver4"], ["rescore", good, "--target", "znver4",
                                                          "--base", "znver4"]):  # fmt: skip
         with pytest.raises(SystemExit) as stop:

@@ -406,21 +406,19 @@ def check_spec_texts(name: str, description: str, where: str) -> None:
         )
 
 
+_SECTIONS = ("isa", "core", "caches", "memory", "overhead")  # a CPU spec's tables
+
+
 def origin_keys(spec: HwSpec) -> set[str]:
     """The keys an ``[origin]`` entry may have (``HwSpec.origin_of`` reads each): a field path,
     a field of every cache level, a level, a section, or ``core_model``."""
-    cache_fields = [f.name for f in dataclasses.fields(CacheSpec)]
-    sections = [f.name for f in dataclasses.fields(HwSpec) if f.name in _SECTIONS]
     return {
         "core_model",
-        *sections,
+        *_SECTIONS,
         *spec.field_paths(),
-        *(f"caches.{name}" for name in cache_fields),
+        *(f"caches.{f.name}" for f in dataclasses.fields(CacheSpec)),
         *(f"caches.L{c.level}" for c in spec.caches),
     }
-
-
-_SECTIONS = ("isa", "core", "caches", "memory", "overhead")
 
 
 def validate_spec(spec: HwSpec, where: str) -> HwSpec:

@@ -385,19 +385,19 @@ class GpuTarget:
         r, threads = kernel.report, kernel.schedule.threads
         if not r.spill_bytes:
             return []
-        cap = registers_per_thread_cap(threads, self.hw)
         lim = self.hw.limits
+        # the block's size, not the thread limit, set the registers each thread could have
+        by_block = registers_per_thread_cap(threads, self.hw) < lim.max_registers_per_thread
         why = (
             f"the most each of a block's {threads} threads may have ({lim.registers_per_sm} "
             f"per SM / {threads})"
-            if cap < lim.max_registers_per_thread
+            if by_block
             else "the most a thread may have"
         )
         return [
             f"registers/thread: ptxas spills {r.spill_store_bytes} B and reloads "
             f"{r.spill_load_bytes} B per thread at {r.registers} registers, {why}; use a "
-            "smaller thread tile (vm, vn)"
-            + (" or fewer threads per block" if cap < lim.max_registers_per_thread else "")
+            "smaller thread tile (vm, vn)" + (" or fewer threads per block" if by_block else "")
         ]
 
 

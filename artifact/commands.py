@@ -142,15 +142,14 @@ def command_inputs(
     """The files a command reads, by what they are (for messages): its --target spec where that
     is a file, with ``builtin_specs`` aotune's own spec files (a target by name, ``host`` too,
     reads them), and with ``database`` its tuning database unless --no-db."""
-    from aotune.hwspecs.spec import builtin_spec_files
+    from aotune.hwspecs.spec import builtin_spec_inputs
     from aotune.search.database import default_path
 
     inputs = {}
     if os.path.isfile(args.target):
         inputs["the --target spec"] = args.target
     if builtin_specs:
-        for name, path in builtin_spec_files().items():
-            inputs[f"aotune's built-in spec {name}, a file"] = str(path)
+        inputs.update(builtin_spec_inputs())
     if database and not getattr(args, "no_db", False):
         inputs["the tuning database"] = str(getattr(args, "db", None) or default_path())
     return inputs

@@ -56,11 +56,11 @@ def find_linker(arch: str, host_arch: str, cc: str | None) -> Linker:
     """The tools for ``arch`` on this machine (``cc``: the compiler the user named)."""
     native = arch == host_arch
     if cc:
-        found = shutil.which(cc)
-        if not found and len(cc.split()) > 1 and shutil.which(cc.split()[0]):
+        found, words = shutil.which(cc), cc.split()
+        if not found and len(words) > 1 and shutil.which(words[0]):
             raise BuildError(
                 f"--cc {cc!r}: --cc takes one compiler, a name on PATH or a path, not its flags; "
-                f"give --cc {cc.split()[0]}"
+                f"give --cc {words[0]}"
             )
         if not found:
             raise BuildError(f"--cc {cc}: no such compiler on PATH; install it or name another")

@@ -215,17 +215,18 @@ def ablate(doc: dict[str, Any], target: str, base: str, log: Log = print) -> dic
         model = AnalyticalCpuModel(spec)
         return [{k: v for k, v in r.scores(model).items() if k != "predicted_s"} for r in rows]
 
+    back = {path: value_at(ref, path) for path in paths}
     base_spec = hw
-    for path in paths:
-        base_spec = with_value(base_spec, path, value_at(ref, path))
+    for path, value in back.items():
+        base_spec = with_value(base_spec, path, value)
     fields = []
-    for path in paths:
+    for path, value in back.items():
         fields.append(
             {
                 "path": path,
                 "target_value": value_at(hw, path),
-                "base_value": value_at(ref, path),
-                "rows": scored(with_value(hw, path, value_at(ref, path))),
+                "base_value": value,
+                "rows": scored(with_value(hw, path, value)),
             }
         )
         log(f"{path}: set back to {ref.name}'s value and re-predicted")
@@ -251,17 +252,20 @@ def _moves(before: dict[str, Any], after: dict[str, Any]) -> str:
     )
 
 
+def _against(result: dict[str, Any]) -> str:
+    """What a result's times are: one timing's, or the median of several."""
+    return "" if result["timings"] == 1 else f", against {result['timings']} timings' median"
+
+
 def _print_ablation(result: dict[str, Any]) -> None:
     """The text form of ``ablate``'s result: per field, the rows whose scores it moves."""
-    against = "" if result["timings"] == 1 else f", against {result['timings']} timings' median"
     print(
-        f"{result['machine']} re-predicted for {result['target']}{against}; each of the "
+        f"{result['machine']} re-predicted for {result['target']}{_against(result)}; each of the "
         f"{len(result['fields'])} fields in which it differs from {result['base']} set back alone"
     )
     still = []
-    for entry in [{"path": f"every field ({result['base']})", "rows": result["base_rows"]}] + (
-        result["fields"]
-    ):
+    every = {"path": f"every field ({result['base']})", "rows": result["base_rows"]}
+    for entry in [every, *result["fields"]]:
         moved = [
             (name, _moves(now, after))
             for name, now, after in zip(result["workloads"], result["target_rows"], entry["rows"])
@@ -319,8 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.base is not None:
         _print_ablation(result)
         return 0
-    against = "" if result["timings"] == 1 else f", against {result['timings']} timings' median"
-    print(f"{result['machine']} re-predicted for {result['target']}{against}: before -> now")
+    print(
+        f"{result['machine']} re-predicted for {result['target']}{_against(result)}: before -> now"
+    )
     for r in result["rows"]:
         b = r["before"]
         print(

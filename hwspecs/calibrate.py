@@ -64,7 +64,7 @@ from aotune.hwspecs.spec import (
     ARCHES,
     HwSpec,
     builtin_names,
-    builtin_spec_files,
+    builtin_spec_inputs,
     check_llvm_names,
     load_target,
     spec_from_dict,
@@ -651,8 +651,7 @@ def spec_text(cal: Calibration) -> str:
 def check_output(path: str, force: bool) -> None:
     """Fail now, before a minute of measuring, if the spec could not be written to ``path`` or
     would replace one of aotune's own specs (which the calibration starts from)."""
-    own = {f"aotune's built-in spec {n}, a file": str(p) for n, p in builtin_spec_files().items()}
-    refuse_outputs_over_inputs({"-o": path}, own, CalibrationError)
+    refuse_outputs_over_inputs({"-o": path}, builtin_spec_inputs(), CalibrationError)
     check_writable(path, force, CalibrationError)
 
 

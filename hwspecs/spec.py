@@ -665,9 +665,12 @@ def builtin_names(kind: str | None = None) -> list[str]:
     return [n for n in names if _file_kind(SPEC_DIR / f"{n}.toml") == kind]
 
 
-def builtin_spec_files() -> dict[str, Path]:
-    """The spec files shipped with aotune, by name: files no command's output may replace."""
-    return {p.stem: p for p in sorted(SPEC_DIR.glob("*.toml"))}
+def builtin_spec_inputs() -> dict[str, str]:
+    """The spec files shipped with aotune, as inputs are named in messages (``aotune's built-in
+    spec NAME, a file`` -> path): files no command's output may replace."""
+    return {
+        f"aotune's built-in spec {p.stem}, a file": str(p) for p in sorted(SPEC_DIR.glob("*.toml"))
+    }
 
 
 def _file_kind(path: Path) -> str | None:

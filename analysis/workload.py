@@ -13,7 +13,7 @@ import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from aotune.errors import WorkloadError
 
@@ -211,6 +211,35 @@ class Workload:
             return "".join(out)
 
         return ",".join(sub(a) for a in self.statement.inputs) + "->" + sub(self.statement.output)
+
+
+def workload_from_definition(d: Any) -> Workload:
+    """The workload whose ``dataclasses.asdict`` is ``d`` (a tuning record's stored
+    ``definition``), rebuilt; a WorkloadError where ``d`` is not one."""
+
+    def index(x: Any) -> AffineIndex:
+        return AffineIndex(tuple((str(n), int(c)) for n, c in x["terms"]), int(x["const"]))
+
+    def access(a: Any) -> Access:
+        return Access(str(a["tensor"]), tuple(index(x) for x in a["indices"]))
+
+    try:
+        st = d["statement"]
+        return Workload(
+            op=str(d["op"]),
+            loops=tuple(Loop(str(x["name"]), int(x["extent"]), x["kind"]) for x in d["loops"]),
+            tensors=tuple(
+                Tensor(str(t["name"]), tuple(int(n) for n in t["shape"]), str(t["dtype"]))
+                for t in d["tensors"]
+            ),
+            statement=Statement(access(st["output"]), tuple(access(a) for a in st["inputs"])),
+            shape=tuple((str(n), int(v)) for n, v in d["shape"]),
+            dtype=str(d["dtype"]),
+            epilogue=Epilogue(**d["epilogue"]),
+            conv=None if d["conv"] is None else ConvParams(**d["conv"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise WorkloadError(f"not a stored workload definition ({type(e).__name__}: {e})") from None
 
 
 # A loop or tensor dimension: 64-bit indexing holds any product of these, and CP-SAT's domains

@@ -402,9 +402,18 @@ def cmd_db(args: argparse.Namespace) -> int:
         if not records:  # what 'db export' writes for an empty database; no database is made
             print(f"{args.file} holds no records (an empty export); nothing imported")
             return 0
+        from aotune.search.cached import check_importable
+
+        unchecked = check_importable(records, args.file)  # before a database is made
         with open_db(args, create=True) as db:
             added, present = db.import_records(records)
         print(f"imported {added} records into {db.path} ({present} already there, kept)")
+        if unchecked:
+            print(
+                f"{unchecked} of the {len(records)} records are for a spec not known here (a "
+                "calibrated file is known only by its hash): their configs are checked against "
+                "the space when tune reads them"
+            )
         return 0
     with open_db(args, create=False) as db:
         if command == "export":

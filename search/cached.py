@@ -8,6 +8,8 @@ result_of(record, workload, hw)        a stored record as a TuneResult: the top-
                                        again from their configs (a few hundred ms, no search)
 fitting_schedules(record, workload, hw)   each candidate's config and schedule in today's space,
                                        or a DatabaseError naming the record and --retune
+check_importable(records, source)      the same for records being imported, where their spec is
+                                       known here; a DatabaseError names the first that misfits
 store_check(db, record, verified, numpy_gflops)   the final check's measurements
 """
 
@@ -15,13 +17,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from aotune.analysis.model import Prediction
-from aotune.analysis.workload import Workload
+from aotune.analysis.workload import Workload, workload_from_definition
 from aotune.constraints.space import Config, Space
-from aotune.errors import AotuneError, DatabaseError
-from aotune.hwspecs.spec import HwSpec
+from aotune.errors import AotuneError, DatabaseError, WorkloadError
+from aotune.hwspecs.spec import HwSpec, builtin_names, load_target
 from aotune.search import driver
 from aotune.search.database import (
     CandidateRecord,
@@ -77,11 +80,15 @@ def search_record(workload: Workload, hw: HwSpec, options: SearchOptions) -> Tun
 
 
 def fitting_schedules(
-    record: TuneRecord, workload: Workload, hw: HwSpec
+    record: TuneRecord,
+    workload: Workload,
+    hw: HwSpec,
+    what: str = "",
+    fix: str = "run again with --retune",
 ) -> tuple[Space, list[tuple[Config, Any]]]:
     """The workload's space on ``hw`` and (config, schedule) of each of the record's candidates
     in it: a record imported, or written by hand, may name configs the space refuses, and a
-    DatabaseError then names the record and the fix."""
+    DatabaseError then names the record (``what``, else its id) and ``fix``."""
     target = target_for(hw)
     space = target.build_space(workload)
     out = []
@@ -91,10 +98,44 @@ def fitting_schedules(
             out.append((cfg, target.schedule(space, cfg)))
         except AotuneError as e:
             raise DatabaseError(
-                f"record {record.id}: config {c.config} does not fit the space ({e}); "
-                "run again with --retune"
+                f"{what or f'record {record.id}'}: config {c.config} does not fit the space "
+                f"({e}); {fix}"
             ) from None
     return space, out
+
+
+def check_importable(records: Sequence[TuneRecord], source: str) -> int:
+    """Check each record's configs against its workload's space on its spec, where that spec is
+    one known here (a built-in or this host's; a calibrated file is known only by its hash): a
+    DatabaseError names the first record (by its place in ``source``) whose config the space
+    refuses, so nothing of a file with one is imported. Returns how many records were not
+    checked (their spec, or a workload stored by another aotune, not known here); ``tune``
+    checks those when it reads them."""
+    specs: dict[str, Any] = {}
+    for name in ["host", *builtin_names()]:
+        try:
+            hw = load_target(name)
+        except AotuneError:
+            continue  # a host aotune cannot describe: its records stay unchecked
+        specs.setdefault(spec_hash(hw), hw)
+    unchecked = 0
+    for i, record in enumerate(records, 1):
+        hw = specs.get(record.spec_hash)
+        try:
+            workload = workload_from_definition(record.workload.get("definition"))
+        except WorkloadError:
+            workload = None
+        if hw is None or workload is None or workload_key(workload) != record.workload_key:
+            unchecked += 1
+            continue
+        fitting_schedules(
+            record,
+            workload,
+            hw,
+            f"{source} record {i} ({record.workload.get('describe')} on {record.target})",
+            "remove that record, or tune the workload again and export it; nothing was imported",
+        )
+    return unchecked
 
 
 def result_of(record: TuneRecord, workload: Workload, hw: HwSpec) -> driver.TuneResult:

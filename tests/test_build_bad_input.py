@@ -18,6 +18,7 @@ import pytest
 from aotune.artifact import build as build_module
 from aotune.artifact import fanout, link
 from aotune.errors import BuildError
+from aotune.search.database import TuneRecord, open_database
 
 from .test_build_inputs import one_error_line, run_cli
 
@@ -298,8 +299,9 @@ def test_an_unroutable_address_is_a_timeout_naming_it(monkeypatch):
 
 
 def test_an_imported_record_whose_config_breaks_the_space_is_named_with_its_fix(tmp_path, capsys):
-    """db import checks a record's fields, not its configs against a space (it may come from
-    another machine's spec): build names the record a config came from, and --retune."""
+    """db import refuses a record whose config its spec's space refuses, where that spec is known
+    here; one stored anyway (its spec known only by its hash at import, or written by hand):
+    build names the record a config came from, and --retune."""
     kernels = tmp_path / "one.toml"
     kernels.write_text(TWO.split("\n\n")[0] + "\n")
     db, x = str(tmp_path / "a.db"), tmp_path / "x.jsonl"
@@ -312,7 +314,11 @@ def test_an_imported_record_whose_config_breaks_the_space_is_named_with_its_fix(
         c["config"]["mr"] = 999  # no tile that tall fits the registers
     x.write_text(json.dumps(record) + "\n")
     tampered = str(tmp_path / "b.db")
-    assert run_cli(capsys, "db", "import", str(x), "--db", tampered)[0] == 0
+    rc, _, err = run_cli(capsys, "db", "import", str(x), "--db", tampered)
+    assert rc == 2 and "x.jsonl record 1 (" in err and "does not fit the space" in err
+    assert not Path(tampered).exists()
+    with open_database(tampered) as stored:
+        stored.import_records([TuneRecord.from_dict(record)])
     out = tmp_path / "o2"
     rc, _, err = run_cli(capsys, "build", str(kernels), "-o", str(out), "--db", tampered, *FAST)
     assert rc == 2

@@ -683,3 +683,43 @@ def test_import_refuses_ranks_with_a_gap(tmp_path, capsys):
     assert main(["db", "import", str(tmp_path / "x.jsonl"), "--db", str(tmp_path / "t.db")]) == 2
     err = _error_line(capsys)
     assert "field candidates is [1, 2, 5]" in err and "rank the candidates 1 to their number" in err
+
+
+def test_import_checks_configs_against_the_space_of_a_spec_known_here(tmp_path, capsys):
+    """A record for a built-in spec whose config that spec's space refuses is named (by its
+    place in the file) and nothing of the file is imported; records whose configs fit are
+    imported, and one for a spec known only by its hash (a calibrated file) is counted as not
+    checked, to be checked when tune reads it."""
+    from aotune.search.database import spec_hash
+    from aotune.targets import target_for
+
+    hw, w = load_target("haswell"), matmul(2, 8, 8)
+    fits = target_for(hw).build_space(w).sample(2, seed=1)
+    good = dataclasses.replace(
+        _record(1),
+        spec_hash=spec_hash(hw),
+        candidates=tuple(
+            CandidateRecord(r + 1, c.as_dict(), 1e-3 * (r + 1), 2e-3, "L1", {"L1": 1.0})
+            for r, c in enumerate(fits)
+        ),
+    )
+    bad = dataclasses.replace(
+        good,
+        candidates=(
+            good.candidates[0],
+            dataclasses.replace(good.candidates[1], config={**good.candidates[1].config, "mr": 30}),
+        ),
+    )
+    unknown = _record(3)  # its spec hash is no spec's here
+    x = tmp_path / "x.jsonl"
+    x.write_text("".join(json.dumps(r.as_dict()) + "\n" for r in (unknown, bad)))
+    db = tmp_path / "t.db"
+    assert main(["db", "import", str(x), "--db", str(db)]) == 2
+    err = _error_line(capsys)
+    assert "x.jsonl record 2 (matmul 2x8x8" in err and "on haswell" in err
+    assert "'mr': 30" in err and "does not fit the space" in err and "choose mr from {1, 2}" in err
+    assert "nothing was imported" in err and not db.exists()
+    x.write_text("".join(json.dumps(r.as_dict()) + "\n" for r in (unknown, good)))
+    assert main(["db", "import", str(x), "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "imported 2 records" in out and "1 of the 2 records are for a spec not known" in out

@@ -8,6 +8,7 @@ Roadmap: pooling and other non-contraction statements would add a reduction oper
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import string
@@ -215,7 +216,9 @@ class Workload:
 
 def workload_from_definition(d: Any) -> Workload:
     """The workload whose ``dataclasses.asdict`` is ``d`` (a tuning record's stored
-    ``definition``), rebuilt; a WorkloadError where ``d`` is not one."""
+    ``definition``), rebuilt, and only if it is the one aotune makes of its operator and sizes: a
+    WorkloadError says what is wrong with any other (a zero extent, another dtype, an index over a
+    loop it lacks, labels that contradict the loops), before anything analyses it."""
 
     def index(x: Any) -> AffineIndex:
         return AffineIndex(tuple((str(n), int(c)) for n, c in x["terms"]), int(x["const"]))
@@ -225,7 +228,7 @@ def workload_from_definition(d: Any) -> Workload:
 
     try:
         st = d["statement"]
-        return Workload(
+        w = Workload(
             op=str(d["op"]),
             loops=tuple(Loop(str(x["name"]), int(x["extent"]), x["kind"]) for x in d["loops"]),
             tensors=tuple(
@@ -240,6 +243,41 @@ def workload_from_definition(d: Any) -> Workload:
         )
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise WorkloadError(f"not a stored workload definition ({type(e).__name__}: {e})") from None
+    made = _remade(w)
+    if made != w:
+        raise WorkloadError(f"aotune makes another of its sizes ({made.describe()})")
+    return made
+
+
+def _remade(w: Workload) -> Workload:
+    """The workload aotune's own constructors make of ``w``'s operator, sizes and parameters."""
+    loops = {lp.name for lp in w.loops}
+    accesses = (w.statement.output, *w.statement.inputs)
+    for acc in accesses:
+        for idx in acc.indices:
+            for name, _ in idx.terms:
+                if name not in loops:
+                    raise WorkloadError(f"an index of {acc.tensor} names no loop ({name!r})")
+    if w.op == "einsum":
+
+        def letters(acc: Access) -> str:
+            if any(len(i.terms) != 1 or i.terms[0][1] != 1 or i.const for i in acc.indices):
+                raise WorkloadError(f"einsum access {acc} is not a plain index")
+            return "".join(i.terms[0][0] for i in acc.indices)
+
+        spec = ",".join(letters(a) for a in w.statement.inputs) + "->" + letters(accesses[0])
+        return einsum(spec, {lp.name: lp.extent for lp in w.loops}, dtype=w.dtype)
+    if w.op not in OPERATORS:
+        raise WorkloadError(f"unknown operator {w.op!r}; known: {', '.join(OPERATORS)}")
+    conv: dict[str, Any] = {}
+    if w.conv is not None:
+        conv = dataclasses.asdict(w.conv)
+        if w.op == "depthwise_conv2d":
+            conv.pop("groups")
+    shape = "x".join(str(v) for _, v in w.shape)
+    return build_workload(
+        w.op, shape, bias=w.epilogue.bias, activation=w.epilogue.activation, **conv
+    )
 
 
 # A loop or tensor dimension: 64-bit indexing holds any product of these, and CP-SAT's domains

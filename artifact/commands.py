@@ -407,7 +407,14 @@ def cmd_db(args: argparse.Namespace) -> int:
         unchecked = check_importable(records, args.file)  # before a database is made
         with open_db(args, create=True) as db:
             added, present = db.import_records(records)
-        print(f"imported {added} records into {db.path} ({present} already there, kept)")
+        repeated = len(records) - len({r.key for r in records})
+        again = f"; {repeated} repeating an earlier line of the file, the first kept" * bool(
+            repeated
+        )
+        print(
+            f"imported {added} records into {db.path} ({present - repeated} already there, "
+            f"kept{again})"
+        )
         if unchecked:
             print(
                 f"{unchecked} of the {len(records)} records are for a spec not known here (a "
@@ -415,6 +422,15 @@ def cmd_db(args: argparse.Namespace) -> int:
                 "the space when tune reads them"
             )
         return 0
+    if command == "export":  # --force replaces earlier output, never aotune's own files
+        from aotune.files import file_identity
+        from aotune.hwspecs.spec import builtin_spec_inputs
+
+        for what, path in builtin_spec_inputs().items():
+            if file_identity(path) == file_identity(args.file):
+                raise DatabaseError(
+                    f"{args.file} is {what} of aotune's own; export to another file"
+                )
     with open_db(args, create=False) as db:
         if command == "export":
             n = db.export_jsonl(Path(args.file), force=args.force)

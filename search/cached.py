@@ -105,12 +105,12 @@ def fitting_schedules(
 
 
 def check_importable(records: Sequence[TuneRecord], source: str) -> int:
-    """Check each record's configs against its workload's space on its spec, where that spec is
-    one known here (a built-in or this host's; a calibrated file is known only by its hash): a
-    DatabaseError names the first record (by its place in ``source``) whose config the space
-    refuses, so nothing of a file with one is imported. Returns how many records were not
-    checked (their spec, or a workload stored by another aotune, not known here); ``tune``
-    checks those when it reads them."""
+    """Check each record's workload (one aotune makes, its labels those of its definition) and
+    its configs against that workload's space on its spec, where that spec is one known here (a
+    built-in or this host's; a calibrated file is known only by its hash): a DatabaseError names
+    the first record (by its place in ``source``) that fails, so nothing of a file with one is
+    imported. Returns how many records' configs were not checked (their spec not known here);
+    ``tune`` checks those when it reads them."""
     specs: dict[str, Any] = {}
     for name in ["host", *builtin_names()]:
         try:
@@ -118,23 +118,35 @@ def check_importable(records: Sequence[TuneRecord], source: str) -> int:
         except AotuneError:
             continue  # a host aotune cannot describe: its records stay unchecked
         specs.setdefault(spec_hash(hw), hw)
+    fix = "remove that record, or tune the workload again and export it; nothing was imported"
     unchecked = 0
     for i, record in enumerate(records, 1):
-        hw = specs.get(record.spec_hash)
         try:
             workload = workload_from_definition(record.workload.get("definition"))
-        except WorkloadError:
-            workload = None
-        if hw is None or workload is None or workload_key(workload) != record.workload_key:
+        except WorkloadError as e:
+            raise DatabaseError(
+                f"{source} record {i}: its workload definition is not one aotune makes: {e}; {fix}"
+            ) from None
+        if workload_key(workload) != record.workload_key:  # a size written as 64.5 or "64"
+            raise DatabaseError(
+                f"{source} record {i}: its workload definition is not as aotune writes it (a "
+                f"value of another type, for {workload.describe()}); {fix}"
+            )
+        stored = json.loads(json.dumps(workload_json(workload)))
+        wrong = [k for k in stored if k != "definition" and stored[k] != record.workload.get(k)]
+        if wrong:
+            raise DatabaseError(
+                f"{source} record {i}: its workload's {', '.join(wrong)} "
+                f"({', '.join(repr(record.workload.get(k))[:60] for k in wrong)}) "
+                f"{'does' if len(wrong) == 1 else 'do'} not match its definition "
+                f"({workload.describe()}); {fix}"
+            )
+        hw = specs.get(record.spec_hash)
+        if hw is None:
             unchecked += 1
             continue
-        fitting_schedules(
-            record,
-            workload,
-            hw,
-            f"{source} record {i} ({record.workload.get('describe')} on {record.target})",
-            "remove that record, or tune the workload again and export it; nothing was imported",
-        )
+        what = f"{source} record {i} ({workload.describe()} on {record.target})"
+        fitting_schedules(record, workload, hw, what, fix)
     return unchecked
 
 

@@ -546,6 +546,27 @@ def test_outputs_never_replace_aotunes_own_spec_files(tmp_path, capsys, monkeypa
         assert "is aotune's built-in spec" in err and "give another file" in err, err
     with pytest.raises(CalibrationError, match="is aotune's built-in spec znver5"):
         check_output(str(specs / "znver5.toml"), True)
+    # db export --force too (it replaced h200.toml with JSON lines)
+    assert (
+        main(
+            [
+                "tune",
+                "matmul",
+                "--shape",
+                "8x8x8",
+                "--target",
+                "haswell",
+                "--no-verify",
+                "--db",
+                "t.db",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["db", "export", "specs/h200.toml", "--db", "t.db", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "specs/h200.toml is aotune's built-in spec h200" in err and "another file" in err
     assert {p.name: p.read_bytes() for p in specs.glob("*.toml")} == before
 
 

@@ -723,3 +723,56 @@ def test_import_checks_configs_against_the_space_of_a_spec_known_here(tmp_path, 
     assert main(["db", "import", str(x), "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "imported 2 records" in out and "1 of the 2 records are for a spec not known" in out
+
+
+def _edited(d: dict, path: tuple, value: object) -> dict:
+    """``d`` with the item at ``path`` set to ``value`` and its workload key made its hash
+    again, as someone editing an export by hand would (the key check then passes)."""
+    from aotune.search.database import _canonical, _digest
+
+    d = json.loads(json.dumps(d))
+    at = d
+    for key in path[:-1]:
+        at = at[key]
+    at[path[-1]] = value
+    d["workload_key"] = _digest(_canonical(d["workload"]["definition"]))
+    return d
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (("workload", "definition", "loops", 0, "extent"), 0, "aotune makes another of its"),
+        (("workload", "definition", "loops", 0, "extent"), -64, "aotune makes another of its"),
+        (("workload", "definition", "dtype"), "float64", "aotune makes another of its"),
+        (("workload", "definition", "loops"), [], "names no loop ('m')"),
+        (("workload", "definition", "op"), "nonsense", "unknown operator 'nonsense'"),
+        (("workload", "definition", "epilogue", "activation"), "swish", "'swish' is not"),
+        (("workload", "definition", "loops", 0, "extent"), 2.5, "not as aotune writes it"),
+        (("workload", "describe"), "conv2d 1x3x224x224", "describe ('conv2d 1x3x224x224')"),
+        (("workload", "op"), "conv2d", "op ('conv2d') does not match"),
+    ],
+)
+def test_import_refuses_a_workload_aotune_does_not_make(tmp_path, capsys, path, value, named):
+    """An export edited so that its workload is not one aotune makes (a zero or negative
+    extent, another dtype, an index over no loop, a label that contradicts the definition) is
+    refused in one line naming the record (it crashed in the polyhedral analysis, or was
+    imported and listed under the wrong description), for a spec known only by its hash too."""
+    x, db = tmp_path / "x.jsonl", tmp_path / "t.db"
+    good = _record(1).as_dict()
+    x.write_text(json.dumps(good) + "\n" + json.dumps(_edited(good, path, value)) + "\n")
+    assert main(["db", "import", str(x), "--db", str(db)]) == 2
+    err = _error_line(capsys)
+    assert "x.jsonl record 2: its workload" in err and named in err, err
+    assert "nothing was imported" in err and not db.exists()
+
+
+def test_import_names_records_a_file_repeats(tmp_path, capsys):
+    x, db = tmp_path / "x.jsonl", tmp_path / "t.db"
+    line = json.dumps(_record(1).as_dict()) + "\n"
+    x.write_text(line + json.dumps(_record(2).as_dict()) + "\n" + line)
+    assert main(["db", "import", str(x), "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "imported 2 records" in out and "(0 already there, kept; 1 repeating an earlier" in out
+    assert main(["db", "import", str(x), "--db", str(db)]) == 0
+    assert "imported 0 records" in capsys.readouterr().out

@@ -50,7 +50,7 @@ SEED_LIMIT = LIMITS["seed"]
 EXIT_INVALID = 1
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line, like every other aotune error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -68,7 +68,9 @@ class _Parser(argparse.ArgumentParser):
             if token == "--":
                 break
             name, eq, value = token.partition("=")
-            action = self._option_string_actions.get(name) if token.startswith("--") else None
+            if not token.startswith("--") and token[:2] in self._option_string_actions:
+                name, eq, value = token[:2], token[2:], token[2:]  # -o x, or -ox
+            action = self._option_string_actions.get(name) if token.startswith("-") else None
             if type(action) is not argparse._StoreAction:  # append, flags, subcommands: fine
                 continue
             value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
@@ -156,11 +158,11 @@ def _add_problem_args(p: argparse.ArgumentParser, op_optional: bool = False) -> 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for tests and docs)."""
-    parser = _Parser(
+    parser = Parser(
         prog="aotune", description="Ahead-of-time kernel tuning without measurement in the loop."
     )
     parser.add_argument("--version", action="version", version=f"aotune {__version__}")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", parser_class=Parser)
     t = sub.add_parser("tune", help="search, rank statically, and verify the top-k on this host")
     _add_problem_args(t, op_optional=True)
     t.add_argument("--top-k", type=_int_arg, default=3, help="candidates to verify (default 3)")
@@ -199,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--config", required=True)
     pr.add_argument("--json", action="store_true")
     hw = sub.add_parser("hw", help="hardware specs")
-    hw_sub = hw.add_subparsers(dest="hw_command", parser_class=_Parser)
+    hw_sub = hw.add_subparsers(dest="hw_command", parser_class=Parser)
     hw_sub.add_parser("list", help="list known targets")
     show = hw_sub.add_parser("show", help="show one target")
     show.add_argument("name")
@@ -1228,11 +1230,12 @@ def _run(argv: Sequence[str] | None) -> int:
     except Exception:
         if _interrupt_seen:
             raise KeyboardInterrupt from None
-        return _report_error()
+        return report_error()
 
 
-def _report_error() -> int:
-    """The exception being handled as one line on stderr, and the exit code for it."""
+def report_error() -> int:
+    """The exception being handled as one line on stderr, and the exit code for it (a closed
+    pipe and a full disk included): for every command line of aotune's."""
     try:
         raise
     except AotuneError as e:

@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import re
 import sys
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +37,12 @@ from aotune.analysis.features import kernel_features
 from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import Workload, matmul
 from aotune.benchmarks.suite import OPERATORS_FULL, OPERATORS_QUICK, UNSEEN, accuracy_scores
+from aotune.cli import Parser, report_error
 from aotune.codegen.compile import compile_kernel
 from aotune.codegen.schedule import CpuSchedule, schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import AotuneError, MeasurementFileError
-from aotune.files import read_user_file
+from aotune.files import file_identity, read_user_file
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.hwspecs.spec_toml import differing_paths, value_at, with_value
 
@@ -62,18 +65,71 @@ def read_record(path: str | Path) -> dict[str, Any]:
     raw = read_user_file(path, "bench record", MeasurementFileError, RECORD_LIMIT_BYTES)
     try:
         doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, EOFError, zlib.error, ValueError, RecursionError) as e:
+        # ValueError: not JSON, not UTF-8, or a number of thousands of digits
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:120]
+        if "integer string conversion" in why:
+            why = "a number of thousands of digits"
         raise MeasurementFileError(
-            f"bench record {path}: not JSON or gzipped JSON ({e}); give a file that "
+            f"bench record {path}: not JSON or gzipped JSON ({why}); give a file that "
             "`aotune bench --json` wrote"
         ) from None
     rows = doc.get("rows") if isinstance(doc, dict) else None
+    if isinstance(rows, list):
+        for i, row in enumerate(rows):
+            _check_row(row, i, path)
     if not isinstance(rows, list) or not any(_samples(r) for r in rows):
         raise MeasurementFileError(
             f"bench record {path}: no row with sampled configs (rows[].accuracy.samples); give "
             "a file that `aotune bench --json` wrote with its accuracy rows"
         )
     return doc
+
+
+MIN_SAMPLES = 3  # fewer rank nothing
+
+
+def _check_row(row: Any, i: int, path: str | Path) -> None:
+    """A MeasurementFileError naming what is wrong where a row is not as the bench writes it: not
+    an object, samples without a workload name, a sample without a config and two positive
+    times, a config twice, too few samples to rank, or times that are all one."""
+    fix = "give a file that `aotune bench --json` wrote"
+    if not isinstance(row, dict):
+        raise MeasurementFileError(
+            f"bench record {path}: rows[{i}] is {json.dumps(row)[:40]}, not a row object; {fix}"
+        )
+    acc = row.get("accuracy")
+    samples = acc.get("samples") if isinstance(acc, dict) else None
+    if samples is None:
+        return  # a row without an accuracy sample (a speed row)
+    name = row.get("workload")
+    where = f"bench record {path}: row {name!r}"
+    if not isinstance(name, str) or not isinstance(samples, list):
+        raise MeasurementFileError(
+            f"bench record {path}: rows[{i}] has samples but "
+            + ("no workload name" if not isinstance(name, str) else "they are not a list")
+            + f"; {fix}"
+        )
+    for j, sample in enumerate(samples, 1):
+        if not isinstance(sample, dict) or not isinstance(sample.get("config"), str):
+            raise MeasurementFileError(f"{where}: sample {j} has no config; {fix}")
+        for key in ("predicted_s", "measured_s"):
+            t = sample.get(key)
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
+                raise MeasurementFileError(
+                    f"{where}: sample {j} ({sample['config']}) has {key} "
+                    f"{json.dumps(t)[:40]}; a time is a positive number of seconds; {fix}"
+                )
+    configs = [sample["config"] for sample in samples]
+    twice = next((c for c in configs if configs.count(c) > 1), None)
+    if twice is not None:
+        raise MeasurementFileError(f"{where}: config {twice} is sampled twice; {fix}")
+    if len(samples) < MIN_SAMPLES:
+        raise MeasurementFileError(
+            f"{where}: {len(samples)} samples; scores need at least {MIN_SAMPLES}; {fix}"
+        )
+    if len({sample["measured_s"] for sample in samples}) == 1:
+        raise MeasurementFileError(f"{where}: every sample has one time, which ranks nothing")
 
 
 def _samples(row: Any) -> list[dict[str, Any]]:
@@ -95,6 +151,12 @@ def median_record(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
     config's times over all of them (its predictions then stay the first's): timings of the same
     samples, as a day's bench runs with one seed give. ``names`` name the documents in errors."""
     first, rows = docs[0], []
+    for doc, label in zip(docs[1:], names[1:]):
+        if doc.get("machine") != first.get("machine"):
+            raise MeasurementFileError(
+                f"bench record {label} was timed on {doc.get('machine')!r}, {names[0]} on "
+                f"{first.get('machine')!r}; a median takes timings of one machine"
+            )
     for row in first["rows"]:
         samples, name = _samples(row), row.get("workload") if isinstance(row, dict) else None
         if not samples:
@@ -153,16 +215,30 @@ def _compiled_rows(doc: dict[str, Any], hw: HwSpec, log: Log) -> list[_CompiledR
     rows = []
     for row in doc["rows"]:
         samples, name = _samples(row), str(row.get("workload", ""))
-        w = row_workload(name)
-        if not samples or w is None:
+        if not samples:
             continue
-        space = build_cpu_space(w, hw)
-        scheds = [schedule_from_config(space, space.parse_config(s["config"])) for s in samples]
+        try:
+            w = row_workload(name)
+            if w is None:
+                continue
+            space = build_cpu_space(w, hw)
+            scheds = [schedule_from_config(space, space.parse_config(s["config"])) for s in samples]
+        except AotuneError as e:
+            raise MeasurementFileError(
+                f"row {name!r} (timed on {doc.get('machine')!r}) on {hw.name}: {e}; check that "
+                "--target is the spec of the machine that timed it"
+            ) from None
         loops = [kernel_features(compile_kernel(s, hw), hw.isa.arch).loop for s in scheds]
         measured = [float(s["measured_s"]) for s in samples]
         then = [float(s["predicted_s"]) for s in samples]
         rows.append(_CompiledRow(name, measured, then, scheds, loops))
         log(f"{name}: compiled {len(samples)} sampled configs")
+    if not rows:
+        names = [r.get("workload") for r in doc["rows"] if _samples(r)]
+        raise MeasurementFileError(
+            f"no sampled row is one the bench runs ({', '.join(map(repr, names))[:120]}); give "
+            "a file that `aotune bench --json` wrote"
+        )
     return rows
 
 
@@ -286,7 +362,7 @@ def _print_ablation(result: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line of the module docstring."""
-    ap = argparse.ArgumentParser(prog="python -m aotune.benchmarks.cpu_record")
+    ap = Parser(prog="python -m aotune.benchmarks.cpu_record")
     ap.add_argument("step", choices=("rescore", "ablate"))
     ap.add_argument(
         "files",
@@ -306,17 +382,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if (args.step == "ablate") != (args.base is not None):
         ap.error("--base goes with ablate, and ablate needs it")
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
-        docs = [read_record(f) for f in args.files]
-        doc = median_record(docs, [str(f) for f in args.files]) if len(docs) > 1 else docs[0]
-        if args.base is not None:
-            result = ablate(doc, args.target, args.base, log=log)
-        else:
-            result = rescore(doc, args.target, log=log)
-    except AotuneError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return _run(args)
+    except Exception:
+        return report_error()  # one line, and a closed pipe or a full disk as aotune's own
+
+
+def _run(args: argparse.Namespace) -> int:
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    seen: dict[object, int] = {}
+    for i, f in enumerate(args.files):
+        first = seen.setdefault(file_identity(f), i)
+        if first != i:
+            raise MeasurementFileError(
+                f"{f} is given twice (as file {first + 1} and {i + 1}); give each timing once"
+            )
+    docs = [read_record(f) for f in args.files]
+    doc = median_record(docs, [str(f) for f in args.files]) if len(docs) > 1 else docs[0]
+    if args.base is not None:
+        result = ablate(doc, args.target, args.base, log=log)
+    else:
+        result = rescore(doc, args.target, log=log)
     if args.json:
         print(json.dumps(result))
         return 0

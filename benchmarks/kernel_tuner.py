@@ -97,12 +97,20 @@ def _text(path: Path) -> str:
 
 
 def _loads(text: str, path: Path) -> Any:
-    """``json.loads``, with JSON nested too deeply for the parser as a MeasurementFileError."""
+    """``json.loads``, with JSON nested too deeply for the parser, or a number too long for it,
+    as a MeasurementFileError (a JSONDecodeError is left to the caller, which may mend a file cut
+    off while tuning)."""
     try:
         return json.loads(text)
+    except json.JSONDecodeError:
+        raise
     except RecursionError:
         raise MeasurementFileError(
             f"{path} is not a Kernel Tuner cache file (JSON nested too deeply)"
+        ) from None
+    except ValueError:  # an integer of thousands of digits
+        raise MeasurementFileError(
+            f"{path} is not a Kernel Tuner cache file (a number of thousands of digits)"
         ) from None
 
 

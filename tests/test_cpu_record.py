@@ -92,8 +92,13 @@ def test_a_cut_record_is_re_predicted_for_the_spec_that_timed_it(tmp_path):
     [
         (b"\x00\x01not json", "not JSON"),
         (b'{"rows": []}', "no row with sampled configs"),
-        (b'{"rows": [{"workload": "matmul 8x8x8", "accuracy": {"samples": [1]}}]}', "no row"),
+        (b'{"rows": [{"workload": "matmul 8x8x8", "accuracy": {"samples": [1]}}]}', "no config"),
         (b"[1, 2]", "no row"),
+        (b'{"rows": [{"workload": "x"}, null]}', r"rows\[1\] is null, not a row object"),
+        (b'{"rows": [{"accuracy": {"samples": []}}]}', "has samples but no workload name"),
+        (b'{"rows": [' + b"[" * 100_000, "nested too deeply"),
+        (b'{"rows": [' + b"1" * 5000 + b"]}", "a number of thousands of digits"),
+        (gzip.compress(b'{"rows": []}')[:-12] + b"\x00" * 12, "not JSON or gzipped JSON"),
     ],
 )
 def test_a_file_that_is_not_a_bench_record_is_named(tmp_path, content, words):
@@ -114,6 +119,57 @@ def test_the_command_answers_bad_input_in_one_line(tmp_path, capsys):
     assert "is a GPU" in capsys.readouterr().err
     assert cpu_record.main(["rescore", str(tmp_path / "missing.json"), "--target", "znver5"]) == 2
     assert "cannot read bench record" in capsys.readouterr().err
+
+
+def _row_of(times: list[object], measured: str = "measured_s") -> bytes:
+    samples = [
+        {"config": f"mr={i + 1}", "predicted_s": 1.0, measured: t} for i, t in enumerate(times)
+    ]
+    return json.dumps({"rows": [{"workload": "matmul 8x8x8", "accuracy": {"samples": samples}}]})
+
+
+@pytest.mark.parametrize(
+    "times, words",
+    [
+        ([1.0, -1.0, 2.0], "sample 2 .mr=2. has measured_s -1.0; a time is a positive number"),
+        ([1.0, float("nan"), 2.0], "has measured_s NaN"),
+        ([1.0, float("inf"), 2.0], "has measured_s Infinity"),
+        ([1.0, 0, 2.0], "has measured_s 0;"),
+        ([1.0, True, 2.0], "has measured_s true"),
+        ([1.0, "2", 2.0], 'has measured_s "2"'),
+        ([1.0, 2.0], "2 samples; scores need at least 3"),
+        ([1.0, 1.0, 1.0], "every sample has one time"),
+    ],
+)
+def test_times_that_are_no_times_are_named_not_scored(tmp_path, times, words):
+    """A sample's time that is not a positive number of seconds (it scored top-1 -10756.968, a
+    median error of inf), too few samples, or one time for all are refused, naming the row and
+    the sample."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(_row_of(times))
+    with pytest.raises(MeasurementFileError, match=f"row 'matmul 8x8x8'.*{words}"):
+        cpu_record.read_record(bad)
+
+
+def test_the_same_file_twice_or_timings_of_two_machines_are_refused(tmp_path, capsys):
+    good = cpu_record.RECORDS_DIR / "znver5-unseen-2026-11-30.json.gz"
+    again = tmp_path / "link.json.gz"
+    again.symlink_to(good)
+    assert cpu_record.main(["rescore", str(good), str(again), "--target", "znver5"]) == 2
+    assert "is given twice (as file 1 and 2); give each timing once" in capsys.readouterr().err
+    doc = json.loads(gzip.decompress(good.read_bytes()))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**doc, "machine": "bare metal: detected host: znver4"}))
+    assert cpu_record.main(["rescore", str(good), str(other), "--target", "znver5"]) == 2
+    err = capsys.readouterr().err
+    assert "other.json was timed on 'bare metal" in err and "timings of one machine" in err
+    args = ["rescore", str(good), "--target", "znver5", "--target", "znver4"]
+    with pytest.raises(SystemExit):
+        cpu_record.main(args)
+    assert "--target given twice (znver5 and znver4)" in capsys.readouterr().err
+    assert cpu_record.main(["rescore", str(good), "--target", "haswell"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "row '" in err and "check that --target is the spec of the machine" in err
 
 
 def _timing(times: dict[str, float], predicted: float = 1.0) -> dict:

@@ -185,6 +185,7 @@ def test_failed_configs_are_counted_not_scored(tmp_path: Path):
         ),
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
         (b'{"cache": ' + b"[" * 100_000, "nested too deeply"),
+        (b'{"cache": {"1": {"A": ' + b"1" * 5000 + b"}}}", "a number of thousands of digits"),
         (
             b'{"kernel_name": "X", "tune_params_keys": ["A"], "cache": {"1": {"A": NaN, '
             b'"time": 1}}}',

@@ -95,6 +95,11 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
             ["space", "conv2d", "--shape", "1,3,8,8,4,3,3", "--pad=1", "--pad", "0"],
             ["--pad given twice (1 and 0)"],
         ),
+        (
+            ["hw", "calibrate", "-o", "x.toml", "-o", "y.toml"],
+            ["-o given twice (x.toml and y.toml)"],
+        ),
+        (["build", "k.toml", "-oa", "--out", "b"], ["--out given twice (a and b)"]),
         (["frobnicate"], ["invalid choice"]),
         (["bench", "--quick", "--samples", "2"], ["--samples 2", "at least 5"]),
         (["bench", "--samples", "5000"], ["--samples 5000", "at most 1024"]),

@@ -1259,8 +1259,8 @@ def report_error() -> int:
         return EXIT_ERROR
     except MemoryError:
         sys.stderr.write(
-            "error: ran out of memory; use a smaller shape, or --no-verify to get the kernel "
-            "without running it here\n"
+            "error: ran out of memory; use a smaller shape, or get the kernel without running it "
+            "here (tune --no-verify; build --objects-only)\n"
         )
         return EXIT_ERROR
     except (KeyboardInterrupt, SystemExit):

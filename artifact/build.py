@@ -165,6 +165,26 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _check_library_check_memory(kernels: KernelList, verify: bool) -> None:
+    """Refuse, before any search, a build whose library check (each kernel against numpy, here)
+    would not fit in the memory available now: it ran out of memory after the searches, and
+    the advice then named --no-verify, which does not skip it."""
+    from aotune.codegen.runner import final_check_bytes
+    from aotune.hwspecs.host import available_memory_bytes
+
+    have = available_memory_bytes()
+    for k in kernels.kernels:
+        need = final_check_bytes(k.workload, 1, 1)
+        if have is not None and need > 0.9 * have:
+            flags = "--objects-only --no-verify" if verify else "--objects-only"
+            raise BuildError(
+                f"kernel {k.name}: the library check of {k.workload.op} "
+                f"{'x'.join(str(v) for _, v in k.workload.shape)} needs about "
+                f"{need / 2**30:.1f} GiB and {have / 2**30:.1f} GiB is available; pass {flags} "
+                "to write the objects and header without running them here, or use a smaller shape"
+            )
+
+
 def check_output_dir(out: Path, force: bool) -> list[Path]:
     """Make sure writing into ``out`` overwrites nothing the user had (unless ``force``); the
     files of an earlier build there, to be replaced."""
@@ -429,6 +449,8 @@ def _build(
     out = staging.dir
     backend = backend_for(hw)
     state = backend.preflight(hw, options.cc, options.objects_only)
+    if not options.objects_only and driver.can_verify(hw)[0]:
+        _check_library_check_memory(kernels, options.verify)
 
     groups: dict[tuple[str, ...], list] = {}
     for k in kernels.kernels:

@@ -165,6 +165,19 @@ def _int_param(value: object, name: str, key: str, path: Path) -> int:
     return int(value)
 
 
+LABEL_CHARS = 120  # a device or kernel name is printed: longer is not a name
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
+def _label(text: str) -> str:
+    """A name from the file as it may be printed: characters a terminal would act on (escapes,
+    bidirectional overrides) shown as '?', and at most ``LABEL_CHARS`` of them."""
+    shown = "".join(c if c.isprintable() and c not in BIDI_CONTROLS else "?" for c in text)
+    return shown if len(shown) <= LABEL_CHARS else shown[: LABEL_CHARS - 3] + "..."
+
+
 def _json_text(value: object) -> str:
     """A value as the file writes it, shortened: the string "64" in quotes, unlike 64."""
     try:
@@ -233,8 +246,8 @@ def read_cache(path: str | Path) -> KernelTunerCache:
     device = doc.get("device_name")
     return KernelTunerCache(
         path=str(path),
-        device_name=device if isinstance(device, str) and device else UNKNOWN_DEVICE,
-        kernel_name=str(doc["kernel_name"]),
+        device_name=_label(device) if isinstance(device, str) and device else UNKNOWN_DEVICE,
+        kernel_name=_label(str(doc["kernel_name"])),
         problem_size=_problem_size(doc.get("problem_size", []), path),
         tune_params_keys=tuple(keys),
         tune_params=tuple(

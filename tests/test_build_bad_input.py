@@ -326,3 +326,24 @@ def test_an_imported_record_whose_config_breaks_the_space_is_named_with_its_fix(
     assert "kernel a: record 1: config" in line and "does not fit the space" in line
     assert "--retune" in line
     assert not out.exists() and not _leftovers(tmp_path)
+
+
+def test_a_library_check_that_cannot_fit_is_refused_before_the_searches(
+    tmp_path, capsys, monkeypatch
+):
+    """A build whose library check (run here, against numpy) would not fit in the memory free
+    now ran out of memory after its searches, advising --no-verify, which does not skip that
+    check: it is refused first, naming the kernel and --objects-only."""
+    import aotune.hwspecs.host as host_module
+
+    monkeypatch.setattr(host_module, "available_memory_bytes", lambda: 4096)
+    kernels = tmp_path / "two.toml"
+    kernels.write_text(TWO)
+    out = tmp_path / "o"
+    rc, _, err = run_cli(
+        capsys, "build", str(kernels), "-o", str(out), "--db", str(tmp_path / "a.db"), *FAST
+    )
+    assert rc == 2
+    line = one_error_line(err)
+    assert "kernel a: the library check of matmul 8x8x24 needs about" in line
+    assert "pass --objects-only to write the objects" in line and not out.exists()

@@ -593,3 +593,16 @@ def test_given_configs_that_cannot_be_timed_are_one_line_errors(args, says):
     proc = run_cli("accuracy", "matmul", "--shape", "16x16x16", *args)
     assert proc.returncode == 2, proc.stdout
     assert says in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_device_name_a_terminal_would_act_on_is_shown_as_text(tmp_path: Path):
+    """A file's device and kernel names are printed (accuracy's progress line, its warnings):
+    escape sequences and bidirectional overrides were printed raw; they read as '?', and a
+    name of thousands of characters is cut."""
+    doc = json.loads(kernel_tuner_text(CONFIGS[:3]))
+    doc["device_name"] = "NVIDIA \x1b[2J GeForce \u202eRTX" + "x" * 5000
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(doc))
+    c = read_cache(path)
+    assert c.device_name.startswith("NVIDIA ?[2J GeForce ?RTX") and len(c.device_name) == 120
+    assert all(ch.isprintable() for ch in c.device_name)

@@ -451,7 +451,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             for c in rec.candidates:
                 meas = (
                     f", measured {c.measured_seconds * 1e3:.3f} ms "
-                    f"({'correct' if c.correct else 'WRONG'})"
+                    f"({({True: 'correct', False: 'WRONG'}).get(c.correct, 'not checked')})"
                     if c.measured_seconds is not None
                     else ""
                 )

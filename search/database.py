@@ -645,13 +645,18 @@ class TuningDatabase:
             raise DatabaseError(f"cannot write to {self.path}: {e}") from None
 
     def export_jsonl(self, path: Path | str, force: bool = False) -> int:
-        """Write every record as one JSON line to ``path`` (replacing a file only with
-        ``force``); the number written. Every record is read before the file is written, and
-        the file is written whole or not at all, so a failed export leaves nothing behind."""
+        """Write every record as one JSON line to ``path`` (gzipped where its name ends in .gz;
+        replacing a file only with ``force``); the number written. Every record is read before
+        the file is written, and the file is written whole or not at all, so a failed export
+        leaves nothing behind."""
         self._refuse_own_file(Path(path))  # first: --force must not make that a question
         check_writable(path, force, DatabaseError)  # before the reading, which may take a while
         lines = [json.dumps(rec.as_dict(), sort_keys=True) + "\n" for rec in self.all()]
-        write_new_file(path, "".join(lines), force, DatabaseError)
+        text = "".join(lines).encode()
+        # a name ending in .gz says gzip (import reads both); the timestamp left out, so the same
+        # records export to the same bytes
+        packed = gzip.compress(text, mtime=0) if str(path).endswith(".gz") else text
+        write_new_file(path, packed, force, DatabaseError)
         return len(lines)
 
     def _refuse_own_file(self, path: Path) -> None:

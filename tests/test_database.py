@@ -92,6 +92,22 @@ def test_export_import_round_trip(tmp_path_factory, n, cands):
         ]
 
 
+def test_an_export_named_gz_is_gzipped_and_imports(tmp_path):
+    """``db export x.jsonl.gz`` wrote plain JSON under a gzip name; it gzips now (the same bytes
+    for the same records), and import reads it."""
+    import gzip
+
+    with open_database(tmp_path / "a.db") as a:
+        a.put(_record(1))
+        assert a.export_jsonl(tmp_path / "x.jsonl.gz") == 1
+        assert a.export_jsonl(tmp_path / "y.jsonl.gz") == 1
+    packed = (tmp_path / "x.jsonl.gz").read_bytes()
+    assert packed == (tmp_path / "y.jsonl.gz").read_bytes()
+    assert json.loads(gzip.decompress(packed))["target"] == "haswell"
+    with open_database(tmp_path / "b.db") as b:
+        assert b.import_jsonl(tmp_path / "x.jsonl.gz") == (1, 0)
+
+
 def test_import_checks_every_line_before_writing(tmp_path):
     good = json.dumps(_record(1).as_dict())
     (tmp_path / "x.jsonl").write_text(good + "\n{not json\n")

@@ -57,8 +57,8 @@ CPP_KEYWORDS = frozenset(
     typename using virtual wchar_t xor xor_eq""".split()
 )
 # types and macros of the C standard headers a program includes beside the library's header
-# (stddef, stdint, stdio, stdlib, errno, math, limits, stdarg, time): a kernel of one of these
-# names breaks the compile of such a program (size_t redeclared, NULL expanded)
+# (stddef, stdint, stdio, stdlib, errno, math, limits, stdarg, time, signal): a kernel of one of
+# these names breaks the compile of such a program (size_t redeclared, NULL expanded)
 C_HEADER_NAMES = frozenset(
     """size_t ptrdiff_t max_align_t wint_t FILE fpos_t div_t ldiv_t lldiv_t va_list time_t
     clock_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t uint64_t
@@ -66,7 +66,15 @@ C_HEADER_NAMES = frozenset(
     FILENAME_MAX FOPEN_MAX TMP_MAX L_tmpnam SEEK_SET SEEK_CUR SEEK_END EXIT_SUCCESS EXIT_FAILURE
     RAND_MAX MB_CUR_MAX errno stdin stdout stderr assert offsetof va_start va_arg va_end
     va_copy INFINITY NAN HUGE_VAL HUGE_VALF CHAR_BIT INT_MAX INT_MIN UINT_MAX LONG_MAX LONG_MIN
-    ULONG_MAX SIZE_MAX CLOCKS_PER_SEC EDOM ERANGE EILSEQ""".split()
+    ULONG_MAX SIZE_MAX CLOCKS_PER_SEC EDOM ERANGE EILSEQ SIGABRT SIGFPE SIGILL SIGINT SIGSEGV
+    SIGTERM SIGKILL SIGHUP SIGQUIT SIGPIPE SIGALRM SIGUSR1 SIGUSR2 SIGCHLD SIGBUS""".split()
+)
+# the families of constants limits.h, stdint.h, float.h, math.h (M_PI), inttypes.h and pthread.h
+# define (INT32_MAX, FLT_MAX, M_PI, PRId64, PTHREAD_MUTEX_INITIALIZER): upper case, a prefix, an _
+C_HEADER_MACRO = re.compile(
+    r"(M|FLT|DBL|LDBL|U?INT(8|16|32|64|PTR|MAX)?|U?INT_(LEAST|FAST)\d+|S?CHAR|UCHAR|U?SHRT"
+    r"|U?LONG|U?LLONG|PTRDIFF|SIZE|WCHAR|WINT|SIG_ATOMIC|FP|MATH|PTHREAD|SIG)_[A-Z0-9_]+"
+    r"|PRI[diouxX]\w*|SCN[diouxX]\w*"
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # key -> (type(s) TOML may give, the build_workload keyword it feeds)
@@ -151,7 +159,7 @@ def reserved_name_reason(name: str) -> str | None:
         return "is a C keyword"
     if name in CPP_KEYWORDS:
         return "is a C++ keyword, and the header is included from C++ too"
-    if name in C_HEADER_NAMES:
+    if name in C_HEADER_NAMES or C_HEADER_MACRO.fullmatch(name):
         return (
             "is a type or macro of the C standard headers, which a program includes beside the "
             "library's header"

@@ -128,6 +128,14 @@ layout = "nhwc"
         ('[[kernel]]\nname = "malloc"\nop = "matmul"', "is a function of the C library"),
         ('[[kernel]]\nname = "size_t"\nop = "matmul"', "a type or macro of the C standard"),
         ('[[kernel]]\nname = "NULL"\nop = "matmul"', "a type or macro of the C standard"),
+        # the header then failed to compile beside <math.h> and <pthread.h>
+        ('[[kernel]]\nname = "M_PI"\nop = "matmul"', "a type or macro of the C standard"),
+        (
+            '[[kernel]]\nname = "PTHREAD_MUTEX_INITIALIZER"\nop = "matmul"',
+            "a type or macro of the C standard",
+        ),
+        ('[[kernel]]\nname = "INT32_MAX"\nop = "matmul"', "a type or macro of the C standard"),
+        ('[[kernel]]\nname = "SIGINT"\nop = "matmul"', "a type or macro of the C standard"),
         ('[[kernel]]\nname = "class"\nop = "matmul"', "is a C++ keyword"),
         (
             '[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2x2"\n'

@@ -164,10 +164,20 @@ def _link_new(tmp: str, p: Path, error: type[AotuneError]) -> bool:
     return True
 
 
+# the bidirectional formatting characters: printed, they reorder the text around them
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
 def has_control_character(text: str, allowed: str = "") -> bool:
     """Whether ``text`` holds a control character (ESC, a carriage return, ...; those in
-    ``allowed`` aside), which a terminal would act on when it is printed."""
-    return any(unicodedata.category(ch) == "Cc" and ch not in allowed for ch in text)
+    ``allowed`` aside) or a bidirectional override, which a terminal would act on when it is
+    printed."""
+    return any(
+        (unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS) and ch not in allowed
+        for ch in text
+    )
 
 
 def file_identity(path: str | Path) -> object:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from aotune.errors import MeasurementFileError
-from aotune.files import decode_utf8, read_user_file
+from aotune.files import BIDI_CONTROLS, decode_utf8, read_user_file
 
 GZIP_MAGIC = b"\x1f\x8b"
 # what Kernel Tuner writes as the time of a configuration that failed (its ErrorConfig kinds)
@@ -166,9 +166,6 @@ def _int_param(value: object, name: str, key: str, path: Path) -> int:
 
 
 LABEL_CHARS = 120  # a device or kernel name is printed: longer is not a name
-BIDI_CONTROLS = frozenset(
-    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-)
 
 
 def _label(text: str) -> str:

@@ -489,6 +489,7 @@ BAD_FIELDS = [
     ("target", 12),
     ("target", ""),
     ("target", "haswell\x1b[2J"),  # db list printed it raw: an escape the terminal acts on
+    ("target", "haswell\u202eevil"),  # a bidirectional override: the line shown reversed
     ("workload", [1]),
     ("candidates_scored", 2**63),
     ("kernels_compiled", -1),

@@ -145,6 +145,11 @@ def check_importable(records: Sequence[TuneRecord], source: str) -> int:
         if hw is None:
             unchecked += 1
             continue
+        if record.target != hw.name:  # db list shows it, tune --target NAME reuses the record
+            raise DatabaseError(
+                f"{source} record {i}: its target {record.target!r} is not the name of its spec "
+                f"({hw.name}, by its hash); {fix}"
+            )
         what = f"{source} record {i} ({workload.describe()} on {record.target})"
         fitting_schedules(record, workload, hw, what, fix)
     return unchecked

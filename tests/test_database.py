@@ -731,6 +731,11 @@ def test_import_checks_configs_against_the_space_of_a_spec_known_here(tmp_path, 
     x = tmp_path / "x.jsonl"
     x.write_text("".join(json.dumps(r.as_dict()) + "\n" for r in (unknown, bad)))
     db = tmp_path / "t.db"
+    lying = dataclasses.replace(good, target="a100")
+    x.write_text(json.dumps(lying.as_dict()) + "\n")
+    assert main(["db", "import", str(x), "--db", str(db)]) == 2
+    assert "its target 'a100' is not the name of its spec (haswell" in _error_line(capsys)
+    x.write_text("".join(json.dumps(r.as_dict()) + "\n" for r in (unknown, bad)))
     assert main(["db", "import", str(x), "--db", str(db)]) == 2
     err = _error_line(capsys)
     assert "x.jsonl record 2 (matmul 2x8x8" in err and "on haswell" in err

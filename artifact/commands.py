@@ -408,9 +408,8 @@ def cmd_db(args: argparse.Namespace) -> int:
         with open_db(args, create=True) as db:
             added, present = db.import_records(records)
         repeated = len(records) - len({r.key for r in records})
-        again = f"; {repeated} repeating an earlier line of the file, the first kept" * bool(
-            repeated
-        )
+        again = f"; {repeated} repeating an earlier line of the file, the first kept"
+        again = again if repeated else ""
         print(
             f"imported {added} records into {db.path} ({present - repeated} already there, "
             f"kept{again})"

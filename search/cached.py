@@ -8,8 +8,10 @@ result_of(record, workload, hw)        a stored record as a TuneResult: the top-
                                        again from their configs (a few hundred ms, no search)
 fitting_schedules(record, workload, hw)   each candidate's config and schedule in today's space,
                                        or a DatabaseError naming the record and --retune
-check_importable(records, source)      the same for records being imported, where their spec is
-                                       known here; a DatabaseError names the first that misfits
+check_importable(records, source)      records being imported: each workload one aotune makes,
+                                       its labels its definition's, and, where the spec is known
+                                       here, its target that spec's name and its configs in the
+                                       space; a DatabaseError names the first that fails
 store_check(db, record, verified, numpy_gflops)   the final check's measurements
 """
 

@@ -180,6 +180,12 @@ def has_control_character(text: str, allowed: str = "") -> bool:
     )
 
 
+def printable(text: str) -> str:
+    """``text`` with each character a terminal would act on or that would not show (escapes,
+    bidirectional overrides, zero-width marks) as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def file_identity(path: str | Path) -> object:
     """What makes two names one file: its device and inode where it exists (symlinks and hard
     links alike), else the real path it would be created at."""
@@ -191,25 +197,27 @@ def file_identity(path: str | Path) -> object:
 
 
 def refuse_outputs_over_inputs(
-    outputs: dict[str, str], inputs: dict[str, str], error: type[AotuneError]
+    outputs: dict[str, str],
+    inputs: dict[str, str],
+    error: type[AotuneError],
+    reader: str = "this command",
 ) -> None:
     """``error`` where an output file (``--plot F``: its path) is one of the command's inputs
     (``the --target spec``: its path), however either is spelt: --force replaces earlier output,
-    never what the command reads. Nor the journals SQLite keeps beside an input (a database):
-    it would read a file written there as the database's journal, and delete or overwrite it."""
+    never what the command (or, for aotune's own files, ``reader``) reads. Nor the journals
+    SQLite keeps beside an input (a database): it would read a file written there as the
+    database's journal, and delete or overwrite it."""
     for out_name, out_path in outputs.items():
         out_id = file_identity(out_path)
         for in_name, in_path in inputs.items():
             if out_id == file_identity(in_path):
-                raise error(
-                    f"{out_name} {out_path} is {in_name} this command reads; give another file"
-                )
+                raise error(f"{out_name} {out_path} is {in_name} {reader} reads; give another file")
             for base in {in_path, os.path.realpath(in_path)}:
                 for end in SQLITE_SIDE_FILES:
                     if out_id == file_identity(f"{base}{end}"):
                         raise error(
                             f"{out_name} {out_path} is where SQLite keeps the journal of "
-                            f"{in_name} ({in_path}), which this command reads; give another file"
+                            f"{in_name} ({in_path}), which {reader} reads; give another file"
                         )
 
 

@@ -192,14 +192,16 @@ class Workload:
             )
         return f"{self.op} {sizes} {self.dtype}: {self.statement}{tail}"
 
-    def einsum_spec(self) -> str:
-        """The statement as an einsum string (one letter per loop), for numpy references."""
-        if len(self.loops) > len(string.ascii_letters):
+    def einsum_spec(self, letters: Mapping[str, str] | None = None) -> str:
+        """The statement as an einsum string (one letter per loop, a-z then A-Z in loop order
+        unless ``letters`` maps the loop names), for numpy references."""
+        if letters is None and len(self.loops) > len(string.ascii_letters):
             raise WorkloadError(
                 f"{self.op} has {len(self.loops)} loops; an einsum names at most "
                 f"{len(string.ascii_letters)} (a-z, A-Z): use fewer indices"
             )
-        letters = {lp.name: string.ascii_letters[i] for i, lp in enumerate(self.loops)}
+        if letters is None:
+            letters = {lp.name: string.ascii_letters[i] for i, lp in enumerate(self.loops)}
 
         def sub(acc: Access) -> str:
             out = []
@@ -258,14 +260,8 @@ def _remade(w: Workload) -> Workload:
             for name, _ in idx.terms:
                 if name not in loops:
                     raise WorkloadError(f"an index of {acc.tensor} names no loop ({name!r})")
-    if w.op == "einsum":
-
-        def letters(acc: Access) -> str:
-            if any(len(i.terms) != 1 or i.terms[0][1] != 1 or i.const for i in acc.indices):
-                raise WorkloadError(f"einsum access {acc} is not a plain index")
-            return "".join(i.terms[0][0] for i in acc.indices)
-
-        spec = ",".join(letters(a) for a in w.statement.inputs) + "->" + letters(accesses[0])
+    if w.op == "einsum":  # its loops are named by the spec's letters
+        spec = w.einsum_spec({name: name for name in loops})
         return einsum(spec, {lp.name: lp.extent for lp in w.loops}, dtype=w.dtype)
     if w.op not in OPERATORS:
         raise WorkloadError(f"unknown operator {w.op!r}; known: {', '.join(OPERATORS)}")

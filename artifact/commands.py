@@ -422,14 +422,11 @@ def cmd_db(args: argparse.Namespace) -> int:
             )
         return 0
     if command == "export":  # --force replaces earlier output, never aotune's own files
-        from aotune.files import file_identity
+        from aotune.files import refuse_outputs_over_inputs
         from aotune.hwspecs.spec import builtin_spec_inputs
 
-        for what, path in builtin_spec_inputs().items():
-            if file_identity(path) == file_identity(args.file):
-                raise DatabaseError(
-                    f"{args.file} is {what} of aotune's own; export to another file"
-                )
+        outputs = {"db export": args.file}
+        refuse_outputs_over_inputs(outputs, builtin_spec_inputs(), DatabaseError, "aotune")
     with open_db(args, create=False) as db:
         if command == "export":
             n = db.export_jsonl(Path(args.file), force=args.force)

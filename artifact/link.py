@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aotune.errors import BuildError
+from aotune.files import printable
 
 # what a program linking the objects or the archive adds; no libm: the activations' exp is inline
 LINK_LIBS = ("-lpthread",)
@@ -95,10 +96,7 @@ def check_compiles(name: str, path: str, timeout: float | None = None) -> None:
         except OSError as e:
             raise BuildError(f"--cc {name}: cannot run {path} ({e.strerror}); {fix}") from None
         # its first line in the message, with nothing a terminal would act on
-        said = [
-            "".join(c if c.isprintable() else "?" for c in line)
-            for line in out.decode(errors="replace").strip().splitlines()
-        ]
+        said = [printable(line) for line in out.decode(errors="replace").strip().splitlines()]
         if rc is None:
             raise BuildError(
                 f"--cc {name} does not behave as a C compiler: compiling a one-line C file did "

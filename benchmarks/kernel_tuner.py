@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from aotune.errors import MeasurementFileError
-from aotune.files import BIDI_CONTROLS, decode_utf8, read_user_file
+from aotune.files import decode_utf8, printable, read_user_file
 
 GZIP_MAGIC = b"\x1f\x8b"
 # what Kernel Tuner writes as the time of a configuration that failed (its ErrorConfig kinds)
@@ -171,7 +171,7 @@ LABEL_CHARS = 120  # a device or kernel name is printed: longer is not a name
 def _label(text: str) -> str:
     """A name from the file as it may be printed: characters a terminal would act on (escapes,
     bidirectional overrides) shown as '?', and at most ``LABEL_CHARS`` of them."""
-    shown = "".join(c if c.isprintable() and c not in BIDI_CONTROLS else "?" for c in text)
+    shown = printable(text)
     return shown if len(shown) <= LABEL_CHARS else shown[: LABEL_CHARS - 3] + "..."
 
 

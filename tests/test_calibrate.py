@@ -10,7 +10,6 @@ import json
 import math
 import tempfile
 import tomllib
-import unicodedata
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from aotune.codegen.microbench import (
     loop_instructions,
 )
 from aotune.errors import CalibrationError, HwSpecError
+from aotune.files import has_control_character
 from aotune.hwspecs import calibrate as cal
 from aotune.hwspecs import probes
 from aotune.hwspecs.host import host_can_run
@@ -98,7 +98,7 @@ def test_any_valid_values_and_origin_texts_round_trip(ghz, bw, call, note, descr
         overhead__call_seconds=call,
     )
     # a line break to str.splitlines (not a control character, which a spec refuses), TOML syntax
-    description = "".join(ch for ch in description if unicodedata.category(ch) != "Cc")
+    description = "".join(ch for ch in description if not has_control_character(ch))
     description += "\u2028 [x] # y = 1"
     c = dataclasses.replace(c, spec=dataclasses.replace(c.spec, description=description))
     origin = dict(c.origin)

@@ -680,6 +680,17 @@ def _file_kind(path: Path) -> str | None:
         return None
 
 
+def _user_spec_file(path: str) -> Any:
+    """A spec file the user gave; one that keeps a built-in's name but changes its values says
+    which (``spec_toml.mark_builtin_copy``), so its output is not taken for the built-in's."""
+    spec = load_spec_file(path)
+    if not isinstance(spec, HwSpec) or spec.name not in builtin_names():
+        return spec
+    from aotune.hwspecs.spec_toml import mark_builtin_copy
+
+    return mark_builtin_copy(spec, load_spec_file(SPEC_DIR / f"{spec.name}.toml", False))
+
+
 def load_target(name: str) -> Any:
     """A target by name (``host``, a built-in name) or by path to a ``.toml`` file: an ``HwSpec``
     for a CPU, a ``GpuSpec`` for a GPU."""
@@ -690,11 +701,11 @@ def load_target(name: str) -> Any:
     if not name:
         raise HwSpecError("an empty target name; pass host, a built-in name or a .toml path")
     if name.endswith(".toml") or "/" in name:
-        return load_spec_file(name)
+        return _user_spec_file(name)
     if name in builtin_names():
         return load_spec_file(SPEC_DIR / f"{name}.toml", check_llvm=False)
     if os.path.isfile(name):  # a spec file saved under another suffix (my-cpu.txt)
-        return load_spec_file(name)
+        return _user_spec_file(name)
     if os.path.isdir(name):
         raise HwSpecError(
             f"target {_short(name)} is a directory, not a built-in name or a spec file; pass a "

@@ -222,3 +222,32 @@ def differing_paths(spec: HwSpec, other: HwSpec) -> list[str]:
             "compared field by field only with the same cache levels"
         )
     return [p for p in spec.field_paths() if value_at(spec, p) != value_at(other, p)]
+
+
+def mark_builtin_copy(spec: HwSpec, builtin: Any) -> HwSpec:
+    """A spec file that keeps a built-in's name (a copy made to edit), with what it changed said
+    so: a changed value whose origin is still the built-in's claim gets one naming the built-in's
+    value, and the core model is the file's (``core_model_from`` would otherwise name the
+    built-in) unless the file states its own. An exact copy is returned as it is. The text names
+    no path, so the spec's hash stays its content's."""
+    own_model = dict(spec.origin).get("core_model")
+    if not isinstance(builtin, HwSpec):
+        note = f"the spec file (it takes the name of the built-in {builtin.kind} spec {spec.name})"
+        return dataclasses.replace(spec, origin=(*spec.origin, ("core_model", own_model or note)))
+    try:
+        changed = differing_paths(spec, builtin)
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" * (len(changed) > 3))
+        what = f"{len(changed)} value{'s' * (len(changed) > 1)} changed ({shown})"
+    except HwSpecError:  # other cache levels: no field-by-field comparison
+        changed, what = [], "other cache levels"
+    if not changed and what != "other cache levels":
+        return spec
+    origin = dict(spec.origin)
+    for path in changed:
+        if spec.origin_of(path) == builtin.origin_of(path):  # the copy kept the built-in's claim
+            origin[path] = (
+                f"set in the spec file (the built-in {spec.name} has {value_at(builtin, path)!r})"
+            )
+    if own_model == dict(builtin.origin).get("core_model"):
+        origin["core_model"] = f"the spec file: the built-in {spec.name} with {what}"
+    return dataclasses.replace(spec, origin=tuple(origin.items()))

@@ -12,8 +12,9 @@ from aotune.cli import main
 from aotune.errors import HwSpecError
 from aotune.hwspecs import calibrate as cal
 from aotune.hwspecs import host
-from aotune.hwspecs.spec import load_target
-from aotune.hwspecs.spec_toml import field_paths
+from aotune.hwspecs.spec import SPEC_DIR, load_target
+from aotune.hwspecs.spec_toml import field_paths, with_value
+from aotune.search.database import spec_hash
 
 X86 = {"avx2": True, "fma": True, "avx512f": True}
 
@@ -102,3 +103,64 @@ def test_timings_set_against_another_cores_predictions_are_warned_about():
     _warn_if_other_core(other, said.append, "the configs time")
     _warn_if_other_core(here, said.append, "the configs time")
     assert len(said) == 1 and said[0].startswith(f"target {other.name} models")
+
+
+def _copy_of(name: str, tmp_path, edit=lambda text: text, file: str = "copy.toml"):
+    text = (SPEC_DIR / f"{name}.toml").read_text()
+    path = tmp_path / file
+    path.write_text(edit(text))
+    return path
+
+
+def test_an_edited_copy_of_a_built_in_says_what_it_changed(tmp_path, capsys):
+    """A built-in spec copied to edit, its name kept: the values it changed name the built-in's,
+    its core model is the file's (not the built-in's), everywhere the origin is shown; the text
+    names no path, so the same content elsewhere keeps the same hash."""
+    edit = lambda t: t.replace("tlb_miss_cycles = 10\n", "tlb_miss_cycles = 12\n")  # noqa: E731
+    path = _copy_of("znver4", tmp_path, edit)
+    spec, builtin = load_target(str(path)), load_target("znver4")
+    assert spec.name == "znver4" and spec.memory.tlb_miss_cycles == 12
+    assert spec.core_model_from == (
+        "the spec file: the built-in znver4 with 1 value changed (memory.tlb_miss_cycles)"
+    )
+    assert spec.origin_of("memory.tlb_miss_cycles") == (
+        "set in the spec file (the built-in znver4 has 10)"
+    )
+    assert spec.origin_of("core.frequency_ghz") == builtin.origin_of("core.frequency_ghz")
+    elsewhere = load_target(str(_copy_of("znver4", tmp_path, edit, "other-name.toml")))
+    assert spec_hash(elsewhere) == spec_hash(spec) != spec_hash(builtin)
+    assert main(["hw", "show", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert f"core model: {spec.core_model_from}" in shown
+    assert "(the built-in znver4 has 10)" in shown
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify", "--json"]
+    assert main([*argv, "--target", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["core_model_from"] == spec.core_model_from
+
+
+def test_an_exact_copy_of_a_built_in_is_the_built_in(tmp_path):
+    copy, builtin = load_target(str(_copy_of("znver4", tmp_path))), load_target("znver4")
+    assert copy == builtin and copy.core_model_from == "znver4"
+
+
+def test_a_copy_keeps_the_origins_it_states_itself(tmp_path):
+    """A calibration renamed to a built-in's name keeps its own origins and core model: only
+    claims the copy kept from the built-in are replaced."""
+    spec = load_target("znver4")
+    origin = {p: f"measured: a probe for {p}" for p in field_paths(spec)}
+    origin["core_model"] = "calibrated by aotune hw calibrate on 2026-12-01 (AMD EPYC, znver4)"
+    changed = with_value(spec, "memory.latency_cycles", 400)
+    path = tmp_path / "cal.toml"
+    cal.write_spec(cal.Calibration(changed, origin), str(path), force=False)
+    loaded = load_target(str(path))
+    assert loaded.name == "znver4" and loaded.memory.latency_cycles == 400
+    assert loaded.core_model_from == origin["core_model"]
+    said = loaded.origin_of("memory.latency_cycles")
+    assert said == "measured: a probe for memory.latency_cycles"
+
+
+def test_a_cpu_spec_named_like_a_built_in_gpu_says_whose_name_it_took(tmp_path):
+    edit = lambda t: t.replace('name = "znver4"', 'name = "h200"')  # noqa: E731
+    spec = load_target(str(_copy_of("znver4", tmp_path, edit)))
+    assert spec.kind == "cpu" and spec.name == "h200"
+    assert spec.core_model_from == "the spec file (it takes the name of the built-in gpu spec h200)"

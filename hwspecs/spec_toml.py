@@ -230,10 +230,12 @@ def mark_builtin_copy(spec: HwSpec, builtin: Any) -> HwSpec:
     value, and the core model is the file's (``core_model_from`` would otherwise name the
     built-in) unless the file states its own. An exact copy is returned as it is. The text names
     no path, so the spec's hash stays its content's."""
-    own_model = dict(spec.origin).get("core_model")
+    origin = dict(spec.origin)
+    own_model = origin.get("core_model")
     if not isinstance(builtin, HwSpec):
         note = f"the spec file (it takes the name of the built-in {builtin.kind} spec {spec.name})"
-        return dataclasses.replace(spec, origin=(*spec.origin, ("core_model", own_model or note)))
+        origin["core_model"] = own_model or note
+        return dataclasses.replace(spec, origin=tuple(origin.items()))
     try:
         changed = differing_paths(spec, builtin)
         shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" * (len(changed) > 3))
@@ -242,7 +244,6 @@ def mark_builtin_copy(spec: HwSpec, builtin: Any) -> HwSpec:
         changed, what = [], "other cache levels"
     if not changed and what != "other cache levels":
         return spec
-    origin = dict(spec.origin)
     for path in changed:
         if spec.origin_of(path) == builtin.origin_of(path):  # the copy kept the built-in's claim
             origin[path] = (

@@ -164,3 +164,13 @@ def test_a_cpu_spec_named_like_a_built_in_gpu_says_whose_name_it_took(tmp_path):
     spec = load_target(str(_copy_of("znver4", tmp_path, edit)))
     assert spec.kind == "cpu" and spec.name == "h200"
     assert spec.core_model_from == "the spec file (it takes the name of the built-in gpu spec h200)"
+
+
+def test_a_copy_with_other_cache_levels_says_so(tmp_path):
+    def drop_l3(text: str) -> str:
+        head, rest = text.split("[[caches]]\nlevel = 3", 1)
+        return head + "[memory]" + rest.split("[memory]", 1)[1]
+
+    spec = load_target(str(_copy_of("znver4", tmp_path, drop_l3)))
+    assert [c.level for c in spec.caches] == [1, 2]
+    assert spec.core_model_from == "the spec file: the built-in znver4 with other cache levels"

@@ -490,7 +490,8 @@ class _Importer:
         auto = auto.decode() if isinstance(auto, bytes) else auto
         if auto == "VALID":
             pads = [0, 0, 0, 0]
-        elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        elif auto in ("SAME_UPPER", "SAME_LOWER") and min(strides, default=1) > 0:
+            # (a stride of 0 or below keeps the pads: conv2d's own check names it)
             pads = []
             for size, k, s, d in zip((H, W), (R, S), strides, dil):
                 total = max(0, (-(-size // s) - 1) * s + d * (k - 1) + 1 - size)

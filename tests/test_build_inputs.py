@@ -914,6 +914,20 @@ def test_onnx_matmul_whose_inner_sizes_differ_names_the_node_and_both_shapes(tmp
     _onnx_model(tmp_path / "s.onnx", [conv], {"x": (1, 4, 8, 8)}, {"w": _ones(4, 4, 3, 3)})
     with pytest.raises(BuildError, match=r"s.onnx: ONNX shape inference failed: .*strides"):
         read_onnx(tmp_path / "s.onnx", {})
+    # a zero stride with SAME padding reaches aotune's pad arithmetic first: refused the same way
+    for auto, strides in (("SAME_UPPER", [0, 0]), ("SAME_LOWER", [1, 0])):
+        same = helper.make_node("Conv", ["x", "w"], ["y"], strides=strides, auto_pad=auto)
+        graph = helper.make_graph(
+            [same],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 4, 8, 8))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(_ones(4, 4, 3, 3), "w")],
+        )
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                  str(tmp_path / "z.onnx"))  # fmt: skip
+        with pytest.raises(BuildError, match=r"z.onnx: ONNX shape inference failed: .*strides"):
+            read_onnx(tmp_path / "z.onnx", {})
 
 
 def test_onnx_ops_that_are_not_float32_are_skipped_not_converted(tmp_path):

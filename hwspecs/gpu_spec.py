@@ -267,6 +267,12 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
             f"from sm_{UNIFIED_L1_FROM_SM} on shared memory is carved out of the unified L1; "
             "give the whole L1's size",
         ),
+        (  # the driver's reserve is a sliver of a block's share (1 KiB on sm_80 and later)
+            sh.reserved_per_block < sh.bytes_per_block,
+            f"shared.reserved_per_block ({sh.reserved_per_block}) must be below "
+            f"shared.bytes_per_block ({sh.bytes_per_block}): it is what the system keeps of "
+            "each block's shared memory, not the whole",
+        ),
         (  # the L2 serves every SM: on every NVIDIA GPU it is many times one SM's L1
             m.l2_kib >= m.l1_kib,
             f"memory.l2_kib = {m.l2_kib} is smaller than one SM's L1 (memory.l1_kib = "
@@ -287,9 +293,9 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
     for ok, text in relations:
         if not ok:
             raise HwSpecError(f"{where}: {text}")
-    if not spec.arch.triple.startswith("nvptx"):
-        raise HwSpecError(
-            f"{where}: arch.triple {spec.arch.triple!r} is not an NVPTX triple; "
+    if spec.arch.triple.split("-")[0] != "nvptx64":
+        raise HwSpecError(  # ptxas takes 64-bit addressing only for the GPUs aotune targets
+            f"{where}: arch.triple {spec.arch.triple!r} is not a 64-bit NVPTX triple; "
             f'use "nvptx64-nvidia-cuda"'
         )
     return spec

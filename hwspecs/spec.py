@@ -317,6 +317,12 @@ def _convert(value: Any, tp: Any, where: str, meta: Mapping[str, Any]) -> Any:
                     f"{where}.{_short(key)}: expected a string of at most 1000 characters, "
                     f"got {_short(text)}"
                 )
+            if has_control_character(key) or has_control_character(text, allowed="\t"):
+                # hw show and tune print these: a terminal would act on an escape
+                raise HwSpecError(
+                    f"{where}.{_short(key)}: holds a control character (an escape, a carriage "
+                    "return, a newline); write printable text"
+                )
         return tuple(sorted(value.items()))
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
@@ -453,6 +459,12 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
         raise HwSpecError(
             f"{where}: isa.triple {_short(isa.triple)} is not an {isa.arch} triple; "
             f"use e.g. {isa.arch}-unknown-linux-gnu"
+        )
+    parts = isa.triple.split("-")
+    if "linux" not in parts[1:] or {"gnux32", "gnu_ilp32"} & set(parts):
+        raise HwSpecError(
+            f"{where}: isa.triple {_short(isa.triple)} is not a 64-bit Linux triple: aotune "
+            f"builds and reads ELF64 object code; use e.g. {isa.arch}-unknown-linux-gnu"
         )
     _check_feature_syntax(isa.llvm_features, where)
     _check_refused_features(isa, where)
@@ -682,8 +694,14 @@ def _file_kind(path: Path) -> str | None:
 
 def _user_spec_file(path: str) -> Any:
     """A spec file the user gave; one that keeps a built-in's name but changes its values says
-    which (``spec_toml.mark_builtin_copy``), so its output is not taken for the built-in's."""
+    which (``spec_toml.mark_builtin_copy``), and one named ``host`` says it is not the detected
+    host, so its output is not taken for theirs."""
     spec = load_spec_file(path)
+    if isinstance(spec, HwSpec) and spec.name == "host":  # what --target host detects
+        origin = dict(spec.origin)
+        own = origin.get("core_model")
+        origin["core_model"] = "the spec file, not the detected host" + (f": {own}" if own else "")
+        return dataclasses.replace(spec, origin=tuple(origin.items()))
     if not isinstance(spec, HwSpec) or spec.name not in builtin_names():
         return spec
     from aotune.hwspecs.spec_toml import mark_builtin_copy

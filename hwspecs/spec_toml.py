@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aotune.errors import HwSpecError
+from aotune.files import has_control_character
 from aotune.hwspecs.spec import CacheSpec, HwSpec
 
 WIDTH = 100  # comment lines wrap here, as the project's code does
@@ -70,10 +71,10 @@ def _toml_string(text: str) -> str:
 
 
 def comment_text(text: str) -> str:
-    """``text`` as a comment holds it: whitespace runs made one space, and the control characters
-    TOML forbids in comments made U+FFFD."""
+    """``text`` as a comment holds it: whitespace runs made one space, and control characters
+    (those TOML forbids in comments, and any other a terminal would act on) made U+FFFD."""
     words = " ".join(text.split())
-    return "".join("\ufffd" if ord(c) < 0x20 or c == "\x7f" else c for c in words)
+    return "".join("\ufffd" if has_control_character(c) else c for c in words)
 
 
 def _comment(text: str) -> list[str]:
@@ -119,9 +120,12 @@ def spec_to_toml(spec: HwSpec, origin: Mapping[str, str], header: str = "") -> s
             for item in value:
                 lines += ["", f"[[{f.name}]]"]
                 lines += _table(item, f"{f.name}.{_entry_key(item)}", origin)
-    # the same origins as data, so that ``aotune hw show FILE`` can say where each value came from
+    # the same origins as data, so that ``aotune hw show FILE`` can say where each value came
+    # from: as the comments hold them (a spec refuses control characters in its origins)
     lines += ["", "[origin]"]
-    lines += [f"{_toml_string(k)} = {_toml_string(v)}" for k, v in sorted(origin.items())]
+    lines += [
+        f"{_toml_string(k)} = {_toml_string(comment_text(v))}" for k, v in sorted(origin.items())
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -119,6 +119,14 @@ def _a100() -> str:
         (lambda t: re.sub(r"dram_gib = .*\n", "", t), "missing key 'dram_gib' (number)"),
         (lambda t: t.replace('kind = "gpu"', 'kind = "tpu"'), "kind: expected one of"),
         (lambda t: t.replace('triple = "nvptx64-nvidia-cuda"', 'triple = "x86_64"'), "NVPTX"),
+        (  # ptxas refuses 32-bit addressing for the GPUs aotune targets
+            lambda t: t.replace('triple = "nvptx64-nvidia-cuda"', 'triple = "nvptx-nvidia-cuda"'),
+            "is not a 64-bit NVPTX triple",
+        ),
+        (
+            lambda t: t.replace("reserved_per_block = 1024", "reserved_per_block = 65536"),
+            "shared.reserved_per_block (65536) must be below shared.bytes_per_block (49152)",
+        ),
     ],
 )
 def test_broken_gpu_spec_names_file_key_and_expectation(tmp_path: Path, mutate, expected):

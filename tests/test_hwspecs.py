@@ -95,6 +95,22 @@ def _spec_text() -> str:
             lambda t: t.replace('kind = "cpu"', 'kind = "gpu"'),
             "kind = 'gpu', but its caches, core, isa, origin, overhead belong to a cpu spec",
         ),
+        (  # the object code is read as ELF64: another OS's triple failed only at the reader
+            lambda t: t.replace("x86_64-unknown-linux-gnu", "x86_64-pc-windows-msvc"),
+            "isa.triple 'x86_64-pc-windows-msvc' is not a 64-bit Linux triple",
+        ),
+        (
+            lambda t: t.replace("x86_64-unknown-linux-gnu", "x86_64-unknown-linux-gnux32"),
+            "is not a 64-bit Linux triple",
+        ),
+        (  # hw show and tune print origins: an escape in one would reach the terminal
+            lambda t: t.replace("[origin]\n", '[origin]\ncore_model = "\\u001b]0;x\\u0007"\n'),
+            "origin.'core_model': holds a control character",
+        ),
+        (
+            lambda t: t.replace("[origin]\n", '[origin]\n"core.cores" = "two\\r\\nlines"\n'),
+            "origin.'core.cores': holds a control character",
+        ),
         (  # a typo in an origin key leaves the value it was meant for without an origin
             lambda t: t.replace("[origin]\n", '[origin]\n"core.frequency_ghx" = "datasheet"\n'),
             "[origin] key 'core.frequency_ghx' names no value of the spec",

@@ -174,3 +174,13 @@ def test_a_copy_with_other_cache_levels_says_so(tmp_path):
     spec = load_target(str(_copy_of("znver4", tmp_path, drop_l3)))
     assert [c.level for c in spec.caches] == [1, 2]
     assert spec.core_model_from == "the spec file: the built-in znver4 with other cache levels"
+
+
+def test_a_spec_file_named_host_says_it_is_not_the_detected_host(tmp_path, capsys):
+    edit = lambda t: t.replace('name = "znver4"', 'name = "host"')  # noqa: E731
+    path = _copy_of("znver4", tmp_path, edit)
+    spec = load_target(str(path))
+    assert spec.name == "host" and spec.core_model_from == "the spec file, not the detected host"
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify"]
+    assert main([*argv, "--target", str(path)]) == 0
+    assert "core model: the spec file, not the detected host" in capsys.readouterr().out

@@ -91,6 +91,23 @@ def llvm_target_names(triple: str) -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(sections["cpus"]), frozenset(sections["features"])
 
 
+# a 512-bit float add: which registers LLVM gives it says how wide the CPU's vectors are
+_WIDE_ADD_IR = (
+    "define void @f(ptr %p, ptr %q) {\n  %a = load <16 x float>, ptr %p\n"
+    "  %b = load <16 x float>, ptr %q\n  %c = fadd <16 x float> %a, %b\n"
+    "  store <16 x float> %c, ptr %p\n  ret void\n}\n"
+)
+
+
+def x86_vector_register_bits(hw: HwSpec) -> int:
+    """The widest x86 vector register (512, 256 or 128 bits) in LLVM's code for ``hw``'s CPU and
+    features: what a CPU name implies where the feature list names no vector extension."""
+    with _LLVM_LOCK:
+        tm = target_machine(hw)
+        asm = tm.emit_assembly(optimize(_WIDE_ADD_IR, tm))
+    return next((bits for bits, reg in ((512, "zmm"), (256, "ymm")) if reg in asm), 128)
+
+
 def target_machine(hw: HwSpec, jit: bool = False) -> llvm.TargetMachine:
     """An LLVM target machine for ``hw`` (object-file settings unless ``jit``)."""
     _init_llvm()

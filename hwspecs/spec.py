@@ -599,7 +599,29 @@ def check_llvm_names(spec: HwSpec, where: str) -> HwSpec:
                 f"{where}: isa.llvm_features names {_short(item[1:])}, which LLVM does not know "
                 f"for {spec.isa.arch}{hint}"
             )
+    _check_cpu_gives_vectors(spec, where)
     return spec
+
+
+def _check_cpu_gives_vectors(spec: HwSpec, where: str) -> None:
+    """Where an x86 spec's features name no extension giving its vector width (the case
+    ``_check_vector_features`` leaves to the CPU name), ask LLVM what the CPU gives: a Haswell
+    said to have 512-bit vectors gets ymm code the model would time as zmm code."""
+    from aotune.codegen.compile import x86_vector_register_bits
+
+    isa = spec.isa
+    enabled = [f[1:] for f in feature_items(isa.llvm_features) if f.startswith("+")]
+    if isa.arch != "x86_64" or any(_gives_vectors(f, isa.vector_bits) for f in enabled):
+        return
+    have = x86_vector_register_bits(spec)
+    if have < isa.vector_bits:
+        needed = "+avx512f" if isa.vector_bits == 512 else "+avx2,+fma"
+        raise HwSpecError(
+            f"{where}: isa.vector_bits = {isa.vector_bits}, but LLVM's code for isa.llvm_cpu "
+            f"{_short(isa.llvm_cpu)} with isa.llvm_features {_short(isa.llvm_features)} uses "
+            f"{have}-bit vectors; set vector_bits = {have} (and the registers that CPU has), or "
+            f"add {needed} to llvm_features if the CPU has it"
+        )
 
 
 def spec_from_dict(data: dict[str, Any], where: str) -> HwSpec:

@@ -214,3 +214,22 @@ def test_host_features_aotune_cannot_use_are_left_off():
         "fma": True,
     }
     assert usable_host_features({"neon": True}, "aarch64") == {"neon": True}
+
+
+def test_a_cpu_name_that_does_not_give_the_vector_width_is_refused(tmp_path: Path):
+    """With no vector extension listed the CPU name decides the code: LLVM is asked what it
+    gives (a Haswell said to have 512-bit vectors would get ymm code timed as zmm code)."""
+    plain = _spec_text().replace('llvm_features = "+avx2,+fma"', 'llvm_features = ""')
+    path = tmp_path / "plain.toml"
+    path.write_text(plain)
+    assert load_spec_file(path).isa.vector_bits == 256  # haswell's own width: accepted
+    wide = plain.replace("vector_bits = 256", "vector_bits = 512").replace(
+        "vector_registers = 16", "vector_registers = 32"
+    )
+    path.write_text(wide.replace("fma_width_bits = 256", "fma_width_bits = 512"))
+    said = r"vector_bits = 512, but LLVM's code for isa.llvm_cpu 'haswell' with isa.llvm_features"
+    with pytest.raises(HwSpecError, match=said + r" '' uses 256-bit vectors; set vector_bits"):
+        load_spec_file(path)
+    path.write_text(plain.replace('llvm_cpu = "haswell"', 'llvm_cpu = "x86-64"'))
+    with pytest.raises(HwSpecError, match="uses 128-bit vectors; set vector_bits = 128"):
+        load_spec_file(path)

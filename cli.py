@@ -1063,6 +1063,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         inputs = {"the --measured file": args.measured, **command_inputs(args, database=False)}
         refuse_outputs_over_inputs({"--plot": args.plot}, inputs, ConfigError)
         check_writable(args.plot, args.force, ConfigError)
+        measured.require_matplotlib()
     shape = None
     if args.shape is not None:  # read as every command reads a matmul's shape
         from aotune.analysis.workload import parse_shape

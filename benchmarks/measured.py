@@ -481,6 +481,17 @@ def report_lines(r: MeasuredAccuracy) -> list[str]:
     return lines
 
 
+PLOT_NEEDS = "--plot needs matplotlib, which is not installed; pip install 'aotune[plot]'"
+
+
+def require_matplotlib() -> None:
+    """Refuse ``--plot`` before the run where matplotlib is missing (the run takes minutes)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ConfigError(PLOT_NEEDS) from None
+
+
 def plot_png(r: MeasuredAccuracy, title: str | None = None) -> bytes:
     """Predicted vs measured, log-log: every kernel by tier 1 (grey), the tier-2 sample (blue),
     the model's top 10 and the measured top 10 marked."""
@@ -490,9 +501,7 @@ def plot_png(r: MeasuredAccuracy, title: str | None = None) -> bytes:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise ConfigError(
-            "--plot needs matplotlib, which is not installed; pip install 'aotune[plot]'"
-        ) from None
+        raise ConfigError(PLOT_NEEDS) from None
     ks = r.kernels
     fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=90)
     ax.scatter(

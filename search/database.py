@@ -419,8 +419,11 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
         estimate_seconds=_seconds_taken(c, "estimate_seconds", where),
         bottleneck=bottleneck,
         breakdown={k: float(v) for k, v in breakdown.items()},
-        measured_seconds=_number(c, "measured_seconds", where, optional=True),
-        gflops=_number(c, "gflops", where, want="give a finite number, 0 or more", optional=True),
+        # bounds far beyond any kernel call, so that ms and GFLOP/s shown stay finite
+        measured_seconds=_number(
+            c, "measured_seconds", where, MEASURED_SECONDS_MAX, _MEASURED, optional=True
+        ),
+        gflops=_number(c, "gflops", where, GFLOPS_MAX, _GFLOPS, optional=True),
         correct=correct,
         max_abs_error=_number(
             c, "max_abs_error", where, want="give a finite number, 0 or more", optional=True
@@ -429,6 +432,12 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
             c, "numpy_gflops", where, want="give a finite number, 0 or more", optional=True
         ),
     )
+
+
+MEASURED_SECONDS_MAX = 1e6  # 11.6 days for one call
+GFLOPS_MAX = 1e9  # an exaflop per second
+_MEASURED = f"give a finite number of seconds from 0 to {MEASURED_SECONDS_MAX:g}"
+_GFLOPS = f"give a finite number from 0 to {GFLOPS_MAX:g}"
 
 
 def _seconds_taken(c: dict[str, Any], name: str, where: str) -> float:

@@ -606,3 +606,20 @@ def test_a_device_name_a_terminal_would_act_on_is_shown_as_text(tmp_path: Path):
     c = read_cache(path)
     assert c.device_name.startswith("NVIDIA ?[2J GeForce ?RTX") and len(c.device_name) == 120
     assert all(ch.isprintable() for ch in c.device_name)
+
+
+def test_plot_without_matplotlib_is_refused_first(cache_file, tmp_path, monkeypatch, capsys):
+    """The run takes minutes on a real file: a missing matplotlib is said before it, not after."""
+    from aotune.benchmarks import measured
+    from aotune.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ImportError
+
+    def never(*args, **kwargs):
+        raise AssertionError("scored before --plot was checked")
+
+    monkeypatch.setattr(measured, "measured_accuracy", never)
+    png = tmp_path / "acc.png"
+    argv = ["accuracy", "--measured", str(cache_file), "--target", "titan-rtx", "--plot", str(png)]
+    assert main(argv) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err and not png.exists()

@@ -242,12 +242,13 @@ def mark_builtin_copy(spec: HwSpec, builtin: Any) -> HwSpec:
         return dataclasses.replace(spec, origin=tuple(origin.items()))
     try:
         changed = differing_paths(spec, builtin)
-        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" * (len(changed) > 3))
-        what = f"{len(changed)} value{'s' * (len(changed) > 1)} changed ({shown})"
     except HwSpecError:  # other cache levels: no field-by-field comparison
         changed, what = [], "other cache levels"
-    if not changed and what != "other cache levels":
-        return spec
+    else:
+        if not changed:
+            return spec
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if changed[3:] else "")
+        what = f"{len(changed)} value{'s' if changed[1:] else ''} changed ({shown})"
     for path in changed:
         if spec.origin_of(path) == builtin.origin_of(path):  # the copy kept the built-in's claim
             origin[path] = (

@@ -483,6 +483,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if shared_warning:
         sys.stderr.write(f"warning: {shared_warning}\n")
     skipped = "--no-verify given" if args.no_verify else (None if ok else why)
+    shortfall = driver.top_k_shortfall(result)
     doc = {
         "workload": {
             "op": w.op,
@@ -511,6 +512,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "kernels_compiled": result.kernels_compiled,
             "measurements": result.measurements,
             "seed": options.seed,
+            "top_k": options.top_k,
+            "top_k_shortfall": shortfall,
         },
         "best": {
             "config": _labeled(result.space, best.config),
@@ -556,6 +559,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({what})")
     if "core_model_from" in doc["target"] and doc["target"]["core_model_from"] != hw.name:
         out.print(f"core model: {escape(doc['target']['core_model_from'])}")
+    if str(doc["target"].get("spec_from", "")).startswith("the spec file"):
+        out.print(f"spec: {escape(doc['target']['spec_from'])}")
     if reused:
         out.print(
             f"search: reused record {record.id} of {db.path} (searched earlier in "
@@ -568,6 +573,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"{result.search_seconds:.1f} s, {result.measurements} measurements (kernel runs, "
             "counted)"
         )
+    if shortfall:
+        out.print(f"top-k: {escape(shortfall)}")
     table = Table(title="top candidates (predicted without running)")
     for col in ("rank", "config", "predicted", "bottleneck", "measured", "GFLOP/s", "correct"):
         table.add_column(col)

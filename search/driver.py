@@ -165,6 +165,26 @@ def tune(
     )
 
 
+def top_k_shortfall(result: TuneResult) -> str | None:
+    """Why ``result`` holds fewer candidates than ``top_k`` asked for, in one line (None where it
+    holds them all): the budget ran out first, or the configs the search met give fewer kernels
+    (configs with one estimate are kept once)."""
+    asked, given, scored = result.options.top_k, len(result.candidates), result.candidates_scored
+    if given >= asked:
+        return None
+    head = f"{given} of the {asked} candidates asked for (--top-k {asked})"
+    if scored >= result.options.budget:
+        return (
+            f"{head}: --budget {result.options.budget} estimated {scored} config(s), which give "
+            f"{given} different kernel(s); a larger --budget gives more"
+        )
+    return (
+        f"{head}: the search met only {scored} distinct config(s) under a budget of "
+        f"{result.options.budget} (a small shape's space holds few), which give {given} "
+        "different kernel(s)"
+    )
+
+
 # When fewer than top_k kernels of the shortlist are usable (GPU kernels that spill are not), the
 # next best estimates are compiled too, EXTRA_BATCHES batches of half a shortlist at most.
 EXTRA_BATCHES = 2

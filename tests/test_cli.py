@@ -618,3 +618,20 @@ def test_tune_off_a_terminal_announces_a_final_check_of_seconds(capsys, monkeypa
     assert len(notes) == 1 and notes[0].startswith("[tune] final check: running 3 kernels")
     assert main([*args, "--json"]) == 0
     assert "[tune]" not in capsys.readouterr().err
+
+
+def test_tune_says_why_it_gives_fewer_candidates_than_top_k(capsys):
+    """A budget of one config gives one candidate of the three asked for, and a 1 x 1 x 1 matmul's
+    space a handful: each says so, in the text and in the JSON; a full top-k says nothing."""
+    base = ["tune", "matmul", "--target", "haswell", "--no-db", "--no-verify"]
+    assert main([*base, "--shape", "64x64x64", "--budget", "1", "--json"]) == 0
+    search = json.loads(capsys.readouterr().out)["search"]
+    assert search["top_k"] == 3 and search["top_k_shortfall"].startswith(
+        "1 of the 3 candidates asked for (--top-k 3): --budget 1 estimated 1 config(s)"
+    )
+    assert main([*base, "--shape", "1x1x1", "--top-k", "16"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("top-k:"))
+    assert "distinct config(s) under a budget of 960" in line and "of the 16 candidates" in line
+    assert main([*base, "--shape", "64x64x64", "--budget", "64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["search"]["top_k_shortfall"] is None

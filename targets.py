@@ -256,6 +256,9 @@ class GpuTarget:
 
     def describe(self) -> dict[str, Any]:
         """The JSON ``target`` block."""
+        from aotune.hwspecs.gpu_spec import gpu_spec_from
+        from aotune.hwspecs.spec import builtin_names
+
         hw = self.hw
         return {
             "name": hw.name,
@@ -264,6 +267,7 @@ class GpuTarget:
             "ptx_isa": hw.ptx_isa,
             "triple": hw.arch.triple,
             "peak_tflops": round(hw.peak_flops / 1e12, 2),
+            "spec_from": gpu_spec_from(hw, builtin_names()),
         }
 
     def emit(self) -> dict[str, Callable[[Any], str | bytes]]:

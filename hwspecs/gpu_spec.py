@@ -306,3 +306,48 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str) -> GpuSpec:
     from aotune.hwspecs.spec import build_dataclass
 
     return validate_gpu_spec(build_dataclass(GpuSpec, data, where), where)
+
+
+# how a GPU spec file's description begins where it keeps a built-in's name (GPU specs have no
+# [origin] to say so field by field)
+FILE_MARK = "the spec file"
+
+
+def _flat_fields(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"memory.l2_kib": 51200, ...}``: a spec's plain-data form, one path per value."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flat_fields(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def mark_builtin_gpu_copy(spec: GpuSpec, builtin: Any) -> GpuSpec:
+    """A GPU spec file that keeps a built-in's name (a copy made to edit), its description
+    beginning with what it changed, so ``hw show`` and ``tune`` do not pass it off as the
+    built-in; an exact copy (or one whose description alone differs) is returned as it is. The
+    description is not part of the spec's hash."""
+    if not isinstance(builtin, GpuSpec):
+        note = f"{FILE_MARK} (it takes the name of the built-in {builtin.kind} spec {spec.name})"
+    else:
+        ours, theirs = _flat_fields(spec.to_dict()), _flat_fields(builtin.to_dict())
+        changed = [p for p, v in ours.items() if p != "description" and theirs.get(p) != v]
+        if not changed:
+            return spec
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if changed[3:] else "")
+        plural = "s" if changed[1:] else ""
+        note = (
+            f"{FILE_MARK}: the built-in {spec.name} with {len(changed)} value{plural} changed "
+            f"({shown})"
+        )
+    return dataclasses.replace(spec, description=f"{note}; {spec.description}")
+
+
+def gpu_spec_from(spec: GpuSpec, builtin_names: list[str]) -> str:
+    """Where ``spec`` came from, for the JSON: a copy of a built-in that changed it says so (its
+    description's mark), else the built-in of its name, else the spec file."""
+    if spec.description.startswith(FILE_MARK):
+        return spec.description.split("; ", 1)[0]
+    return f"the built-in spec {spec.name}" if spec.name in builtin_names else FILE_MARK

@@ -724,11 +724,16 @@ def _user_spec_file(path: str) -> Any:
         own = origin.get("core_model")
         origin["core_model"] = "the spec file, not the detected host" + (f": {own}" if own else "")
         return dataclasses.replace(spec, origin=tuple(origin.items()))
-    if not isinstance(spec, HwSpec) or spec.name not in builtin_names():
+    if spec.name not in builtin_names():
         return spec
+    builtin = load_spec_file(SPEC_DIR / f"{spec.name}.toml", False)
+    if not isinstance(spec, HwSpec):
+        from aotune.hwspecs.gpu_spec import mark_builtin_gpu_copy
+
+        return mark_builtin_gpu_copy(spec, builtin)
     from aotune.hwspecs.spec_toml import mark_builtin_copy
 
-    return mark_builtin_copy(spec, load_spec_file(SPEC_DIR / f"{spec.name}.toml", False))
+    return mark_builtin_copy(spec, builtin)
 
 
 def load_target(name: str) -> Any:

@@ -5,6 +5,7 @@ and in its JSON (`target.core_model_from`)."""
 from __future__ import annotations
 
 import json
+import re
 
 import llvmlite.binding as llvm
 import pytest
@@ -164,6 +165,34 @@ def test_a_cpu_spec_named_like_a_built_in_gpu_says_whose_name_it_took(tmp_path):
     spec = load_target(str(_copy_of("znver4", tmp_path, edit)))
     assert spec.kind == "cpu" and spec.name == "h200"
     assert spec.core_model_from == "the spec file (it takes the name of the built-in gpu spec h200)"
+
+
+def test_an_edited_copy_of_a_built_in_gpu_says_what_it_changed(tmp_path, capsys):
+    """GPU specs have no origins: an edited copy's description begins with what it changed, in
+    hw show, tune's text and its JSON (``target.spec_from``); its hash is the content's; an exact
+    copy is the built-in, and a GPU spec named like a built-in CPU says whose name it took."""
+    edit = lambda t: re.sub(r"(?m)^l2_kib = \d+", "l2_kib = 40960", t)  # noqa: E731
+    path = _copy_of("h200", tmp_path, edit)
+    spec, builtin = load_target(str(path)), load_target("h200")
+    said = "the spec file: the built-in h200 with 1 value changed (memory.l2_kib)"
+    assert spec.memory.l2_kib == 40960 and spec.description.startswith(said + "; NVIDIA H200")
+    elsewhere = load_target(str(_copy_of("h200", tmp_path, edit, "other-name.toml")))
+    assert spec_hash(elsewhere) == spec_hash(spec) != spec_hash(builtin)
+    assert main(["hw", "show", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(f"h200: {said}; ")
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify"]
+    assert main([*argv, "--target", str(path)]) == 0
+    assert f"spec: {said}" in capsys.readouterr().out
+    assert main([*argv, "--json", "--target", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["spec_from"] == said
+    assert main([*argv, "--json", "--target", "h200"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["spec_from"] == "the built-in spec h200"
+    assert load_target(str(_copy_of("h200", tmp_path, file="same.toml"))) == builtin
+    renamed = lambda t: t.replace('name = "h200"', 'name = "znver4"')  # noqa: E731
+    gpu = load_target(str(_copy_of("h200", tmp_path, renamed, "cpu-name.toml")))
+    assert gpu.description.startswith(
+        "the spec file (it takes the name of the built-in cpu spec znver4); NVIDIA H200"
+    )
 
 
 def test_a_copy_with_other_cache_levels_says_so(tmp_path):

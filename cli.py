@@ -303,6 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
 SLOW_CHECK_SECONDS = 2.0
 
 
+def _gflops_text(gflops: float) -> str:
+    """GFLOP/s as the tables show them: one decimal, or three significant digits below 1 (a tiny
+    problem's rate is not 0.0)."""
+    return f"{gflops:.1f}" if gflops >= 1.0 else f"{gflops:.3g}"
+
+
 def _announce_slow_check(result: TuneResult, hw: HwSpec) -> None:
     """One line on stderr before a final check on this CPU whose kernels the model expects to
     run for seconds, so a long check off a terminal (where no bar shows) is not silent. (An
@@ -589,7 +595,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"{v.measurement.seconds * 1e3:.3f} ms"  # type: ignore[union-attr]
             if v and not v.emulated
             else ("emulated" if v else "-"),
-            f"{v.gflops:.1f}" if v and v.gflops is not None else "-",
+            _gflops_text(v.gflops) if v and v.gflops is not None else "-",
             ("yes" if v.measurement.correct else "[red]NO[/]") if v else "-",
         )
     if top is not None:
@@ -648,8 +654,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     elif pick and numpy_gflops and blas is not None:
         out.print(
             f"numpy (same run, {blas.library} {blas.kernel} kernel on {blas.threads} threads): "
-            f"{numpy_gflops:.1f} GFLOP/s; chosen rank {pick.candidate.rank}: "
-            f"{pick.gflops:.1f} GFLOP/s = {pick.gflops / numpy_gflops:.2f}x numpy"
+            f"{_gflops_text(numpy_gflops)} GFLOP/s; chosen rank {pick.candidate.rank}: "
+            f"{_gflops_text(pick.gflops)} GFLOP/s = {pick.gflops / numpy_gflops:.2f}x numpy"
         )
     elif pick and pick.gflops is not None:  # a GPU: timed on the device
         versus = (

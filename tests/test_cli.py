@@ -635,3 +635,16 @@ def test_tune_says_why_it_gives_fewer_candidates_than_top_k(capsys):
     assert "distinct config(s) under a budget of 960" in line and "of the 16 candidates" in line
     assert main([*base, "--shape", "64x64x64", "--budget", "64", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["search"]["top_k_shortfall"] is None
+
+
+def test_rates_below_one_gflops_keep_three_significant_digits():
+    """A 1 x 1 x 1 matmul runs at ~0.0003 GFLOP/s, which one decimal shows as 0.0 for both the
+    kernel and numpy, hiding the ratio the line states."""
+    from aotune.cli import _gflops_text
+
+    assert [_gflops_text(x) for x in (188.74, 1.0, 0.000296, 0.01234)] == [
+        "188.7",
+        "1.0",
+        "0.000296",
+        "0.0123",
+    ]

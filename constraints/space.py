@@ -18,6 +18,9 @@ from aotune.constraints.expr import Expr, LoweringContext
 from aotune.errors import ConfigError, UnsatisfiableError
 from ortools.sat.python import cp_model
 
+# draws in a row that found no new config, after which ``Space.sample`` takes the space as used up
+# (each draw is a random walk over the variables; 100 repeats in a row leave little unseen)
+SAMPLE_STALE_DRAWS = 100
 
 @dataclass(frozen=True)
 class DecisionVar:
@@ -473,12 +476,14 @@ class Space:
         to the solver), so every sample is valid by construction and spread over the whole space.
         With ``sample_by_replacement`` a value whose one-decision change of the current config is
         valid is taken without a solve (the solver is asked only when that change alone breaks a
-        constraint and others must move with it).
+        constraint and others must move with it). Stops early once ``SAMPLE_STALE_DRAWS`` draws
+        in a row found nothing new: a small space is used up (a 1 x 1 x 1 matmul's holds 24
+        configs; a budget of a million would otherwise draw three million times).
         """
         rng = random.Random(seed)
         seen: dict[Config, None] = {}
-        attempts = 0
-        while len(seen) < n and attempts < 3 * n + 10:
+        attempts = stale = 0
+        while len(seen) < n and attempts < 3 * n + 10 and stale < SAMPLE_STALE_DRAWS:
             attempts += 1
             order = list(self.variables)
             rng.shuffle(order)
@@ -502,6 +507,7 @@ class Space:
                     break
                 else:
                     fixed[v.name] = [cfg[v.name]]
+            stale = stale + 1 if cfg in seen else 0
             seen.setdefault(cfg, None)
         return list(seen)
 

@@ -179,9 +179,9 @@ def top_k_shortfall(result: TuneResult) -> str | None:
             f"{given} different kernel(s); a larger --budget gives more"
         )
     return (
-        f"{head}: the search met only {scored} distinct config(s) under a budget of "
-        f"{result.options.budget} (a small shape's space holds few), which give {given} "
-        "different kernel(s)"
+        f"{head}: the search met only {scored} distinct config(s) before its draws stopped "
+        f"finding new ones (--budget {result.options.budget}), which give {given} different "
+        "kernel(s); a small shape's space holds few, and a larger --budget may reach more"
     )
 
 

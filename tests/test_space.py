@@ -60,6 +60,16 @@ def test_sampling_is_reproducible():
     assert space.sample(5, seed=3) == space.sample(5, seed=3)
 
 
+def test_sampling_a_small_space_stops_when_it_is_used_up():
+    """A 1 x 1 x 1 matmul's space holds a few dozen configs: asking a million of them gives every
+    one (the brute-force enumeration's), after about a hundred draws that find nothing new, not
+    three million draws."""
+    space = build_cpu_space(matmul(1, 1, 1), load_target("haswell"))
+    every = brute_force(space)
+    drawn = space.sample(1_000_000, seed=3)
+    assert {tuple((n, c[n]) for n in space.names) for c in drawn} == every
+
+
 def test_violations_state_required_available_and_hint():
     space = build_cpu_space(matmul(1024, 1024, 1024), load_target("skylake-avx512"))
     cfg = space.parse_config(

@@ -829,10 +829,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
     features = target.features(kernel)
     (pred,) = target.predict([sched], [features])
     if not math.isfinite(pred.seconds):
+        why = "one block needs more registers or shared memory than an SM of the spec has"
+        regs, most = getattr(features, "registers", 0), getattr(space.hw, "limits", None)
+        if most is not None and regs > most.max_registers_per_thread:
+            why = (
+                f"ptxas gives a thread {regs} registers and the spec allows "
+                f"{most.max_registers_per_thread} (limits.max_registers_per_thread)"
+            )
         raise UnsatisfiableError(
             f"{space.describe_config(cfg)} cannot launch on {space.hw.name} ({pred.bottleneck}): "
-            "one block needs more registers or shared memory than an SM of the spec has; choose "
-            "smaller tiles, or check the spec's [limits] and [shared]"
+            f"{why}; choose smaller tiles, or check the spec's [limits] and [shared]"
         )
     flops = space.workload.flops
     feature_data, feature_line = target.feature_summary(features)

@@ -95,6 +95,11 @@ def occupancy(s: GpuSchedule, hw: GpuSpec, registers: int, shared_bytes: int) ->
         "threads": lim.max_threads_per_sm // s.threads,
         "warps": lim.max_warps_per_sm // warps,
         "blocks": lim.max_blocks_per_sm,
+        # ptxas has a floor of its own (24 on sm_90): a kernel past the spec's per-thread limit
+        # cannot launch on the GPU the spec describes
+        "registers per thread": 0
+        if registers > lim.max_registers_per_thread
+        else lim.max_blocks_per_sm,
     }
     name = min(limits, key=lambda k: limits[k])
     bps = limits[name]

@@ -149,8 +149,9 @@ def tune(
         # ptxas's registers (or the shared memory) leave no SM room for one block of any kernel
         raise UnsatisfiableError(
             f"no kernel the search compiled can launch on {hw.name} "
-            f"({top[0].prediction.bottleneck}: one block of the best needs more registers or "
-            "shared memory than an SM of the spec has); check the spec's [limits] and [shared]"
+            f"({top[0].prediction.bottleneck}: one block of the best needs more registers, a "
+            "thread's or the SM's, or shared memory than the spec allows); check the spec's "
+            "[limits] and [shared]"
         )
     return TuneResult(
         workload,

@@ -288,6 +288,32 @@ def test_registers_come_from_each_partition_s_quarter_of_the_file():
     assert occupancy(s, hw, 113, s.smem_bytes).blocks_per_sm == 2
 
 
+def test_a_kernel_past_the_spec_s_registers_per_thread_cannot_launch(tmp_path, capsys):
+    """ptxas has a floor of its own (24 registers on sm_90) below which a spec's per-thread limit
+    is not met: such a kernel cannot launch on the GPU the spec describes, so it is not ranked as
+    if it could (it was, with 24 registers against a limit of 16), and the search says why."""
+    import dataclasses
+
+    from aotune.analysis.gpu_model import occupancy
+    from aotune.cli import main
+    from aotune.hwspecs.spec import SPEC_DIR
+
+    hw, _, s = _h100_xgemm(ONE_WARP_DIRECT_A)
+    tight = dataclasses.replace(
+        hw, limits=dataclasses.replace(hw.limits, max_registers_per_thread=16)
+    )
+    occ = occupancy(s, tight, 24, s.smem_bytes)
+    assert (occ.blocks_per_sm, occ.limit) == (0, "registers per thread")
+    assert occupancy(s, tight, 16, s.smem_bytes).blocks_per_sm > 0
+    text = (SPEC_DIR / "h200.toml").read_text()
+    path = tmp_path / "regs16.toml"
+    path.write_text(text.replace("max_registers_per_thread = 255", "max_registers_per_thread = 16"))
+    argv = ["tune", "matmul", "--shape", "64x64x64", "--target", str(path), "--no-db"]
+    assert main([*argv, "--no-verify"]) == 2
+    err = capsys.readouterr().err
+    assert "no kernel the search compiled can launch" in err and "a thread's or the SM's" in err
+
+
 def test_a_kernel_that_fills_the_l2_waits_for_it_beyond_every_single_bound():
     """The L2 is a station of the warps' queueing network, not a bound beside it. The H100's
     one-warp blocks that read A straight from global memory fetch 34 KB per block and tile (ncu:

@@ -20,6 +20,7 @@ the field does (``suite.spearman``, ``suite.kendall``, ``suite.topk_score``).
 from __future__ import annotations
 
 import io
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -503,23 +504,37 @@ def plot_png(r: MeasuredAccuracy, title: str | None = None) -> bytes:
     except ImportError:
         raise ConfigError(PLOT_NEEDS) from None
     ks = r.kernels
+    # times past OUTLIER_TIMES_MEDIAN x the median (a damaged entry, warned of when read) and
+    # kernels that cannot launch would stretch the log axes past what they can draw
+    bound = OUTLIER_TIMES_MEDIAN * float(np.median([k.measured_ms for k in ks]))
+    drawn = [j for j, k in enumerate(ks) if k.measured_ms <= bound and math.isfinite(k.tier1_ms)]
+    left_out = len(ks) - len(drawn)
+    shown = set(drawn)
+    shown = {j for j in shown if ks[j].tier2_ms is None or math.isfinite(ks[j].tier2_ms)}
+    sample = [j for j in r.sample if j in shown]
     fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=90)
     ax.scatter(
-        [k.measured_ms for k in ks],
-        [k.tier1_ms for k in ks],
+        [ks[j].measured_ms for j in drawn],
+        [ks[j].tier1_ms for j in drawn],
         s=2,
         c="0.8",
-        label=f"tier 1, all {len(ks)} kernels",
+        label=f"tier 1, all {len(ks)} kernels"
+        + (
+            f" ({left_out} not drawn: over {OUTLIER_TIMES_MEDIAN:g}x the median time, or "
+            "unlaunchable)"
+            if left_out
+            else ""
+        ),
         rasterized=True,
     )
     ax.scatter(
-        [ks[j].measured_ms for j in r.sample],
-        [ks[j].tier2_ms for j in r.sample],
+        [ks[j].measured_ms for j in sample],
+        [ks[j].tier2_ms for j in sample],
         s=5,
         c="tab:blue",
         label=f"tier 2, sample of {len(r.sample)}",
     )
-    true_top = [j for j in r.true_top(10) if ks[j].tier2_ms is not None]
+    true_top = [j for j in r.true_top(10) if ks[j].tier2_ms is not None and j in shown]
     ax.scatter(
         [ks[j].measured_ms for j in true_top],
         [ks[j].tier2_ms for j in true_top],
@@ -529,7 +544,7 @@ def plot_png(r: MeasuredAccuracy, title: str | None = None) -> bytes:
         linewidths=1.5,
         label="measured top 10",
     )
-    picks = list(r.picks[:10])
+    picks = [j for j in r.picks[:10] if j in shown]
     ax.scatter(
         [ks[j].measured_ms for j in picks],
         [ks[j].tier2_ms for j in picks],
@@ -538,8 +553,8 @@ def plot_png(r: MeasuredAccuracy, title: str | None = None) -> bytes:
         c="tab:red",
         label="model's top 10",
     )
-    lo = min(min(k.measured_ms for k in ks), min(k.tier1_ms for k in ks))
-    hi = max(max(k.measured_ms for k in ks), max(k.tier1_ms for k in ks))
+    lo = min(min(ks[j].measured_ms for j in drawn), min(ks[j].tier1_ms for j in drawn))
+    hi = max(max(ks[j].measured_ms for j in drawn), max(ks[j].tier1_ms for j in drawn))
     ax.plot([lo, hi], [lo, hi], c="0.5", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.set_yscale("log")

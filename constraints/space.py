@@ -22,6 +22,7 @@ from ortools.sat.python import cp_model
 # (each draw is a random walk over the variables; 100 repeats in a row leave little unseen)
 SAMPLE_STALE_DRAWS = 100
 
+
 @dataclass(frozen=True)
 class DecisionVar:
     """One decision: a name, its allowed values and, for categorical ones, a label per value."""

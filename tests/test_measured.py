@@ -608,6 +608,20 @@ def test_a_device_name_a_terminal_would_act_on_is_shown_as_text(tmp_path: Path):
     assert all(ch.isprintable() for ch in c.device_name)
 
 
+def test_a_damaged_time_is_left_out_of_the_plot_not_the_plot_out(tmp_path: Path):
+    """One entry of 1e308 ms (warned of as over 1000x the median) stretched the log axes past
+    what matplotlib draws: an empty PNG and its overflow warning on stderr. The plot now leaves
+    such points out and says so."""
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(kernel_tuner_text([(CONFIGS[0][0], 1e308), *CONFIGS[1:]]))
+    png = tmp_path / "damaged.png"
+    proc = run_cli("accuracy", "--measured", str(damaged), "--target", "titan-rtx",
+                   "--sample", "10", "--candidates", "10", "--plot", str(png))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "times are over 1000x its median" in proc.stderr and "Warning" not in proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
 def test_plot_without_matplotlib_is_refused_first(cache_file, tmp_path, monkeypatch, capsys):
     """The run takes minutes on a real file: a missing matplotlib is said before it, not after."""
     from aotune.benchmarks import measured

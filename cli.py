@@ -303,6 +303,16 @@ def build_parser() -> argparse.ArgumentParser:
 SLOW_CHECK_SECONDS = 2.0
 
 
+def _spec_lines(hw: Any) -> list[str]:
+    """What a target's header says of where its spec came from, when it is not plainly the
+    built-in of its name: a CPU's core model (``core_model_from``), a GPU file's departure from
+    the built-in whose name it keeps (``spec_from``)."""
+    model = getattr(hw, "core_model_from", hw.name)
+    return ([f"core model: {model}"] if model != hw.name else []) + (
+        [f"spec: {hw.spec_from}"] if getattr(hw, "spec_from", "") else []
+    )
+
+
 def _gflops_text(gflops: float) -> str:
     """GFLOP/s as the tables show them: one decimal, or three significant digits below 1 (a tiny
     problem's rate is not 0.0)."""
@@ -563,10 +573,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out = _console()
     what = doc["target"].get("isa") or f"{doc['target'].get('sm')}, PTX ISA {hw.ptx_isa}"
     out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({what})")
-    if "core_model_from" in doc["target"] and doc["target"]["core_model_from"] != hw.name:
-        out.print(f"core model: {escape(doc['target']['core_model_from'])}")
-    if str(doc["target"].get("spec_from", "")).startswith("the spec file"):
-        out.print(f"spec: {escape(doc['target']['spec_from'])}")
+    for line in _spec_lines(hw):
+        out.print(escape(line))
     if reused:
         out.print(
             f"search: reused record {record.id} of {db.path} (searched earlier in "
@@ -760,7 +768,9 @@ def cmd_space(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     out = _console()
-    out.print(f"[bold]space: {space.title}[/]")
+    out.print(f"[bold]space: {escape(space.title)}[/]")
+    for line in _spec_lines(space.hw):
+        out.print(escape(line))
     out.print("decision variables:")
     for v in space.variables:
         out.print(f"  {v.name:<8} {v.domain_text():<28} {v.description}")
@@ -859,6 +869,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{space.title}: {space.describe_config(cfg)}")
+    for line in _spec_lines(space.hw):
+        print(line)
     print(
         f"predicted: {pred.seconds * 1e3:.3f} ms ({flops / pred.seconds / 1e9:.1f} GFLOP/s), "
         f"bottleneck: {pred.bottleneck}"

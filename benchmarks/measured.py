@@ -102,6 +102,7 @@ class MeasuredAccuracy:
     top: tuple[float, ...]  # top-1, top-5, top-10 scores
     median_abs_error: float
     seconds: float
+    spec_from: str = ""  # a spec file that keeps a built-in's name says what it changed
 
     @property
     def mapped(self) -> int:
@@ -435,6 +436,7 @@ def measured_accuracy(
         top=top,
         median_abs_error=median_abs_error(p, m),
         seconds=time.perf_counter() - start,
+        spec_from=getattr(hw, "spec_from", ""),
     )
 
 
@@ -450,6 +452,7 @@ def report_lines(r: MeasuredAccuracy) -> list[str]:
         f"{r.kernel} on {r.device}: {r.configs} timed configs (M={M} N={N} K={K})"
         + (f", {r.failed} failed ones skipped" if r.failed else "")
         + f"; model: {r.target}",
+        *([f"spec: {r.spec_from}"] if r.spec_from else []),
         f"mapped {r.mapped}, rejected by aotune's space {len(r.rejected)}, scored {r.scored} "
         f"as {len(r.kernels)} distinct kernels (configs that differ only in a parameter their "
         f"kernel ignores are one kernel, at the mean of their times)",

@@ -114,6 +114,9 @@ class GpuSpec:
     shared: GpuSharedSpec
     memory: GpuMemorySpec
     launch: GpuLaunchSpec
+    # where a file that keeps a built-in's name departs from it (``mark_builtin_gpu_copy``): set
+    # by aotune when it loads the file, never read from one; "" for a built-in or a new name
+    spec_from: str = ""
 
     @property
     def sm_name(self) -> str:
@@ -145,6 +148,7 @@ class GpuSpec:
         c, lim, sh, m = self.compute, self.limits, self.shared, self.memory
         return [
             f"{self.name}: {self.description}",
+            *([f"  spec     {self.spec_from}"] if self.spec_from else []),
             f"  arch     {self.sm_name} ({self.arch.generation}), PTX ISA {self.ptx_isa}, "
             f"{self.arch.triple}",
             f"  compute  {c.sms} SMs @ {c.boost_clock_ghz} GHz boost, {c.fp32_lanes_per_sm} FP32 "
@@ -305,11 +309,16 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str) -> GpuSpec:
     """Build and validate a GPU spec from parsed TOML."""
     from aotune.hwspecs.spec import build_dataclass
 
+    if "spec_from" in data:
+        raise HwSpecError(
+            f"{where}: unknown key 'spec_from' (aotune says where a spec departs from a built-in "
+            "itself, from the values); remove it"
+        )
     return validate_gpu_spec(build_dataclass(GpuSpec, data, where), where)
 
 
-# how a GPU spec file's description begins where it keeps a built-in's name (GPU specs have no
-# [origin] to say so field by field)
+# how a GPU spec's ``spec_from`` begins where it is a file's (GPU specs have no [origin] to say so
+# field by field)
 FILE_MARK = "the spec file"
 
 
@@ -325,10 +334,10 @@ def _flat_fields(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def mark_builtin_gpu_copy(spec: GpuSpec, builtin: Any) -> GpuSpec:
-    """A GPU spec file that keeps a built-in's name (a copy made to edit), its description
-    beginning with what it changed, so ``hw show`` and ``tune`` do not pass it off as the
-    built-in; an exact copy (or one whose description alone differs) is returned as it is. The
-    description is not part of the spec's hash."""
+    """A GPU spec file that keeps a built-in's name (a copy made to edit), with ``spec_from``
+    saying what it changed, so ``hw show`` and ``tune`` do not pass it off as the built-in; an
+    exact copy (or one whose description alone differs) is returned as it is. No path goes into
+    the text, so the spec's hash stays its content's."""
     if not isinstance(builtin, GpuSpec):
         note = f"{FILE_MARK} (it takes the name of the built-in {builtin.kind} spec {spec.name})"
     else:
@@ -342,12 +351,12 @@ def mark_builtin_gpu_copy(spec: GpuSpec, builtin: Any) -> GpuSpec:
             f"{FILE_MARK}: the built-in {spec.name} with {len(changed)} value{plural} changed "
             f"({shown})"
         )
-    return dataclasses.replace(spec, description=f"{note}; {spec.description}")
+    return dataclasses.replace(spec, spec_from=note)
 
 
 def gpu_spec_from(spec: GpuSpec, builtin_names: list[str]) -> str:
-    """Where ``spec`` came from, for the JSON: a copy of a built-in that changed it says so (its
-    description's mark), else the built-in of its name, else the spec file."""
-    if spec.description.startswith(FILE_MARK):
-        return spec.description.split("; ", 1)[0]
+    """Where ``spec`` came from, for the JSON: what aotune marked it with when it loaded the file
+    (``mark_builtin_gpu_copy``), else the built-in of its name, else the spec file."""
+    if spec.spec_from:
+        return spec.spec_from
     return f"the built-in spec {spec.name}" if spec.name in builtin_names else FILE_MARK

@@ -719,6 +719,8 @@ def _user_spec_file(path: str) -> Any:
     which (``spec_toml.mark_builtin_copy``), and one named ``host`` says it is not the detected
     host, so its output is not taken for theirs."""
     spec = load_spec_file(path)
+    if not isinstance(spec, HwSpec) and spec.name == "host":  # a GPU file named like the CPU
+        return dataclasses.replace(spec, spec_from="the spec file, not the detected host")
     if isinstance(spec, HwSpec) and spec.name == "host":  # what --target host detects
         origin = dict(spec.origin)
         own = origin.get("core_model")

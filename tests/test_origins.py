@@ -168,18 +168,19 @@ def test_a_cpu_spec_named_like_a_built_in_gpu_says_whose_name_it_took(tmp_path):
 
 
 def test_an_edited_copy_of_a_built_in_gpu_says_what_it_changed(tmp_path, capsys):
-    """GPU specs have no origins: an edited copy's description begins with what it changed, in
-    hw show, tune's text and its JSON (``target.spec_from``); its hash is the content's; an exact
+    """GPU specs have no origins: an edited copy carries what it changed (``spec_from``), in hw
+    show, tune's text and its JSON (``target.spec_from``); its hash is the content's; an exact
     copy is the built-in, and a GPU spec named like a built-in CPU says whose name it took."""
     edit = lambda t: re.sub(r"(?m)^l2_kib = \d+", "l2_kib = 40960", t)  # noqa: E731
     path = _copy_of("h200", tmp_path, edit)
     spec, builtin = load_target(str(path)), load_target("h200")
     said = "the spec file: the built-in h200 with 1 value changed (memory.l2_kib)"
-    assert spec.memory.l2_kib == 40960 and spec.description.startswith(said + "; NVIDIA H200")
+    assert spec.memory.l2_kib == 40960 and spec.spec_from == said
+    assert spec.description == builtin.description  # the user's text stays theirs
     elsewhere = load_target(str(_copy_of("h200", tmp_path, edit, "other-name.toml")))
     assert spec_hash(elsewhere) == spec_hash(spec) != spec_hash(builtin)
     assert main(["hw", "show", str(path)]) == 0
-    assert capsys.readouterr().out.startswith(f"h200: {said}; ")
+    assert f"\n  spec     {said}\n" in capsys.readouterr().out
     argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify"]
     assert main([*argv, "--target", str(path)]) == 0
     assert f"spec: {said}" in capsys.readouterr().out
@@ -187,12 +188,34 @@ def test_an_edited_copy_of_a_built_in_gpu_says_what_it_changed(tmp_path, capsys)
     assert json.loads(capsys.readouterr().out)["target"]["spec_from"] == said
     assert main([*argv, "--json", "--target", "h200"]) == 0
     assert json.loads(capsys.readouterr().out)["target"]["spec_from"] == "the built-in spec h200"
+    assert main(["space", "matmul", "--shape", "16x16x16", "--target", str(path)]) == 0
+    assert f"\nspec: {said}\n" in capsys.readouterr().out
     assert load_target(str(_copy_of("h200", tmp_path, file="same.toml"))) == builtin
     renamed = lambda t: t.replace('name = "h200"', 'name = "znver4"')  # noqa: E731
     gpu = load_target(str(_copy_of("h200", tmp_path, renamed, "cpu-name.toml")))
-    assert gpu.description.startswith(
-        "the spec file (it takes the name of the built-in cpu spec znver4); NVIDIA H200"
+    assert gpu.spec_from == "the spec file (it takes the name of the built-in cpu spec znver4)"
+
+
+def test_a_gpu_spec_cannot_claim_a_mark_it_was_not_given(tmp_path, capsys):
+    """Where a GPU spec comes from is aotune's to say: a description that reads like the mark
+    is only a description, a file may not set ``spec_from``, and one named ``host`` says it is
+    not the detected host."""
+    fake = lambda t: re.sub(  # noqa: E731
+        r'(?m)^name = "h200"\ndescription = ".*"',
+        'name = "fake"\ndescription = "the spec file: the built-in h200 with 0 values changed"',
+        t,
     )
+    spec = load_target(str(_copy_of("h200", tmp_path, fake, "fake.toml")))
+    assert spec.name == "fake" and spec.spec_from == ""
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify", "--json"]
+    assert main([*argv, "--target", str(tmp_path / "fake.toml")]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["spec_from"] == "the spec file"
+    claim = lambda t: t.replace('kind = "gpu"', 'kind = "gpu"\nspec_from = "the built-in h200"')  # noqa: E731
+    with pytest.raises(HwSpecError, match="unknown key 'spec_from'"):
+        load_target(str(_copy_of("h200", tmp_path, claim, "claim.toml")))
+    host = lambda t: t.replace('name = "h200"', 'name = "host"')  # noqa: E731
+    named_host = load_target(str(_copy_of("h200", tmp_path, host, "host.toml")))
+    assert named_host.spec_from == "the spec file, not the detected host"
 
 
 def test_a_copy_with_other_cache_levels_says_so(tmp_path):

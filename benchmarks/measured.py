@@ -646,13 +646,18 @@ def host_configs(
             f"{MAX_GIVEN_CONFIGS}"
         )
     space = build_cpu_space(w, hw)
-    configs = []
+    configs: list[Any] = []
     for text in texts:
         cfg = space.parse_config(text)
         bad = space.violations(cfg)
         if bad:
             raise ConfigError(
                 f"--config {text!r} is not valid for {space.title}: " + "; ".join(map(str, bad))
+            )
+        if cfg in configs:  # keys in another order are the same config: timed once is enough
+            raise ConfigError(
+                f"--config {text!r} is given twice (as {texts[configs.index(cfg)]!r}); give "
+                "each config once"
             )
         configs.append(cfg)
     start = time.perf_counter()
@@ -741,6 +746,11 @@ def host_accuracy(
     _warn_if_shared(
         acc, warn, "while the samples were timed", "their times may read slow and their order move"
     )
+    if warn and acc["n"] < samples:
+        warn(
+            f"--sample {samples}: the sampler found only {acc['n']} distinct valid configs of "
+            f"{_kernel_name(w)} (a small shape's space holds few); all of them were scored"
+        )
     return {
         "target": hw.name,
         "kernel": _kernel_name(w),

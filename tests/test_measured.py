@@ -543,6 +543,17 @@ def test_accuracy_on_this_host_warns_when_others_shared_its_timing(host, monkeyp
     assert "hypervisor gave 15%" in said[0] and "while the samples were timed" in said[0]
 
 
+def test_a_sample_larger_than_the_space_says_so(host):
+    """A 1 x 1 x 1 matmul's space holds 24 configs: --sample 30 scores all of them and says
+    that it found no more (the JSON's configs field counts them), rather than nothing."""
+    said: list[str] = []
+    doc = host_accuracy(
+        matmul(1, 1, 1), host, 30, seed=1, timing_seconds=(0.0, 0.0), warn=said.append
+    )
+    assert doc["configs"] == doc["scored"] < 30
+    assert [s for s in said if "--sample 30: the sampler found only" in s]
+
+
 def test_given_configs_are_timed_side_by_side_with_their_predictions(host):
     """``accuracy WORKLOAD --config C ...``: each config checked, predicted and timed, in order,
     with the model's terms; the runs go through the counted path."""
@@ -586,6 +597,15 @@ def test_given_configs_are_timed_side_by_side_with_their_predictions(host):
                 "mr=99,nr=8,kc=8,mc=1,nc=8,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=1",
             ),
             "is not valid for matmul 16x16x16",
+        ),
+        (
+            (
+                "--config",
+                "mr=1,nr=16,kc=8,mc=1,nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=1",
+                "--config",
+                "nr=16,mr=1,kc=8,mc=1,nc=16,order=nkm,pack_a=0,pack_b=0,unroll=1,par=m,threads=1",
+            ),
+            "is given twice",
         ),
     ],
 )

@@ -174,10 +174,27 @@ def has_control_character(text: str, allowed: str = "") -> bool:
     """Whether ``text`` holds a control character (ESC, a carriage return, ...; those in
     ``allowed`` aside) or a bidirectional override, which a terminal would act on when it is
     printed."""
-    return any(
-        (unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS) and ch not in allowed
-        for ch in text
-    )
+    return any(_acted_on(ch) and ch not in allowed for ch in text)
+
+
+def first_control_character(text: str, allowed: str = "") -> str:
+    """The first character of ``text`` that ``has_control_character`` refuses, named for a
+    message (``U+202E (RIGHT-TO-LEFT OVERRIDE)``, ``U+001B (an escape)``); '' where none is."""
+    for ch in text:
+        if _acted_on(ch) and ch not in allowed:
+            name = unicodedata.name(ch, "") or _CONTROL_NAMES.get(ch, "")
+            return f"U+{ord(ch):04X}" + (f" ({name})" if name else "")
+    return ""
+
+
+# control characters have no Unicode name: those a message meets most, in words
+_CONTROL_NAMES = {"\x1b": "an escape", "\r": "a carriage return", "\n": "a newline", "\t": "a tab"}
+
+
+def _acted_on(ch: str) -> bool:
+    """Whether a terminal acts on ``ch`` when it is printed: a control character or a
+    bidirectional override."""
+    return unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS
 
 
 def printable(text: str) -> str:

@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from aotune.errors import HwSpecError
-from aotune.files import decode_utf8, has_control_character, read_user_file
+from aotune.files import (
+    decode_utf8,
+    first_control_character,
+    has_control_character,
+    read_user_file,
+)
 
 SPEC_DIR = Path(__file__).resolve().parent
 
@@ -319,9 +324,10 @@ def _convert(value: Any, tp: Any, where: str, meta: Mapping[str, Any]) -> Any:
                 )
             if has_control_character(key) or has_control_character(text, allowed="\t"):
                 # hw show and tune print these: a terminal would act on an escape
+                found = first_control_character(key) or first_control_character(text, "\t")
                 raise HwSpecError(
-                    f"{where}.{_short(key)}: holds a control character (an escape, a carriage "
-                    "return, a newline); write printable text"
+                    f"{where}.{_short(key)}: holds the control character {found}; write "
+                    "printable text"
                 )
         return tuple(sorted(value.items()))
     origin = typing.get_origin(tp)
@@ -406,9 +412,9 @@ def check_spec_texts(name: str, description: str, where: str) -> None:
             f"{where}: name {_short(name)} must be 1-64 letters, digits, '.', '_' or '-'"
         )
     if has_control_character(description, allowed="\t\n"):
+        found = first_control_character(description, allowed="\t\n")
         raise HwSpecError(
-            f"{where}: description holds a control character (an escape, a carriage return); "
-            "write printable text"
+            f"{where}: description holds the control character {found}; write printable text"
         )
 
 

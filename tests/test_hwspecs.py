@@ -77,7 +77,11 @@ def _spec_text() -> str:
         ),
         (
             lambda t: t.replace('description = "', 'description = "two\\u001b[2Jlines ', 1),
-            "description holds a control character",
+            "description holds the control character U+001B (an escape)",
+        ),
+        (  # a bidirectional override is not an escape: the message names what it is
+            lambda t: t.replace('description = "', 'description = "ab\\u202e', 1),
+            "description holds the control character U+202E (RIGHT-TO-LEFT OVERRIDE)",
         ),
         (
             lambda t: t.replace("vector_registers = 16", "vector_registers = 64"),
@@ -105,11 +109,11 @@ def _spec_text() -> str:
         ),
         (  # hw show and tune print origins: an escape in one would reach the terminal
             lambda t: t.replace("[origin]\n", '[origin]\ncore_model = "\\u001b]0;x\\u0007"\n'),
-            "origin.'core_model': holds a control character",
+            "origin.'core_model': holds the control character U+001B (an escape)",
         ),
         (
             lambda t: t.replace("[origin]\n", '[origin]\n"core.cores" = "two\\r\\nlines"\n'),
-            "origin.'core.cores': holds a control character",
+            "origin.'core.cores': holds the control character U+000D (a carriage return)",
         ),
         (  # a typo in an origin key leaves the value it was meant for without an origin
             lambda t: t.replace("[origin]\n", '[origin]\n"core.frequency_ghx" = "datasheet"\n'),

@@ -35,7 +35,7 @@ from aotune.benchmarks.kernel_tuner import UNKNOWN_DEVICE, KernelTunerCache, rea
 from aotune.benchmarks.suite import kendall, median_abs_error, spearman, topk_score
 from aotune.constraints.space import Config, Space
 from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
-from aotune.errors import CodegenError, ConfigError, MeasurementFileError
+from aotune.errors import CodegenError, ConfigError, MeasurementFileError, WorkloadError
 from aotune.files import write_new_file
 from aotune.hwspecs.spec import load_target
 from aotune.targets import target_for
@@ -300,7 +300,12 @@ def measured_accuracy(
             f"the correlations and the top-{max(TOP_K)} score need at least {max(TOP_K)}: "
             "give a file of a longer tuning run"
         )
-    space = target.build_space(family.workload(M, N, K))
+    try:
+        workload = family.workload(M, N, K)
+    except WorkloadError as e:  # a size out of range: say whose it is
+        given = "--shape" if shape is not None else f"{path}'s problem_size"
+        raise WorkloadError(f"{given} (M={M} N={N} K={K}): {e}") from None
+    space = target.build_space(workload)
     if log:
         log(
             f"{cache.device_name}: {len(cache.configs)} timed {cache.kernel_name} configs, "

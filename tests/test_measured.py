@@ -642,6 +642,14 @@ def test_a_damaged_time_is_left_out_of_the_plot_not_the_plot_out(tmp_path: Path)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_a_problem_size_out_of_range_names_the_file_s_problem_size(tmp_path: Path):
+    path = tmp_path / "big.json"
+    path.write_text(kernel_tuner_text(CONFIGS, problem=(10**12, 10**12)))
+    proc = run_cli("accuracy", "--measured", str(path), "--target", "titan-rtx")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "big.json's problem_size (M=1000000000000" in proc.stderr and "too large" in proc.stderr
+
+
 def test_plot_without_matplotlib_is_refused_first(cache_file, tmp_path, monkeypatch, capsys):
     """The run takes minutes on a real file: a missing matplotlib is said before it, not after."""
     from aotune.benchmarks import measured

@@ -308,7 +308,17 @@ def test_a_kernel_past_the_spec_s_registers_per_thread_cannot_launch(tmp_path, c
     text = (SPEC_DIR / "h200.toml").read_text()
     path = tmp_path / "regs16.toml"
     path.write_text(text.replace("max_registers_per_thread = 255", "max_registers_per_thread = 16"))
-    argv = ["tune", "matmul", "--shape", "64x64x64", "--target", str(path), "--no-db"]
+    argv = [
+        "tune",
+        "matmul",
+        "--shape",
+        "64x64x64",
+        "--target",
+        str(path),
+        "--no-db",
+        "--budget",
+        "32",
+    ]
     assert main([*argv, "--no-verify"]) == 2
     err = capsys.readouterr().err
     assert "no kernel the search compiled can launch" in err and "a thread's or the SM's" in err

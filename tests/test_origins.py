@@ -181,7 +181,7 @@ def test_an_edited_copy_of_a_built_in_gpu_says_what_it_changed(tmp_path, capsys)
     assert spec_hash(elsewhere) == spec_hash(spec) != spec_hash(builtin)
     assert main(["hw", "show", str(path)]) == 0
     assert f"\n  spec     {said}\n" in capsys.readouterr().out
-    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify"]
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify", "--budget", "32"]
     assert main([*argv, "--target", str(path)]) == 0
     assert f"spec: {said}" in capsys.readouterr().out
     assert main([*argv, "--json", "--target", str(path)]) == 0
@@ -207,7 +207,17 @@ def test_a_gpu_spec_cannot_claim_a_mark_it_was_not_given(tmp_path, capsys):
     )
     spec = load_target(str(_copy_of("h200", tmp_path, fake, "fake.toml")))
     assert spec.name == "fake" and spec.spec_from == ""
-    argv = ["tune", "matmul", "--shape", "16x16x16", "--no-db", "--no-verify", "--json"]
+    argv = [
+        "tune",
+        "matmul",
+        "--shape",
+        "16x16x16",
+        "--no-db",
+        "--no-verify",
+        "--json",
+        "--budget",
+        "32",
+    ]
     assert main([*argv, "--target", str(tmp_path / "fake.toml")]) == 0
     assert json.loads(capsys.readouterr().out)["target"]["spec_from"] == "the spec file"
     claim = lambda t: t.replace('kind = "gpu"', 'kind = "gpu"\nspec_from = "the built-in h200"')  # noqa: E731

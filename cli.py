@@ -667,7 +667,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         )
     elif pick and pick.gflops is not None:  # a GPU: timed on the device
         versus = (
-            f"; {target.baseline_name}: {numpy_gflops:.1f} GFLOP/s, "
+            f"; {target.baseline_name}: {_gflops_text(numpy_gflops)} GFLOP/s, "
             f"{pick.gflops / numpy_gflops:.2f}x"
             if numpy_gflops
             else f" (no {target.baseline_name} baseline: a plain GEMM and cupy are needed)"
@@ -675,7 +675,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         out.print(
             f"final check on the GPU: {sum(v.measurement.correct for v in verified)} of "
             f"{len(verified)} correct vs numpy; chosen rank {pick.candidate.rank}: "
-            f"{pick.gflops:.1f} GFLOP/s measured{versus}"
+            f"{_gflops_text(pick.gflops)} GFLOP/s measured{versus}"
         )
     else:
         out.print("[red]no candidate passed the numpy check[/]")
@@ -838,22 +838,21 @@ def cmd_predict(args: argparse.Namespace) -> int:
     kernel = target.compile(sched)
     features = target.features(kernel)
     (pred,) = target.predict([sched], [features])
+    # a kernel the toolchain found unusable (a GPU kernel that spills) is priced, and said so
+    problems = target.kernel_problems(kernel)
     if not math.isfinite(pred.seconds):
-        why = "one block needs more registers or shared memory than an SM of the spec has"
-        regs, most = getattr(features, "registers", 0), getattr(space.hw, "limits", None)
-        if most is not None and regs > most.max_registers_per_thread:
-            why = (
-                f"ptxas gives a thread {regs} registers and the spec allows "
-                f"{most.max_registers_per_thread} (limits.max_registers_per_thread)"
-            )
+        why = (
+            problems[0]
+            if problems
+            else "one block needs more registers or shared memory than an SM of the spec has; "
+            "choose smaller tiles, or check the spec's [limits] and [shared]"
+        )
         raise UnsatisfiableError(
             f"{space.describe_config(cfg)} cannot launch on {space.hw.name} ({pred.bottleneck}): "
-            f"{why}; choose smaller tiles, or check the spec's [limits] and [shared]"
+            f"{why}"
         )
     flops = space.workload.flops
     feature_data, feature_line = target.feature_summary(features)
-    # a kernel the toolchain found unusable (a GPU kernel that spills) is priced, and said so
-    problems = target.kernel_problems(kernel)
     if args.json:
         print(
             json_text(
@@ -871,10 +870,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     print(f"{space.title}: {space.describe_config(cfg)}")
     for line in _spec_lines(space.hw):
         print(line)
-    print(
-        f"predicted: {pred.seconds * 1e3:.3f} ms ({flops / pred.seconds / 1e9:.1f} GFLOP/s), "
-        f"bottleneck: {pred.bottleneck}"
-    )
+    rate = _gflops_text(flops / pred.seconds / 1e9)
+    print(f"predicted: {pred.seconds * 1e3:.3f} ms ({rate} GFLOP/s), bottleneck: {pred.bottleneck}")
     for name, sec in pred.breakdown:
         print(f"  {name:<9} {sec * 1e3:9.3f} ms")
     print(feature_line)

@@ -170,6 +170,16 @@ BIDI_CONTROLS = frozenset(
 )
 
 
+# control characters have no Unicode name: those a message meets most, in words
+_CONTROL_NAMES = {"\x1b": "an escape", "\r": "a carriage return", "\n": "a newline", "\t": "a tab"}
+
+
+def _acted_on(ch: str) -> bool:
+    """Whether a terminal acts on ``ch`` when it is printed: a control character or a
+    bidirectional override."""
+    return unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS
+
+
 def has_control_character(text: str, allowed: str = "") -> bool:
     """Whether ``text`` holds a control character (ESC, a carriage return, ...; those in
     ``allowed`` aside) or a bidirectional override, which a terminal would act on when it is
@@ -185,16 +195,6 @@ def first_control_character(text: str, allowed: str = "") -> str:
             name = unicodedata.name(ch, "") or _CONTROL_NAMES.get(ch, "")
             return f"U+{ord(ch):04X}" + (f" ({name})" if name else "")
     return ""
-
-
-# control characters have no Unicode name: those a message meets most, in words
-_CONTROL_NAMES = {"\x1b": "an escape", "\r": "a carriage return", "\n": "a newline", "\t": "a tab"}
-
-
-def _acted_on(ch: str) -> bool:
-    """Whether a terminal acts on ``ch`` when it is printed: a control character or a
-    bidirectional override."""
-    return unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS
 
 
 def printable(text: str) -> str:

@@ -251,8 +251,10 @@ class GpuTarget:
         return ((schedule.bm, schedule.bn, schedule.mwi, schedule.nwi),)
 
     def usable(self, features: Any) -> bool:
-        """A kernel that spills is never picked while one that does not remains."""
-        return features.spill_bytes == 0
+        """A kernel that spills, or that has more registers a thread than the spec allows, is
+        never picked while one that does not remains."""
+        regs_ok = features.registers <= self.hw.limits.max_registers_per_thread
+        return features.spill_bytes == 0 and regs_ok
 
     def describe(self) -> dict[str, Any]:
         """The JSON ``target`` block."""
@@ -387,9 +389,16 @@ class GpuTarget:
         from aotune.analysis.gpu_model import registers_per_thread_cap
 
         r, threads = kernel.report, kernel.schedule.threads
+        lim = self.hw.limits
+        if r.registers > lim.max_registers_per_thread:  # below ptxas's own floor (24 on sm_90)
+            return [
+                f"registers/thread: ptxas gives a thread {r.registers} registers and the spec "
+                f"allows {lim.max_registers_per_thread} (limits.max_registers_per_thread): "
+                "it cannot launch on this GPU; use a smaller thread tile (vm, vn), or check "
+                "the spec"
+            ]
         if not r.spill_bytes:
             return []
-        lim = self.hw.limits
         # the block's size, not the thread limit, set the registers each thread could have
         by_block = registers_per_thread_cap(threads, self.hw) < lim.max_registers_per_thread
         why = (

@@ -515,10 +515,17 @@ def plot_png(r: MeasuredAccuracy, title: str | None = None) -> bytes:
     # times past OUTLIER_TIMES_MEDIAN x the median (a damaged entry, warned of when read) and
     # kernels that cannot launch would stretch the log axes past what they can draw
     bound = OUTLIER_TIMES_MEDIAN * float(np.median([k.measured_ms for k in ks]))
-    drawn = [j for j, k in enumerate(ks) if k.measured_ms <= bound and math.isfinite(k.tier1_ms)]
+    shown = {
+        j
+        for j, k in enumerate(ks)
+        if k.measured_ms <= bound
+        and math.isfinite(k.tier1_ms)
+        and (k.tier2_ms is None or math.isfinite(k.tier2_ms))
+    }
+    if not shown:
+        raise ConfigError("--plot: no kernel can be drawn: none of them can launch on the target")
+    drawn = sorted(shown)
     left_out = len(ks) - len(drawn)
-    shown = set(drawn)
-    shown = {j for j in shown if ks[j].tier2_ms is None or math.isfinite(ks[j].tier2_ms)}
     sample = [j for j in r.sample if j in shown]
     fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=90)
     ax.scatter(
@@ -540,7 +547,7 @@ def plot_png(r: MeasuredAccuracy, title: str | None = None) -> bytes:
         [ks[j].tier2_ms for j in sample],
         s=5,
         c="tab:blue",
-        label=f"tier 2, sample of {len(r.sample)}",
+        label=f"tier 2, sample of {len(sample)}",
     )
     true_top = [j for j in r.true_top(10) if ks[j].tier2_ms is not None and j in shown]
     ax.scatter(
@@ -651,7 +658,7 @@ def host_configs(
             f"{MAX_GIVEN_CONFIGS}"
         )
     space = build_cpu_space(w, hw)
-    configs: list[Any] = []
+    configs: list[Config] = []
     for text in texts:
         cfg = space.parse_config(text)
         bad = space.violations(cfg)
@@ -753,8 +760,8 @@ def host_accuracy(
     )
     if warn and acc["n"] < samples:
         warn(
-            f"--sample {samples}: the sampler found only {acc['n']} distinct valid configs of "
-            f"{_kernel_name(w)} (a small shape's space holds few); all of them were scored"
+            f"--sample {samples}: the sampler's draws found only {acc['n']} distinct valid "
+            f"configs of {_kernel_name(w)} (a small shape's space holds few); those were scored"
         )
     return {
         "target": hw.name,

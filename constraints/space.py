@@ -18,8 +18,8 @@ from aotune.constraints.expr import Expr, LoweringContext
 from aotune.errors import ConfigError, UnsatisfiableError
 from ortools.sat.python import cp_model
 
-# draws in a row that found no new config, after which ``Space.sample`` takes the space as used up
-# (each draw is a random walk over the variables; 100 repeats in a row leave little unseen)
+# draws in a row that found no new config, at least, after which ``Space.sample`` takes the space
+# as used up; at least as many as it has found, too, so a larger space is drawn on for longer
 SAMPLE_STALE_DRAWS = 100
 
 
@@ -478,13 +478,15 @@ class Space:
         With ``sample_by_replacement`` a value whose one-decision change of the current config is
         valid is taken without a solve (the solver is asked only when that change alone breaks a
         constraint and others must move with it). Stops early once ``SAMPLE_STALE_DRAWS`` draws
-        in a row found nothing new: a small space is used up (a 1 x 1 x 1 matmul's holds 24
-        configs; a budget of a million would otherwise draw three million times).
+        in a row, and as many as it has found, found nothing new: a small space is used up (a
+        1 x 1 x 1 matmul's holds 24 configs; a budget of a million drew three million times).
         """
         rng = random.Random(seed)
         seen: dict[Config, None] = {}
         attempts = stale = 0
-        while len(seen) < n and attempts < 3 * n + 10 and stale < SAMPLE_STALE_DRAWS:
+        while len(seen) < n and attempts < 3 * n + 10:
+            if stale >= max(SAMPLE_STALE_DRAWS, len(seen)):
+                break  # as many draws in a row found nothing new as there are configs found
             attempts += 1
             order = list(self.variables)
             rng.shuffle(order)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aotune.errors import HwSpecError
+from aotune.hwspecs.spec import SET_BY_AOTUNE
 
 
 def _num(lo: float, hi: float) -> Any:
@@ -116,7 +117,7 @@ class GpuSpec:
     launch: GpuLaunchSpec
     # where a file that keeps a built-in's name departs from it (``mark_builtin_gpu_copy``): set
     # by aotune when it loads the file, never read from one; "" for a built-in or a new name
-    spec_from: str = ""
+    spec_from: str = field(default="", metadata={SET_BY_AOTUNE: True})
 
     @property
     def sm_name(self) -> str:
@@ -309,11 +310,6 @@ def gpu_spec_from_dict(data: dict[str, Any], where: str) -> GpuSpec:
     """Build and validate a GPU spec from parsed TOML."""
     from aotune.hwspecs.spec import build_dataclass
 
-    if "spec_from" in data:
-        raise HwSpecError(
-            f"{where}: unknown key 'spec_from' (aotune says where a spec departs from a built-in "
-            "itself, from the values); remove it"
-        )
     return validate_gpu_spec(build_dataclass(GpuSpec, data, where), where)
 
 
@@ -345,12 +341,9 @@ def mark_builtin_gpu_copy(spec: GpuSpec, builtin: Any) -> GpuSpec:
         changed = [p for p, v in ours.items() if p != "description" and theirs.get(p) != v]
         if not changed:
             return spec
-        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if changed[3:] else "")
-        plural = "s" if changed[1:] else ""
-        note = (
-            f"{FILE_MARK}: the built-in {spec.name} with {len(changed)} value{plural} changed "
-            f"({shown})"
-        )
+        from aotune.hwspecs.spec_toml import values_changed_text
+
+        note = f"{FILE_MARK}: the built-in {spec.name} with {values_changed_text(changed)}"
     return dataclasses.replace(spec, spec_from=note)
 
 

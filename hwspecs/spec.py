@@ -373,9 +373,9 @@ def _short(value: Any) -> str:
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get(SET_BY_AOTUNE)}
     for key in data:
-        if key not in hints:
+        if key not in fields:
             raise HwSpecError(
                 f"{where}: unknown key {_short(key)}; expected one of {', '.join(fields)}"
             )
@@ -419,6 +419,8 @@ def check_spec_texts(name: str, description: str, where: str) -> None:
 
 
 _SECTIONS = ("isa", "core", "caches", "memory", "overhead")  # a CPU spec's tables
+# a field's metadata key: aotune sets the field itself, a spec file may not (the loader refuses it)
+SET_BY_AOTUNE = "set_by_aotune"
 
 
 def origin_keys(spec: HwSpec) -> set[str]:
@@ -676,7 +678,8 @@ def _sections(kind: str) -> set[str]:
     import importlib
 
     module, _, schema = SPEC_KINDS[kind]
-    return {f.name for f in dataclasses.fields(getattr(importlib.import_module(module), schema))}
+    fields = dataclasses.fields(getattr(importlib.import_module(module), schema))
+    return {f.name for f in fields if not f.metadata.get(SET_BY_AOTUNE)}
 
 
 def load_spec_file(path: str | Path, check_llvm: bool = True) -> Any:
@@ -722,8 +725,9 @@ def _file_kind(path: Path) -> str | None:
 
 def _user_spec_file(path: str) -> Any:
     """A spec file the user gave; one that keeps a built-in's name but changes its values says
-    which (``spec_toml.mark_builtin_copy``), and one named ``host`` says it is not the detected
-    host, so its output is not taken for theirs."""
+    which (a CPU spec in its origins, ``spec_toml.mark_builtin_copy``; a GPU spec in its
+    ``spec_from``, ``gpu_spec.mark_builtin_gpu_copy``), and one named ``host`` says it is not the
+    detected host, so its output is not taken for theirs."""
     spec = load_spec_file(path)
     if not isinstance(spec, HwSpec) and spec.name == "host":  # a GPU file named like the CPU
         return dataclasses.replace(spec, spec_from="the spec file, not the detected host")

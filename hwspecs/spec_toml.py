@@ -228,6 +228,13 @@ def differing_paths(spec: HwSpec, other: HwSpec) -> list[str]:
     return [p for p in spec.field_paths() if value_at(spec, p) != value_at(other, p)]
 
 
+def values_changed_text(changed: list[str]) -> str:
+    """``2 values changed (memory.l2_kib, compute.sms)``: what a copy of a built-in spec
+    changed, at most three paths named."""
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if changed[3:] else "")
+    return f"{len(changed)} value{'s' if changed[1:] else ''} changed ({shown})"
+
+
 def mark_builtin_copy(spec: HwSpec, builtin: Any) -> HwSpec:
     """A spec file that keeps a built-in's name (a copy made to edit), with what it changed said
     so: a changed value whose origin is still the built-in's claim gets one naming the built-in's
@@ -247,8 +254,7 @@ def mark_builtin_copy(spec: HwSpec, builtin: Any) -> HwSpec:
     else:
         if not changed:
             return spec
-        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if changed[3:] else "")
-        what = f"{len(changed)} value{'s' if changed[1:] else ''} changed ({shown})"
+        what = values_changed_text(changed)
     for path in changed:
         if spec.origin_of(path) == builtin.origin_of(path):  # the copy kept the built-in's claim
             origin[path] = (

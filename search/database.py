@@ -47,6 +47,7 @@ from aotune.errors import DatabaseError
 from aotune.files import (
     check_writable,
     decode_utf8,
+    first_control_character,
     has_control_character,
     read_user_file,
     write_new_file,
@@ -128,8 +129,10 @@ def workload_json(w: Workload) -> dict[str, Any]:
 
 
 def spec_hash(hw: HwSpec) -> str:
-    """A content hash of the spec (a renamed file with the same content shares records)."""
-    return _digest(_canonical({k: v for k, v in hw.to_dict().items() if k != "description"}))
+    """A content hash of the spec (a renamed file with the same content shares records): its
+    values, not its description, nor a GPU copy's ``spec_from``, which restates its values."""
+    skip = ("description", "spec_from")
+    return _digest(_canonical({k: v for k, v in hw.to_dict().items() if k not in skip}))
 
 
 @functools.lru_cache(maxsize=1)
@@ -238,7 +241,9 @@ class TuneRecord:
             raise _field_error("workload.describe", workload["describe"], "give a text")
         if has_control_character(workload.get("describe", "")):
             raise _field_error(
-                "workload.describe", workload["describe"], "give printable text (no escape)"
+                "workload.describe",
+                workload["describe"],
+                f"give printable text (it holds {first_control_character(workload['describe'])})",
             )
         # the key is the definition's hash: a definition edited or lost would be shown, and
         # reused, as another workload's record
@@ -344,7 +349,9 @@ def _text(d: dict[str, Any], name: str, where: str = "", empty: bool = False) ->
     if not isinstance(value, str) or not (value or empty):
         raise _field_error(where + name, value, "give a text" if empty else "give a non-empty text")
     if has_control_character(value):  # db list and show print it to a terminal
-        raise _field_error(where + name, value, "give printable text (no escape or newline)")
+        raise _field_error(
+            where + name, value, f"give printable text (it holds {first_control_character(value)})"
+        )
     return value
 
 

@@ -147,11 +147,14 @@ def tune(
     )
     if top and not math.isfinite(top[0].prediction.seconds):
         # ptxas's registers (or the shared memory) leave no SM room for one block of any kernel
+        problems = target.kernel_problems(top[0].kernel)  # a thread's registers past the limit
+        why = problems[0] if problems else (
+            "one block of the best needs more registers or shared memory than an SM of the "
+            "spec has; check the spec's [limits] and [shared]"
+        )  # fmt: skip
         raise UnsatisfiableError(
             f"no kernel the search compiled can launch on {hw.name} "
-            f"({top[0].prediction.bottleneck}: one block of the best needs more registers, a "
-            "thread's or the SM's, or shared memory than the spec allows); check the spec's "
-            "[limits] and [shared]"
+            f"({top[0].prediction.bottleneck}: {why})"
         )
     return TuneResult(
         workload,

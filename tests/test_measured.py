@@ -551,7 +551,7 @@ def test_a_sample_larger_than_the_space_says_so(host):
         matmul(1, 1, 1), host, 30, seed=1, timing_seconds=(0.0, 0.0), warn=said.append
     )
     assert doc["configs"] == doc["scored"] < 30
-    assert [s for s in said if "--sample 30: the sampler found only" in s]
+    assert [s for s in said if "--sample 30: the sampler's draws found only" in s]
 
 
 def test_given_configs_are_timed_side_by_side_with_their_predictions(host):

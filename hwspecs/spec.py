@@ -26,7 +26,6 @@ from aotune.errors import HwSpecError
 from aotune.files import (
     decode_utf8,
     first_control_character,
-    has_control_character,
     read_user_file,
 )
 
@@ -322,9 +321,9 @@ def _convert(value: Any, tp: Any, where: str, meta: Mapping[str, Any]) -> Any:
                     f"{where}.{_short(key)}: expected a string of at most 1000 characters, "
                     f"got {_short(text)}"
                 )
-            if has_control_character(key) or has_control_character(text, allowed="\t"):
-                # hw show and tune print these: a terminal would act on an escape
-                found = first_control_character(key) or first_control_character(text, "\t")
+            # hw show and tune print these: a terminal would act on an escape
+            found = first_control_character(key) or first_control_character(text, "\t")
+            if found:
                 raise HwSpecError(
                     f"{where}.{_short(key)}: holds the control character {found}; write "
                     "printable text"
@@ -411,8 +410,8 @@ def check_spec_texts(name: str, description: str, where: str) -> None:
         raise HwSpecError(
             f"{where}: name {_short(name)} must be 1-64 letters, digits, '.', '_' or '-'"
         )
-    if has_control_character(description, allowed="\t\n"):
-        found = first_control_character(description, allowed="\t\n")
+    found = first_control_character(description, allowed="\t\n")
+    if found:
         raise HwSpecError(
             f"{where}: description holds the control character {found}; write printable text"
         )

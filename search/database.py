@@ -48,7 +48,6 @@ from aotune.files import (
     check_writable,
     decode_utf8,
     first_control_character,
-    has_control_character,
     read_user_file,
     write_new_file,
 )
@@ -239,11 +238,10 @@ class TuneRecord:
             raise _field_error("workload", workload, "give the workload as an object")
         if not isinstance(workload.get("describe", ""), str):
             raise _field_error("workload.describe", workload["describe"], "give a text")
-        if has_control_character(workload.get("describe", "")):
+        found = first_control_character(workload.get("describe", ""))
+        if found:
             raise _field_error(
-                "workload.describe",
-                workload["describe"],
-                f"give printable text (it holds {first_control_character(workload['describe'])})",
+                "workload.describe", workload["describe"], f"give printable text (it holds {found})"
             )
         # the key is the definition's hash: a definition edited or lost would be shown, and
         # reused, as another workload's record
@@ -348,10 +346,9 @@ def _text(d: dict[str, Any], name: str, where: str = "", empty: bool = False) ->
     value = d[name]
     if not isinstance(value, str) or not (value or empty):
         raise _field_error(where + name, value, "give a text" if empty else "give a non-empty text")
-    if has_control_character(value):  # db list and show print it to a terminal
-        raise _field_error(
-            where + name, value, f"give printable text (it holds {first_control_character(value)})"
-        )
+    found = first_control_character(value)
+    if found:  # db list and show print it to a terminal
+        raise _field_error(where + name, value, f"give printable text (it holds {found})")
     return value
 
 

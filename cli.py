@@ -303,16 +303,6 @@ def build_parser() -> argparse.ArgumentParser:
 SLOW_CHECK_SECONDS = 2.0
 
 
-def _spec_lines(hw: Any) -> list[str]:
-    """What a target's header says of where its spec came from, when it is not plainly the
-    built-in of its name: a CPU's core model (``core_model_from``), a GPU file's departure from
-    the built-in whose name it keeps (``spec_from``)."""
-    model = getattr(hw, "core_model_from", hw.name)
-    return ([f"core model: {model}"] if model != hw.name else []) + (
-        [f"spec: {hw.spec_from}"] if getattr(hw, "spec_from", "") else []
-    )
-
-
 def _gflops_text(gflops: float) -> str:
     """GFLOP/s as the tables show them: one decimal, or three significant digits below 1 (a tiny
     problem's rate is not 0.0)."""
@@ -414,7 +404,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         compile_top=max(16, args.top_k),
     )
-    from aotune.targets import target_for
+    from aotune.targets import spec_origin_lines, target_for
 
     target = target_for(hw)
     emits = {
@@ -573,7 +563,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out = _console()
     what = doc["target"].get("isa") or f"{doc['target'].get('sm')}, PTX ISA {hw.ptx_isa}"
     out.print(f"[bold]{escape(w.describe())}[/] on [bold]{hw.name}[/] ({what})")
-    for line in _spec_lines(hw):
+    for line in spec_origin_lines(hw):
         out.print(escape(line))
     if reused:
         out.print(
@@ -732,6 +722,8 @@ def _emulated_chosen(pick: Any) -> dict[str, Any] | None:
 
 def cmd_space(args: argparse.Namespace) -> int:
     """``aotune space``."""
+    from aotune.targets import spec_origin_lines, target_for
+
     space = _space(args)
     n, exact = space.count(time_limit=args.count_seconds)
     # an empty space is an answer, not an error; it names the constraints that leave no room
@@ -741,6 +733,7 @@ def cmd_space(args: argparse.Namespace) -> int:
             json_text(
                 {
                     "space": space.title,
+                    "target": target_for(space.hw).describe(),
                     "variables": [
                         {"name": v.name, "domain": v.domain_text(), "description": v.description}
                         for v in space.variables
@@ -769,7 +762,7 @@ def cmd_space(args: argparse.Namespace) -> int:
 
     out = _console()
     out.print(f"[bold]space: {escape(space.title)}[/]")
-    for line in _spec_lines(space.hw):
+    for line in spec_origin_lines(space.hw):
         out.print(escape(line))
     out.print("decision variables:")
     for v in space.variables:
@@ -829,7 +822,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     """``aotune predict``."""
-    from aotune.targets import target_for
+    from aotune.targets import spec_origin_lines, target_for
 
     space = _space(args)
     target = target_for(space.hw)
@@ -858,6 +851,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
             json_text(
                 {
                     **pred.as_dict(),
+                    "target": target.describe(),
                     "gflops": flops / pred.seconds / 1e9,
                     "config": _labeled(space, cfg),
                     target.feature_key: feature_data,
@@ -868,7 +862,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{space.title}: {space.describe_config(cfg)}")
-    for line in _spec_lines(space.hw):
+    for line in spec_origin_lines(space.hw):
         print(line)
     rate = _gflops_text(flops / pred.seconds / 1e9)
     print(f"predicted: {pred.seconds * 1e3:.3f} ms ({rate} GFLOP/s), bottleneck: {pred.bottleneck}")

@@ -418,6 +418,16 @@ TARGET_KINDS: dict[str, type] = {"cpu": CpuTarget, "gpu": GpuTarget}
 
 
 @functools.lru_cache(maxsize=32)
+def spec_origin_lines(hw: Any) -> list[str]:
+    """What a target's header says of where its spec came from, when it is not plainly the
+    built-in of its name: a CPU's core model (``core_model_from``), a GPU file's departure from
+    the built-in whose name it keeps (``spec_from``)."""
+    model = getattr(hw, "core_model_from", hw.name)
+    return ([f"core model: {model}"] if model != hw.name else []) + (
+        [f"spec: {hw.spec_from}"] if getattr(hw, "spec_from", "") else []
+    )
+
+
 def target_for(hw: Any) -> Any:
     """The Target of a spec, by its kind."""
     if hw.kind not in TARGET_KINDS:

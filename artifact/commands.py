@@ -298,7 +298,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def _print_report(report: Any, out: Any) -> None:
-    from aotune.targets import target_for
+    from aotune.targets import spec_origin_lines, target_for
     from rich.markup import escape
     from rich.table import Table
 
@@ -309,6 +309,8 @@ def _print_report(report: Any, out: Any) -> None:
         f"{escape(report.source)}: {report.searched} searched, {report.reused} from the "
         f"database ({escape(report.database)}), {report.seconds:.1f} s"
     )
+    for line in spec_origin_lines(hw):
+        out.print(escape(line))
     table = Table(title="kernels (predicted without running; measured on this host)")
     for col in (
         "kernel",
@@ -357,14 +359,35 @@ def _print_report(report: Any, out: Any) -> None:
     out.print(f"wrote {escape(str(report.out_dir))}/: {', '.join(report.files)}")
 
 
-def _record_line(r: Any) -> dict[str, Any]:
+def named_spec_hashes(names: set[str]) -> dict[str, str | None]:
+    """The hash of the spec each target name loads here today (``host``: this machine's; a
+    built-in's file), None for a name that loads nothing by itself (a spec file's own name)."""
+    from aotune.errors import HwSpecError
+    from aotune.hwspecs.spec import builtin_names, load_target
+    from aotune.search.database import spec_hash
+
+    known = set(builtin_names()) | {"host"}
+    hashes: dict[str, str | None] = {}
+    for name in sorted(names):
+        try:
+            hashes[name] = spec_hash(load_target(name)) if name in known else None
+        except HwSpecError:  # a host this aotune cannot describe: nothing to compare with
+            hashes[name] = None
+    return hashes
+
+
+def _record_line(r: Any, named: dict[str, str | None] | None = None) -> dict[str, Any]:
     best = r.candidates[0]
+    today = (named or {}).get(r.target)
     measured = [c for c in r.candidates if c.measured_seconds is not None]
     return {
         "id": r.id,
         "workload": r.workload.get("describe", "?"),
         "target": r.target,
         "spec_hash": r.spec_hash,
+        # whether --target NAME loads the record's spec here today (a copy or a calibration kept
+        # under a built-in's name, or an earlier version of it, does not); None: not a built-in
+        "target_loads_this_spec": None if today is None else today == r.spec_hash,
         "model_version": r.model_version,
         "candidates": len(r.candidates),
         "predicted_seconds": best.predicted_seconds,
@@ -437,9 +460,11 @@ def cmd_db(args: argparse.Namespace) -> int:
             if args.json:
                 print(json_text({"id": rec.id, **rec.as_dict()}, indent=1))
                 return 0
-            line = _record_line(rec)
+            line = _record_line(rec, named_spec_hashes({rec.target}))
             print(f"record {rec.id}: {line['workload']}")
             print(f"  target {rec.target} (spec {rec.spec_hash}), model {rec.model_version}")
+            if line["target_loads_this_spec"] is False:
+                print(f"  {_not_named_spec(rec.target)}")
             print(
                 f"  searched in {rec.search_seconds:.1f} s on {line['created']}, options "
                 f"{rec.options}"
@@ -457,11 +482,14 @@ def cmd_db(args: argparse.Namespace) -> int:
                     f"({c.bottleneck}){meas}"
                 )
             return 0
-        lines = [_record_line(r) for r in db.all()]
+        records = list(db.all())
+        named = named_spec_hashes({r.target for r in records})
+        lines = [_record_line(r, named) for r in records]
         if args.json:
             print(json_text({"database": str(db.path), "records": lines}, indent=1))
             return 0
         print(f"{db.path}: {len(lines)} records (spec and model: short hashes; 'db show ID')")
+        others = sorted({ln["target"] for ln in lines if ln["target_loads_this_spec"] is False})
         for ln in lines:
             meas = (
                 f"{ln['measured_seconds'] * 1e3:.3f} ms"
@@ -471,9 +499,21 @@ def cmd_db(args: argparse.Namespace) -> int:
             # records of one name differ by the spec's content or the model: both, shortened
             version, _, code = ln["model_version"].rpartition("+")
             model = f"{version}+{code[:8]}" if version else code[:8]
+            mark = "*" if ln["target_loads_this_spec"] is False else " "
             print(
-                f"{ln['id']:>5}  {ln['created']}  {ln['target']:<14} spec {ln['spec_hash'][:8]}  "
-                f"model {model:<14}  pred {ln['predicted_seconds'] * 1e3:9.3f} ms  "
+                f"{ln['id']:>5}  {ln['created']}  {ln['target']:<14} spec {ln['spec_hash'][:8]}"
+                f"{mark} model {model:<14}  pred {ln['predicted_seconds'] * 1e3:9.3f} ms  "
                 f"meas {meas:>10}  {ln['workload']}"
             )
+        if others:
+            print(f"* {_not_named_spec(', '.join(others))}")
     return 0
+
+
+def _not_named_spec(names: str) -> str:
+    """Why a record kept under a target's name is not the spec that name loads today."""
+    return (
+        f"its spec is not the one --target {names} loads here today (a copy or calibration "
+        "kept under that name, or an earlier version of it): tune reuses it with the spec file "
+        "it was made with, not with the name"
+    )

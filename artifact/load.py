@@ -215,6 +215,8 @@ def _manifest_problem(m: Any) -> str | None:
     kernels = m.get("kernels")
     if not isinstance(kernels, list):
         return "kernels must be a list"
+    if not kernels:  # a build writes one kernel at least
+        return "it lists no kernels (a build lists every kernel it writes)"
     names: set[str] = set()
     for i, e in enumerate(kernels, 1):
         if not isinstance(e, dict) or not isinstance(e.get("name"), str):
@@ -248,7 +250,25 @@ def _manifest_problem(m: Any) -> str | None:
                 f"kernel {e['name']!r}: a GPU kernel needs entry and cubin (text), kernel_args "
                 "(roles) and launch (grid and block of 3 counts, dynamic_shared_bytes)"
             )
+    # a kernel's own files the build hashed, of a kernel no longer listed: an entry was removed
+    listed = {e.get(k) for e in kernels for k in _KERNEL_FILE_KEYS}
+    unlisted = [
+        name
+        for name in files
+        if name.startswith(_KERNEL_FILE_DIRS) and name != m.get("runtime_object")
+        and name not in listed
+    ]  # fmt: skip
+    if unlisted:
+        return (
+            f"it hashes {unlisted[0]}, a kernel's file, and lists no kernel of it (an entry was "
+            "removed after the build)"
+        )
     return None
+
+
+# the manifest entry's keys that name a kernel's own files, and the folders the build puts them in
+_KERNEL_FILE_KEYS = ("object", "cubin", "ptx")
+_KERNEL_FILE_DIRS = ("objects/", "cubin/", "ptx/")
 
 
 def _gpu_entry_ok(e: dict[str, Any]) -> bool:

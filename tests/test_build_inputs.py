@@ -746,6 +746,13 @@ def test_gpu_build_writes_ptx_cubin_and_a_launch_manifest(tmp_path, capsys):
         (edited / "manifest.json").write_text(json.dumps(m))
         with pytest.raises(LibraryError, match=says):
             aotune.load(edited)
+    # the kernel's entry removed, its files still hashed: refused, not a library of nothing
+    shutil.copytree(g, tmp_path / "unlisted")
+    m = json.loads((tmp_path / "unlisted" / "manifest.json").read_text())
+    m["kernels"] = []
+    (tmp_path / "unlisted" / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(LibraryError, match="lists no kernels"):
+        aotune.load(tmp_path / "unlisted")
 
 
 # ---- bad input a probe found: one line, exit 2, nothing written, nothing lost -------------------

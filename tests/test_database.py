@@ -201,9 +201,17 @@ def test_db_list_tells_apart_records_of_specs_that_share_a_name(tmp_path, capsys
     assert [r["target"] for r in records] == ["znver4", "znver4"]
     hashes = [r["spec_hash"] for r in records]
     assert hashes[0] != hashes[1]
+    # the copy's record is marked: --target znver4 loads the built-in's spec, not the copy's
+    assert [r["target_loads_this_spec"] for r in records] == [True, False]
     assert main(["db", "list", "--db", db]) == 0
     out = capsys.readouterr().out
     assert all(f"spec {h[:8]}" in out for h in hashes)
+    assert f"spec {hashes[0][:8]} " in out and f"spec {hashes[1][:8]}* " in out
+    assert "* its spec is not the one --target znver4 loads here today" in out
+    assert main(["db", "show", "2", "--db", db]) == 0
+    assert "its spec is not the one --target znver4 loads" in capsys.readouterr().out
+    assert main(["db", "show", "1", "--db", db]) == 0
+    assert "its spec is not" not in capsys.readouterr().out
 
 
 KILL_LIST = """

@@ -82,6 +82,13 @@ def test_a_built_in_and_a_calibrated_target_name_their_own_core_model(tmp_path, 
     assert main([*argv, "--target", str(path)]) == 0
     target = json.loads(capsys.readouterr().out)["target"]
     assert target["core_model_from"] == origin["core_model"] and target["name"] == "mine"
+    # predict's and space's JSON name the target as tune's does
+    config = "mr=4,nr=16,kc=16,mc=16,nc=16,order=nmk,pack_a=0,pack_b=0,unroll=1,par=n,threads=1"
+    shape = ["matmul", "--shape", "16x16x16", "--target", str(path), "--json"]
+    assert main(["predict", *shape, "--config", config]) == 0
+    assert json.loads(capsys.readouterr().out)["target"] == target
+    assert main(["space", *shape]) == 0
+    assert json.loads(capsys.readouterr().out)["target"] == target
 
 
 def test_timings_set_against_another_cores_predictions_are_warned_about():
@@ -189,6 +196,14 @@ def test_an_edited_copy_of_a_built_in_gpu_says_what_it_changed(tmp_path, capsys)
     assert main([*argv, "--json", "--target", "h200"]) == 0
     assert json.loads(capsys.readouterr().out)["target"]["spec_from"] == "the built-in spec h200"
     assert main(["space", "matmul", "--shape", "16x16x16", "--target", str(path)]) == 0
+    assert f"\nspec: {said}\n" in capsys.readouterr().out
+    assert main(["space", "matmul", "--shape", "16x16x16", "--target", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target"]["spec_from"] == said
+    listing = tmp_path / "k.toml"
+    listing.write_text('[[kernel]]\nname = "mm"\nop = "matmul"\nshape = "16x16x16"\n')
+    argv = ["build", str(listing), "-o", str(tmp_path / "lib"), "--db", str(tmp_path / "t.db")]
+    argv += ["--no-verify", "--budget", "16", "--top-k", "1", "--target", str(path)]
+    assert main(argv) == 0
     assert f"\nspec: {said}\n" in capsys.readouterr().out
     assert load_target(str(_copy_of("h200", tmp_path, file="same.toml"))) == builtin
     renamed = lambda t: t.replace('name = "h200"', 'name = "znver4"')  # noqa: E731

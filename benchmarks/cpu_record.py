@@ -1,6 +1,7 @@
 """CPU bench samples kept in the repository, re-predicted by today's model on any machine.
 
-    python -m aotune.benchmarks.cpu_record rescore FILE.json.gz [FILE ...] --target znver5 [--json]
+    python -m aotune.benchmarks.cpu_record rescore FILE.json.gz [FILE ...] --target znver5 \
+        [--each] [--json]
     python -m aotune.benchmarks.cpu_record ablate FILE.json.gz [FILE ...] --target my-cpu.toml \
         --base znver4 [--json]
 
@@ -13,9 +14,10 @@ own code and tier-2 features, none of the machine's), predicts it with today's m
 the predictions against the kept times, beside the scores the record was made with. Nothing is
 timed. Given several timings of the same samples (a day's ``-b``, ``-c`` ...), it scores against
 each config's median time (``median_record``): one timing's placement of the vCPUs, or a
-neighbour's burst, then moves a score less. ``ablate`` answers which of the values in which two
-specs of one CPU differ (a calibration against the built-in spec) moves which row's scores: it
-predicts the samples with each such field set back alone.
+neighbour's burst, then moves a score less; ``--each`` also scores each timing apart, beside the
+core-to-core hand-over and clock read while it ran. ``ablate`` answers which of the values in
+which two specs of one CPU differ (a calibration against the built-in spec) moves which row's
+scores: it predicts the samples with each such field set back alone.
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ class _CompiledRow:
     predicted_then: list[float]
     schedules: list[CpuSchedule]
     loops: list[Any]
+    configs: list[str]
 
     def scores(self, model: AnalyticalCpuModel) -> dict[str, Any]:
         """The row's scores under ``model``, with the predictions (tier 2, the kept loops)."""
@@ -231,7 +234,8 @@ def _compiled_rows(doc: dict[str, Any], hw: HwSpec, log: Log) -> list[_CompiledR
         loops = [kernel_features(compile_kernel(s, hw), hw.isa.arch).loop for s in scheds]
         measured = [float(s["measured_s"]) for s in samples]
         then = [float(s["predicted_s"]) for s in samples]
-        rows.append(_CompiledRow(name, measured, then, scheds, loops))
+        configs = [str(s["config"]) for s in samples]
+        rows.append(_CompiledRow(name, measured, then, scheds, loops, configs))
         log(f"{name}: compiled {len(samples)} sampled configs")
     if not rows:
         names = [r.get("workload") for r in doc["rows"] if _samples(r)]
@@ -242,26 +246,75 @@ def _compiled_rows(doc: dict[str, Any], hw: HwSpec, log: Log) -> list[_CompiledR
     return rows
 
 
-def rescore(doc: dict[str, Any], target: str, log: Log = print) -> dict[str, Any]:
+def rescore(
+    doc: dict[str, Any],
+    target: str,
+    log: Log = print,
+    each: Sequence[tuple[str, dict[str, Any]]] = (),
+) -> dict[str, Any]:
     """Every kept sample of ``doc`` compiled for ``target`` and predicted by today's model (tier
-    2, from its object code); per row the scores then (``before``) and now."""
+    2, from its object code); per row the scores then (``before``) and now. With ``each`` (name,
+    document: the timings ``doc`` is the median of), also today's scores against each timing
+    apart, beside the hand-over and clock read while it ran (``timing_scores``)."""
     hw = load_target(target)
     model = AnalyticalCpuModel(hw)
-    rows = [
-        {
-            "workload": r.name,
-            "n": len(r.measured),
-            **r.scores(model),
-            "before": scores(r.predicted_then, r.measured),
-        }
-        for r in _compiled_rows(doc, hw, log)
-    ]
+    rows = []
+    for r in _compiled_rows(doc, hw, log):
+        now = r.scores(model)
+        apart = {"each": timing_scores(r, now["predicted_s"], each)} if each else {}
+        rows.append(
+            {
+                "workload": r.name,
+                "n": len(r.measured),
+                **now,
+                "before": scores(r.predicted_then, r.measured),
+                **apart,
+            }
+        )
     return {
         "machine": doc.get("machine"),
         "target": hw.name,
         "timings": doc.get("timings", 1),
         "rows": rows,
     }
+
+
+def timing_scores(
+    row: _CompiledRow, predicted: Sequence[float], each: Sequence[tuple[str, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """``predicted`` scored against each timing of ``row``'s samples apart, with the core-to-core
+    hand-over and the clock the bench read beside it: what two threads pay for the lines they
+    share follows where the VM placed its vCPUs at that moment (README, stop 87), which a median
+    of timings mixes."""
+    out = []
+    for name, doc in each:
+        kept = next(
+            (r for r in doc["rows"] if isinstance(r, dict) and r.get("workload") == row.name), None
+        )
+        times = {s["config"]: s["measured_s"] for s in _samples(kept)} if kept else {}
+        missing = [c for c in row.configs if c not in times]
+        if missing:  # median_record has refused such timings before this is reached
+            raise MeasurementFileError(
+                f"bench record {name}: row {row.name!r} has no time for {missing[0]}"
+            )
+        acc = kept["accuracy"] if kept else {}
+        out.append(
+            {
+                "file": name,
+                "core_to_core_ns": _readings(acc.get("core_to_core_ns")),
+                "clock_ghz": _readings(acc.get("clock_ghz")),
+                **scores(predicted, [float(times[c]) for c in row.configs]),
+            }
+        )
+    return out
+
+
+def _readings(values: Any) -> list[float]:
+    """A kept list of readings (hand-over ns, clock GHz), its numbers only (older records have
+    none)."""
+    if not isinstance(values, list):
+        return []
+    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
 ABLATE_MOVE = 0.005  # a score that moves less than this when a field is set back is not shown
@@ -378,10 +431,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="ablate: the spec to set each differing field back to, one at a time (e.g. the "
         "built-in spec a calibrated --target was compared with)",
     )
+    ap.add_argument(
+        "--each",
+        action="store_true",
+        help="rescore: also score each timing apart, beside the core-to-core hand-over and clock "
+        "read while it ran",
+    )
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)
     if (args.step == "ablate") != (args.base is not None):
         ap.error("--base goes with ablate, and ablate needs it")
+    if args.each and args.step != "rescore":
+        ap.error("--each goes with rescore")
     try:
         return _run(args)
     except Exception:
@@ -402,7 +463,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.base is not None:
         result = ablate(doc, args.target, args.base, log=log)
     else:
-        result = rescore(doc, args.target, log=log)
+        each = list(zip(map(str, args.files), docs)) if args.each else []
+        result = rescore(doc, args.target, log=log, each=each)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -419,7 +481,19 @@ def _run(args: argparse.Namespace) -> int:
             f"{r['spearman']:.3f}  top-1 {b['top1']:.3f} -> {r['top1']:.3f}  median err "
             f"{b['median_abs_error']:.3f} -> {r['median_abs_error']:.3f}"
         )
+        for t in r.get("each", []):
+            print(
+                f"      {Path(t['file']).name:<38} hand-over "
+                f"{_readings_text(t['core_to_core_ns'], '.0f')} ns, clock "
+                f"{_readings_text(t['clock_ghz'], '.2f')} GHz: Spearman {t['spearman']:.3f}  "
+                f"top-1 {t['top1']:.3f}  median err {t['median_abs_error']:.3f}"
+            )
     return 0
+
+
+def _readings_text(values: list[float], form: str) -> str:
+    """Readings as the text shows them: 'a/b' ('-' for none)."""
+    return "/".join(format(v, form) for v in values) or "-"
 
 
 if __name__ == "__main__":

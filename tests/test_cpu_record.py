@@ -226,6 +226,37 @@ def test_the_command_scores_several_files_against_their_median(tmp_path, capsys)
     )
 
 
+def test_each_timing_is_also_scored_apart_beside_its_hand_over(tmp_path, capsys):
+    """``--each``: today's predictions scored against every timing alone, with the hand-over and
+    clock the bench read beside it (a shared line's cost follows the vCPUs' placement)."""
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / "znver4-matmul-2026-12-01.json.gz")
+    row = dict(doc["rows"][0])
+    kept = row["accuracy"]["samples"][:4]
+    paths, timings = [], ([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0])
+    for i, (times, ns) in enumerate(zip(timings, (40.0, 170.0))):
+        samples = [{**s, "measured_s": t * 1e-3} for s, t in zip(kept, times)]
+        acc = {**row["accuracy"], "samples": samples, "core_to_core_ns": [ns], "clock_ghz": [3.5]}
+        paths.append(tmp_path / f"t{i}.json")
+        paths[-1].write_text(json.dumps({**doc, "rows": [{**row, "accuracy": acc}]}))
+    argv = ["rescore", *map(str, paths), "--target", "znver4", "--each"]
+    assert cpu_record.main([*argv, "--json"]) == 0
+    (scored,) = json.loads(capsys.readouterr().out)["rows"]
+    first, second = scored["each"]
+    assert (first["file"], second["file"]) == (str(paths[0]), str(paths[1]))
+    assert first["core_to_core_ns"] == [40.0] and second["core_to_core_ns"] == [170.0]
+    for t, times in zip((first, second), timings):
+        want = cpu_record.scores(scored["predicted_s"], [x * 1e-3 for x in times])
+        assert t["spearman"] == pytest.approx(want["spearman"])
+    assert first["spearman"] == pytest.approx(-second["spearman"])  # the times reversed
+    assert cpu_record.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "t1.json" in out and "hand-over 170 ns, clock 3.50 GHz: Spearman" in out
+    with pytest.raises(SystemExit) as stop:  # the parser's own refusal: exit 2, one line
+        cpu_record.main(["ablate", str(paths[0]), "--target", "znver4", "--base", "znver4",
+                         "--each"])  # fmt: skip
+    assert stop.value.code == 2 and "--each goes with rescore" in capsys.readouterr().err
+
+
 def test_two_specs_differ_in_the_fields_set_apart():
     hw = load_target("znver4")
     other = with_value(with_value(hw, "memory.set_refill_cycles", 10.0), "core.call_cycles", 5.0)

@@ -462,8 +462,9 @@ class Library:
         so = self.manifest.get("shared_object")
         if not so:
             raise LibraryError(
-                f"{self.directory} has no shared object (the build found no C compiler); "
-                "build again where gcc or clang is installed"
+                f"{self.directory} has no shared object (it was built with --objects-only): "
+                "link its objects into your program, or build it again without --objects-only "
+                "to load it here"
             )
         so_path, so_bytes = _file_of(self.directory, self.manifest, so, "shared_object")
         if target["arch"] == "x86_64":  # the code itself, whatever the manifest says of it

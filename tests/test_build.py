@@ -248,6 +248,7 @@ def test_aotune_load_refuses_a_changed_library_and_a_malformed_manifest(built, t
         (lambda m: m.update(shared_object=5), "not a file of it"),
         (lambda m: m["kernels"].append(m["kernels"][0]), "is listed twice"),
         (lambda m: m.update(kernels=[]), "lists no kernels"),
+        (lambda m: m.update(shared_object=None), "built with --objects-only"),
         (lambda m: m["kernels"].pop(), r"hashes objects/\w+\.o, a kernel's file, and lists no"),
         (lambda m: m["kernels"][0].update(name="shutdown"), "not one aotune build writes"),
     ]

@@ -417,7 +417,6 @@ class GpuTarget:
 TARGET_KINDS: dict[str, type] = {"cpu": CpuTarget, "gpu": GpuTarget}
 
 
-@functools.lru_cache(maxsize=32)
 def spec_origin_lines(hw: Any) -> list[str]:
     """What a target's header says of where its spec came from, when it is not plainly the
     built-in of its name: a CPU's core model (``core_model_from``), a GPU file's departure from
@@ -428,6 +427,7 @@ def spec_origin_lines(hw: Any) -> list[str]:
     )
 
 
+@functools.lru_cache(maxsize=32)
 def target_for(hw: Any) -> Any:
     """The Target of a spec, by its kind."""
     if hw.kind not in TARGET_KINDS:

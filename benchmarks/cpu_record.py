@@ -310,11 +310,12 @@ def timing_scores(
 
 
 def _readings(values: Any) -> list[float]:
-    """A kept list of readings (hand-over ns, clock GHz), its numbers only (older records have
-    none)."""
+    """A kept list of readings (hand-over ns, clock GHz), its finite numbers only (older records
+    have none)."""
     if not isinstance(values, list):
         return []
-    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return [float(v) for v in numbers if abs(v) < 1e300 and math.isfinite(v)]
 
 
 ABLATE_MOVE = 0.005  # a score that moves less than this when a field is set back is not shown

@@ -251,6 +251,8 @@ def test_each_timing_is_also_scored_apart_beside_its_hand_over(tmp_path, capsys)
     assert cpu_record.main(argv) == 0
     out = capsys.readouterr().out
     assert "t1.json" in out and "hand-over 170 ns, clock 3.50 GHz: Spearman" in out
+    odd = [1, 2.5, True, "40", float("nan"), float("inf"), 10**400, None, [3]]
+    assert cpu_record._readings(odd) == [1.0, 2.5] and cpu_record._readings("x") == []
     with pytest.raises(SystemExit) as stop:  # the parser's own refusal: exit 2, one line
         cpu_record.main(["ablate", str(paths[0]), "--target", "znver4", "--base", "znver4",
                          "--each"])  # fmt: skip

@@ -526,13 +526,15 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     # An A shared along the columns is read as nr-wide vectors, in place: a tile's overlapping
     # windows touch fewer distinct elements than (row, k) pairs.
     a_tile = s.nr * _distinct_share(s.a_gather, s.mr, s.kc) if s.a_shared and s.a_gather else 1.0
-    a_bytes_l2 = calls * s.mr * s.kc * a_tile * isz
+    # a call's mean depth: the last k block holds what is left of K (K = 9, kc = 8: 8 and 1)
+    k_call = s.K / share.k_blocks
+    a_bytes_l2 = calls * s.mr * k_call * a_tile * isz
     b_panels = calls if not b_reused else share.n_tiles * share.k_blocks * mblocks
     if b_reused and _reuse_bytes(s, share)[1] <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024:
         b_panels = share.n_tiles * share.k_blocks  # all of B the m blocks use stays in L1
     if b_reused:
         b_panels += b_thrash * (calls - b_panels)
-    b_bytes_l2 = b_panels * s.kc * s.nr * isz
+    b_bytes_l2 = b_panels * k_call * s.nr * isz
     c_bytes = calls * s.mr * s.nr * isz * 2
     if _c_stays_in_l1(s, hw, m_share, n_share):
         c_bytes = min(c_bytes, m_share * n_share * isz * 2)  # in once, out once

@@ -36,6 +36,7 @@ from aotune.artifact.cpu import compile_library_kernel, compile_runtime
 from aotune.artifact.header import header_text
 from aotune.artifact.inputs import KernelRequest
 from aotune.artifact.link import LINK_LIBS, Linker, find_linker, link
+from aotune.artifact.load import RUNTIME_OBJECT
 from aotune.codegen.runner import apply_activation, conv2d_reference, tolerance
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
@@ -242,7 +243,7 @@ class CpuBackend:
                 launch=meta["launch"],
             )
             entries.append(entry)
-        rt = objects_dir / "aotune_runtime.o"
+        rt = out_dir / RUNTIME_OBJECT
         rt_key = _runtime_key(hw)
         rt_cached = cache.get_object(rt_key) if cache is not None else None
         if rt_cached is None:

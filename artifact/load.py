@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,48 +77,69 @@ def _manifest_params(entry: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(p["role"], p["shape"]) for p in entry["params"]]
 
 
+def _elf_symbols(data: bytes) -> Iterator[tuple[bytes, int, int, int, list[tuple[int, ...]]]]:
+    """(name, section index, value, size, the file's sections) of each entry of an ELF64
+    little-endian file's symbol table and dynamic one (the first of each); nothing where it is
+    not such a file. Every table's offsets are checked against the file."""
+    import struct
+
+    sections = elf_sections(data)
+    if not sections:
+        return
+    shnum = len(sections)
+
+    def inside(offset: int, size: int) -> bool:
+        return 0 <= offset and 0 <= size and offset + size <= len(data)
+
+    for kind in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM: the first of each
+        table = next((sec for sec in sections if sec[1] == kind), None)
+        if table is None or not inside(table[4], table[5]) or not 0 < table[6] < shnum:
+            continue
+        strtab = sections[table[6]]
+        if not inside(strtab[4], strtab[5]):
+            continue
+        names = data[strtab[4] : strtab[4] + strtab[5]]
+        for off in range(table[4], table[4] + table[5] - 23, 24):
+            st_name, _, _, shndx, value, size = struct.unpack_from("<IBBHQQ", data, off)
+            end = names.find(b"\0", st_name)
+            if end >= 0:
+                yield names[st_name:end], shndx, value, size, sections
+
+
 def elf_symbol_bytes(data: bytes, name: str) -> bytes | None:
     """The bytes an ELF64 little-endian file (a shared object, an object, a cubin) holds for
     symbol ``name`` (its symbol table or dynamic one); None where it has no such symbol in a
-    section with file contents, or is not such a file. Every offset is checked against the file,
-    and each table is read once."""
+    section with file contents, or is not such a file. Every offset is checked against the file."""
     import struct
 
+    want = name.encode()
     try:
-        sections = elf_sections(data)
-        if not sections:
-            return None
-        shnum = len(sections)
-        want = name.encode()
-
-        def inside(offset: int, size: int) -> bool:
-            return 0 <= offset and 0 <= size and offset + size <= len(data)
-
-        for kind in (2, 11):  # SHT_SYMTAB, SHT_DYNSYM: the first of each
-            table = next((sec for sec in sections if sec[1] == kind), None)
-            if table is None or not inside(table[4], table[5]) or not 0 < table[6] < shnum:
+        for found, shndx, value, size, sections in _elf_symbols(data):
+            if found != want:
                 continue
-            strtab = sections[table[6]]
-            if not inside(strtab[4], strtab[5]):
-                continue
-            names = data[strtab[4] : strtab[4] + strtab[5]]
-            for off in range(table[4], table[4] + table[5] - 23, 24):
-                st_name, _, _, shndx, value, size = struct.unpack_from("<IBBHQQ", data, off)
-                end = names.find(b"\0", st_name)
-                if end < 0 or names[st_name:end] != want:
-                    continue
-                if not 0 < shndx < shnum or sections[shndx][1] == 8:  # SHT_NOBITS: no bytes
-                    return None
-                _, _, _, addr, sec_offset, sec_size, _, _, _, _ = sections[shndx]
-                where = value - addr  # a shared object's values are addresses
-                if not (
-                    0 <= where and where + size <= sec_size and inside(sec_offset + where, size)
-                ):
-                    return None
-                return data[sec_offset + where : sec_offset + where + size]
+            if not 0 < shndx < len(sections) or sections[shndx][1] == 8:  # SHT_NOBITS: no bytes
+                return None
+            _, _, _, addr, sec_offset, sec_size, _, _, _, _ = sections[shndx]
+            where = value - addr  # a shared object's values are addresses
+            start = sec_offset + where
+            if not (0 <= where and where + size <= sec_size and 0 <= start <= len(data) - size):
+                return None
+            return data[start : start + size]
     except (struct.error, ValueError, IndexError, OverflowError):
         return None
     return None
+
+
+def elf_symbol_names(data: bytes, prefix: str) -> set[str]:
+    """The names of an ELF file's symbols that begin with ``prefix`` (none where it is not such a
+    file)."""
+    import struct
+
+    want = prefix.encode()
+    try:
+        return {n.decode("utf-8", "replace") for n, *_ in _elf_symbols(data) if n.startswith(want)}
+    except (struct.error, ValueError, IndexError, OverflowError):
+        return set()
 
 
 def recorded_words(data: bytes, symbol: str) -> list[int] | None:
@@ -250,18 +272,21 @@ def _manifest_problem(m: Any) -> str | None:
                 f"kernel {e['name']!r}: a GPU kernel needs entry and cubin (text), kernel_args "
                 "(roles) and launch (grid and block of 3 counts, dynamic_shared_bytes)"
             )
+    for e in kernels:
+        named = [k for k in _KERNEL_FILE_KEYS if k in e and not isinstance(e[k], str)]
+        if named:
+            return f"kernel {e['name']!r}: {named[0]} must name a file of the library (text)"
     # a kernel's own files the build hashed, of a kernel no longer listed: an entry was removed
-    listed = {e.get(k) for e in kernels for k in _KERNEL_FILE_KEYS}
+    listed = {e[k] for e in kernels for k in _KERNEL_FILE_KEYS if k in e}
     unlisted = [
         name
         for name in files
-        if name.startswith(_KERNEL_FILE_DIRS) and name != m.get("runtime_object")
-        and name not in listed
-    ]  # fmt: skip
+        if name.startswith(_KERNEL_FILE_DIRS) and name != RUNTIME_OBJECT and name not in listed
+    ]
     if unlisted:
         return (
-            f"it hashes {unlisted[0]}, a kernel's file, and lists no kernel of it (an entry was "
-            "removed after the build)"
+            f"it hashes {unlisted[0]!r}, a kernel's file, and no kernel entry names it (the "
+            "manifest was changed after the build)"
         )
     return None
 
@@ -269,6 +294,8 @@ def _manifest_problem(m: Any) -> str | None:
 # the manifest entry's keys that name a kernel's own files, and the folders the build puts them in
 _KERNEL_FILE_KEYS = ("object", "cubin", "ptx")
 _KERNEL_FILE_DIRS = ("objects/", "cubin/", "ptx/")
+# the runtime's object, beside the kernels' (``artifact/backends.py`` writes it)
+RUNTIME_OBJECT = "objects/aotune_runtime.o"
 
 
 def _gpu_entry_ok(e: dict[str, Any]) -> bool:
@@ -478,6 +505,16 @@ class Library:
                     f"'{insn}'), which its manifest does not list; calling it would end the "
                     "process (SIGILL): build it again with --target host"
                 )
+        # kernels the shared object records being built (each its interface symbol) that the
+        # manifest no longer lists: entries removed with their objects' hashes
+        prefix = INTERFACE_SYMBOL.format(name="")
+        built = {n[len(prefix) :] for n in elf_symbol_names(so_bytes, prefix)}
+        dropped = sorted(built - {e["name"] for e in entries})
+        if dropped:
+            raise LibraryError(
+                f"{so_path} holds kernel {dropped[0]!r}, which the manifest does not list: the "
+                "manifest was changed after the build; restore it or rebuild the library"
+            )
         self._dll = _dlopen_fresh(so_path, so_bytes)
         try:
             self._dll.aotune_strerror.restype = ctypes.c_char_p

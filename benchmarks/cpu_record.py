@@ -159,12 +159,13 @@ def median_record(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
                 f"bench record {label} was timed on {doc.get('machine')!r}, {names[0]} on "
                 f"{first.get('machine')!r}; a median takes timings of one machine"
             )
+    seen: list[list[float]] = [[] for _ in docs]  # each timing's times, to find one given twice
     for row in first["rows"]:
         samples, name = _samples(row), row.get("workload") if isinstance(row, dict) else None
         if not samples:
             continue
         times: dict[str, list[float]] = {s["config"]: [] for s in samples}
-        for doc, label in zip(docs, names):
+        for j, (doc, label) in enumerate(zip(docs, names)):
             other = next(
                 (r for r in doc["rows"] if isinstance(r, dict) and r.get("workload") == name),
                 None,
@@ -182,10 +183,25 @@ def median_record(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
                     f"({len(missing)} of {len(times)} configs missing); a median needs timings "
                     "of the same samples: give records the bench wrote with the same seed"
                 )
+            extra = [c for c in kept if c not in times]
+            if extra:
+                raise MeasurementFileError(
+                    f"bench record {label}: row {name!r} has {len(extra)} config(s) {names[0]} "
+                    f"has not ({extra[0]}); a median needs timings of the same samples: give "
+                    "records the bench wrote with the same seed"
+                )
             for config, t in times.items():
                 t.append(kept[config])
+                seen[j].append(kept[config])
         median = [{**s, "measured_s": float(np.median(times[s["config"]]))} for s in samples]
         rows.append({**row, "accuracy": {**row["accuracy"], "samples": median}})
+    for j in range(1, len(docs)):
+        again = next((i for i in range(j) if seen[i] == seen[j]), None)
+        if again is not None:  # a copy of a file: the median would count one timing twice
+            raise MeasurementFileError(
+                f"bench records {names[again]} and {names[j]} hold the same times: one timing "
+                "given twice; give each timing once"
+            )
     return {**first, "rows": rows, "timings": len(docs)}
 
 
@@ -309,13 +325,15 @@ def timing_scores(
     return out
 
 
-def _readings(values: Any) -> list[float]:
-    """A kept list of readings (hand-over ns, clock GHz), its finite numbers only (older records
-    have none)."""
+def _readings(values: Any) -> list[float | None]:
+    """A kept list of readings (hand-over ns, clock GHz) in their places, None for one that is no
+    reading (not a number above 0 and below 1e6); older records have none."""
     if not isinstance(values, list):
         return []
-    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-    return [float(v) for v in numbers if abs(v) < 1e300 and math.isfinite(v)]
+    return [
+        float(v) if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1e6 else None
+        for v in values
+    ]
 
 
 ABLATE_MOVE = 0.005  # a score that moves less than this when a field is set back is not shown
@@ -492,9 +510,9 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _readings_text(values: list[float], form: str) -> str:
-    """Readings as the text shows them: 'a/b' ('-' for none)."""
-    return "/".join(format(v, form) for v in values) or "-"
+def _readings_text(values: list[float | None], form: str) -> str:
+    """Readings as the text shows them: 'a/b' ('-' for none, '?' for one that is no reading)."""
+    return "/".join("?" if v is None else format(v, form) for v in values) or "-"
 
 
 if __name__ == "__main__":

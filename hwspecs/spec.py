@@ -403,10 +403,15 @@ def build_dataclass(cls: type, data: dict[str, Any], where: str) -> Any:
     return _build(cls, data, where)
 
 
+def is_spec_name(name: str) -> bool:
+    """Whether ``name`` is one a spec may have (``check_spec_texts``' rule)."""
+    return bool(_NAME.fullmatch(name))
+
+
 def check_spec_texts(name: str, description: str, where: str) -> None:
     """A spec's name is a database key and a file-name-like word; its description is printed:
     neither may hold control characters (a terminal would act on them)."""
-    if not _NAME.fullmatch(name):
+    if not is_spec_name(name):
         raise HwSpecError(
             f"{where}: name {_short(name)} must be 1-64 letters, digits, '.', '_' or '-'"
         )

@@ -26,7 +26,7 @@ from aotune.analysis.model import Prediction
 from aotune.analysis.workload import Workload, workload_from_definition
 from aotune.constraints.space import Config, Space
 from aotune.errors import AotuneError, DatabaseError, WorkloadError
-from aotune.hwspecs.spec import HwSpec, builtin_names, load_target
+from aotune.hwspecs.spec import HwSpec, builtin_names, is_spec_name, load_target
 from aotune.search import driver
 from aotune.search.database import (
     CandidateRecord,
@@ -145,6 +145,11 @@ def check_importable(records: Sequence[TuneRecord], source: str) -> int:
             )
         hw = specs.get(record.spec_hash)
         if hw is None:
+            if not is_spec_name(record.target):  # a spec could not have it: made by hand
+                raise DatabaseError(
+                    f"{source} record {i}: its target {record.target[:60]!r} is no spec's name "
+                    f"(1-64 letters, digits, '.', '_' or '-'); {fix}"
+                )
             unchecked += 1
             continue
         if record.target != hw.name:  # db list shows it, tune --target NAME reuses the record

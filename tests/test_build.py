@@ -249,7 +249,12 @@ def test_aotune_load_refuses_a_changed_library_and_a_malformed_manifest(built, t
         (lambda m: m["kernels"].append(m["kernels"][0]), "is listed twice"),
         (lambda m: m.update(kernels=[]), "lists no kernels"),
         (lambda m: m.update(shared_object=None), "built with --objects-only"),
-        (lambda m: m["kernels"].pop(), r"hashes objects/\w+\.o, a kernel's file, and lists no"),
+        (lambda m: m["kernels"].pop(), r"hashes 'objects/\w+\.o', a kernel's file, and no kernel"),
+        (lambda m: m["kernels"][0].update(object=["o"]), "object must name a file of the library"),
+        (
+            lambda m: (m["files"].pop(m["kernels"][-1]["object"]), m["kernels"].pop()),
+            r"\.so holds kernel '\w+', which the manifest does not list",
+        ),
         (lambda m: m["kernels"][0].update(name="shutdown"), "not one aotune build writes"),
     ]
     for i, (change, text) in enumerate(malformed):

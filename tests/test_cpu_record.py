@@ -199,6 +199,13 @@ def test_timings_of_other_samples_are_named_not_mixed():
     docs = [_timing({"a": 1.0, "b": 2.0}), _timing({"a": 1.0, "d": 2.0})]
     with pytest.raises(MeasurementFileError, match=r"second.json: row 'matmul 8x8x8' has no time"):
         cpu_record.median_record(docs, ["first.json", "second.json"])
+    with pytest.raises(MeasurementFileError, match=r"second.json: row 'matmul 8x8x8' has 1 conf"):
+        cpu_record.median_record([docs[0], _timing({"a": 1.0, "b": 2.0, "d": 3.0})],
+                                 ["first.json", "second.json"])  # fmt: skip
+    copy = _timing({"a": 1.0, "b": 2.0})  # a copy of a file: the same timing given twice
+    with pytest.raises(MeasurementFileError, match="first.json and copy.json hold the same times"):
+        cpu_record.median_record([docs[0], _timing({"a": 1.5, "b": 2.0}), copy],
+                                 ["first.json", "other.json", "copy.json"])  # fmt: skip
     other_row = _timing({"a": 1.0, "b": 2.0})
     other_row["rows"][0]["workload"] = "matmul 9x9x9"
     with pytest.raises(MeasurementFileError, match=r"third.json: no row 'matmul 8x8x8'"):
@@ -251,8 +258,10 @@ def test_each_timing_is_also_scored_apart_beside_its_hand_over(tmp_path, capsys)
     assert cpu_record.main(argv) == 0
     out = capsys.readouterr().out
     assert "t1.json" in out and "hand-over 170 ns, clock 3.50 GHz: Spearman" in out
-    odd = [1, 2.5, True, "40", float("nan"), float("inf"), 10**400, None, [3]]
-    assert cpu_record._readings(odd) == [1.0, 2.5] and cpu_record._readings("x") == []
+    odd = [1, 2.5, True, "40", float("nan"), float("inf"), 10**400, None, -5, 0, 1e299]
+    assert cpu_record._readings(odd) == [1.0, 2.5] + [None] * 9
+    assert cpu_record._readings("x") == []
+    assert cpu_record._readings_text([40.0, None], ".0f") == "40/?"
     with pytest.raises(SystemExit) as stop:  # the parser's own refusal: exit 2, one line
         cpu_record.main(["ablate", str(paths[0]), "--target", "znver4", "--base", "znver4",
                          "--each"])  # fmt: skip

@@ -554,6 +554,17 @@ def test_import_refuses_a_definition_its_key_is_not_the_hash_of(tmp_path, capsys
     assert "field workload.definition" in err and "workload_key is its hash" in err
 
 
+@pytest.mark.parametrize("target", ["../../etc/passwd", "y" * 65, "zén4", "my cpu"])
+def test_import_refuses_a_target_no_spec_could_be_named(tmp_path, capsys, target):
+    """A record of a spec not known here (a calibrated file's) keeps its target unchecked against
+    a spec, but a name no spec may have (tune refuses it) was made by hand: refused, not listed."""
+    d = json.loads(json.dumps(_record(1).as_dict()))
+    (tmp_path / "x.jsonl").write_text(json.dumps({**d, "target": target}) + "\n")
+    db = tmp_path / "t.db"
+    assert main(["db", "import", str(tmp_path / "x.jsonl"), "--db", str(db)]) == 2
+    assert "record 1: its target" in _error_line(capsys) and not db.exists()
+
+
 def test_import_of_lines_that_are_no_json_or_files_that_are_no_export(tmp_path, capsys):
     db = str(tmp_path / "t.db")
     x = tmp_path / "x.jsonl"

@@ -361,19 +361,13 @@ def _print_report(report: Any, out: Any) -> None:
 
 def named_spec_hashes(names: set[str]) -> dict[str, str | None]:
     """The hash of the spec each target name loads here today (``host``: this machine's; a
-    built-in's file), None for a name that loads nothing by itself (a spec file's own name)."""
-    from aotune.errors import HwSpecError
-    from aotune.hwspecs.spec import builtin_names, load_target
+    built-in's file), None for a name that loads nothing by itself (a spec file's own name) or
+    a host aotune cannot describe."""
+    from aotune.search.cached import specs_named_here
     from aotune.search.database import spec_hash
 
-    known = set(builtin_names()) | {"host"}
-    hashes: dict[str, str | None] = {}
-    for name in sorted(names):
-        try:
-            hashes[name] = spec_hash(load_target(name)) if name in known else None
-        except HwSpecError:  # a host this aotune cannot describe: nothing to compare with
-            hashes[name] = None
-    return hashes
+    specs = specs_named_here(sorted(names))
+    return {name: spec_hash(specs[name]) if name in specs else None for name in names}
 
 
 def _record_line(r: Any, named: dict[str, str | None] | None = None) -> dict[str, Any]:
@@ -514,6 +508,6 @@ def _not_named_spec(names: str) -> str:
     """Why a record kept under a target's name is not the spec that name loads today."""
     return (
         f"its spec is not the one --target {names} loads here today (a copy or calibration "
-        "kept under that name, or an earlier version of it): tune reuses it with the spec file "
-        "it was made with, not with the name"
+        "kept under that name, an earlier version of it, or another machine's host): tune "
+        "reuses it only with the spec it was made for"
     )

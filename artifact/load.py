@@ -489,9 +489,9 @@ class Library:
         so = self.manifest.get("shared_object")
         if not so:
             raise LibraryError(
-                f"{self.directory} has no shared object (it was built with --objects-only): "
-                "link its objects into your program, or build it again without --objects-only "
-                "to load it here"
+                f"{self.directory} has no shared object (built with --objects-only, or cross-built "
+                "without the target's C compiler): link its objects into your program, or build "
+                "it again where it can be linked to load it here"
             )
         so_path, so_bytes = _file_of(self.directory, self.manifest, so, "shared_object")
         if target["arch"] == "x86_64":  # the code itself, whatever the manifest says of it
@@ -505,16 +505,14 @@ class Library:
                     f"'{insn}'), which its manifest does not list; calling it would end the "
                     "process (SIGILL): build it again with --target host"
                 )
-        # kernels the shared object records being built (each its interface symbol) that the
-        # manifest no longer lists: entries removed with their objects' hashes
-        prefix = INTERFACE_SYMBOL.format(name="")
-        built = {n[len(prefix) :] for n in elf_symbol_names(so_bytes, prefix)}
-        dropped = sorted(built - {e["name"] for e in entries})
-        if dropped:
-            raise LibraryError(
-                f"{so_path} holds kernel {dropped[0]!r}, which the manifest does not list: the "
-                "manifest was changed after the build; restore it or rebuild the library"
-            )
+        for e in entries:
+            if elf_symbol_bytes(so_bytes, e["name"]) is None:
+                # dlsym would find a function of libc (printf, free) as well: called with the
+                # kernel's arrays, it would read or free them as what they are not
+                raise LibraryError(
+                    f"{so_path} defines no kernel {e['name']!r}, which the manifest lists: the "
+                    "manifest was changed after the build; restore it or rebuild the library"
+                )
         self._dll = _dlopen_fresh(so_path, so_bytes)
         try:
             self._dll.aotune_strerror.restype = ctypes.c_char_p
@@ -525,13 +523,6 @@ class Library:
                 f"{so_path} is not an aotune library (it has no aotune_* runtime)"
             ) from None
         for e in entries:
-            if elf_symbol_bytes(so_bytes, e["name"]) is None:
-                # dlsym would find a function of libc (printf, free) as well: called with the
-                # kernel's arrays, it would read or free them as what they are not
-                raise LibraryError(
-                    f"{so_path} defines no kernel {e['name']!r}, which the manifest lists: the "
-                    "manifest was changed after the build; restore it or rebuild the library"
-                )
             try:
                 fn = getattr(self._dll, e["name"])
             except AttributeError:
@@ -551,6 +542,16 @@ class Library:
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p] * len(e["params"])
             self.kernels[e["name"]] = LibraryKernel(self, e, fn)
+        # kernels the shared object records being built (each its interface symbol) that the
+        # manifest no longer lists: entries removed with their objects' hashes
+        prefix = INTERFACE_SYMBOL.format(name="")
+        recorded = {n[len(prefix) :] for n in elf_symbol_names(so_bytes, prefix)}
+        dropped = sorted(recorded - {e["name"] for e in entries})
+        if dropped:
+            raise LibraryError(
+                f"{so_path} holds kernel {dropped[0]!r}, which the manifest does not list: the "
+                "manifest was changed after the build; restore it or rebuild the library"
+            )
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled (to another process, by copy) as its directory: loaded again from there, with

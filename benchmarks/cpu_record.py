@@ -196,7 +196,7 @@ def median_record(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
         median = [{**s, "measured_s": float(np.median(times[s["config"]]))} for s in samples]
         rows.append({**row, "accuracy": {**row["accuracy"], "samples": median}})
     for j in range(1, len(docs)):
-        again = next((i for i in range(j) if seen[i] == seen[j]), None)
+        again = next((i for i in range(j) if seen[j] and seen[i] == seen[j]), None)
         if again is not None:  # a copy of a file: the median would count one timing twice
             raise MeasurementFileError(
                 f"bench records {names[again]} and {names[j]} hold the same times: one timing "

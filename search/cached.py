@@ -106,6 +106,19 @@ def fitting_schedules(
     return space, out
 
 
+def specs_named_here(names: Sequence[str] | None = None) -> dict[str, Any]:
+    """The specs ``host`` and the built-in names load here (only those of ``names`` if given),
+    by name; a host aotune cannot describe is left out."""
+    known = ["host", *builtin_names()]
+    specs: dict[str, Any] = {}
+    for name in known if names is None else [n for n in known if n in names]:
+        try:
+            specs[name] = load_target(name)
+        except AotuneError:
+            continue
+    return specs
+
+
 def check_importable(records: Sequence[TuneRecord], source: str) -> int:
     """Check each record's workload (one aotune makes, its labels those of its definition) and
     its configs against that workload's space on its spec, where that spec is one known here (a
@@ -114,11 +127,7 @@ def check_importable(records: Sequence[TuneRecord], source: str) -> int:
     imported. Returns how many records' configs were not checked (their spec not known here);
     ``tune`` checks those when it reads them."""
     specs: dict[str, Any] = {}
-    for name in ["host", *builtin_names()]:
-        try:
-            hw = load_target(name)
-        except AotuneError:
-            continue  # a host aotune cannot describe: its records stay unchecked
+    for hw in specs_named_here().values():  # a host aotune cannot describe: records unchecked
         specs.setdefault(spec_hash(hw), hw)
     fix = "remove that record, or tune the workload again and export it; nothing was imported"
     unchecked = 0

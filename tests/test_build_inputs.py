@@ -746,13 +746,22 @@ def test_gpu_build_writes_ptx_cubin_and_a_launch_manifest(tmp_path, capsys):
         (edited / "manifest.json").write_text(json.dumps(m))
         with pytest.raises(LibraryError, match=says):
             aotune.load(edited)
-    # the kernel's entry removed, its files still hashed: refused, not a library of nothing
-    shutil.copytree(g, tmp_path / "unlisted")
-    m = json.loads((tmp_path / "unlisted" / "manifest.json").read_text())
-    m["kernels"] = []
-    (tmp_path / "unlisted" / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(LibraryError, match="lists no kernels"):
-        aotune.load(tmp_path / "unlisted")
+    # every kernel entry removed: refused, not a library of nothing; a hashed cubin no entry
+    # names (another kernel's, its entry removed): refused by name
+    for name, change, says in [
+        ("none", lambda m: m.update(kernels=[]), "lists no kernels"),
+        (
+            "unlisted",
+            lambda m: m["files"].update({"cubin/gone.cubin": "0" * 64}),
+            "hashes 'cubin/gone.cubin', a kernel's file, and no kernel entry names it",
+        ),
+    ]:
+        shutil.copytree(g, tmp_path / name)
+        m = json.loads((tmp_path / name / "manifest.json").read_text())
+        change(m)
+        (tmp_path / name / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(LibraryError, match=says):
+            aotune.load(tmp_path / name)
 
 
 # ---- bad input a probe found: one line, exit 2, nothing written, nothing lost -------------------

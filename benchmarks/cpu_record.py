@@ -166,29 +166,23 @@ def median_record(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
             continue
         times: dict[str, list[float]] = {s["config"]: [] for s in samples}
         for j, (doc, label) in enumerate(zip(docs, names)):
-            other = next(
-                (r for r in doc["rows"] if isinstance(r, dict) and r.get("workload") == name),
-                None,
-            )
-            if other is None:
+            kept = _row_times(doc, name)
+            if kept is None:
                 raise MeasurementFileError(
                     f"bench record {label}: no row {name!r}; a median needs timings of the same "
                     "rows and samples: give records the bench wrote with the same seed"
                 )
-            kept = {s["config"]: s["measured_s"] for s in _samples(other)}
             missing = [c for c in times if c not in kept]
-            if missing:
-                raise MeasurementFileError(
-                    f"bench record {label}: row {name!r} has no time for {missing[0]} "
-                    f"({len(missing)} of {len(times)} configs missing); a median needs timings "
-                    "of the same samples: give records the bench wrote with the same seed"
-                )
             extra = [c for c in kept if c not in times]
-            if extra:
+            if missing or extra:
+                what = (
+                    f"has no time for {missing[0]} ({len(missing)} of {len(times)} configs missing)"
+                    if missing
+                    else f"has {len(extra)} config(s) {names[0]} has not ({extra[0]})"
+                )
                 raise MeasurementFileError(
-                    f"bench record {label}: row {name!r} has {len(extra)} config(s) {names[0]} "
-                    f"has not ({extra[0]}); a median needs timings of the same samples: give "
-                    "records the bench wrote with the same seed"
+                    f"bench record {label}: row {name!r} {what}; a median needs timings of the "
+                    "same samples: give records the bench wrote with the same seed"
                 )
             for config, t in times.items():
                 t.append(kept[config])
@@ -203,6 +197,17 @@ def median_record(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[
                 "given twice; give each timing once"
             )
     return {**first, "rows": rows, "timings": len(docs)}
+
+
+def _row(doc: dict[str, Any], name: Any) -> dict[str, Any] | None:
+    """``doc``'s row of workload ``name``, or None."""
+    return next((r for r in doc["rows"] if isinstance(r, dict) and r.get("workload") == name), None)
+
+
+def _row_times(doc: dict[str, Any], name: Any) -> dict[str, float] | None:
+    """Config -> kept time of ``doc``'s row of workload ``name`` (None: no such row)."""
+    row = _row(doc, name)
+    return None if row is None else {s["config"]: s["measured_s"] for s in _samples(row)}
 
 
 def scores(predicted: Sequence[float], measured: Sequence[float]) -> dict[str, float]:
@@ -304,10 +309,8 @@ def timing_scores(
     of timings mixes."""
     out = []
     for name, doc in each:
-        kept = next(
-            (r for r in doc["rows"] if isinstance(r, dict) and r.get("workload") == row.name), None
-        )
-        times = {s["config"]: s["measured_s"] for s in _samples(kept)} if kept else {}
+        kept = _row(doc, row.name)
+        times = _row_times(doc, row.name) or {}
         missing = [c for c in row.configs if c not in times]
         if missing:  # median_record has refused such timings before this is reached
             raise MeasurementFileError(

@@ -372,7 +372,7 @@ def _short(value: Any) -> str:
 
 def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get(SET_BY_AOTUNE)}
+    fields = {f.name: f for f in file_fields(cls)}
     for key in data:
         if key not in fields:
             raise HwSpecError(
@@ -425,6 +425,11 @@ def check_spec_texts(name: str, description: str, where: str) -> None:
 _SECTIONS = ("isa", "core", "caches", "memory", "overhead")  # a CPU spec's tables
 # a field's metadata key: aotune sets the field itself, a spec file may not (the loader refuses it)
 SET_BY_AOTUNE = "set_by_aotune"
+
+
+def file_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields of schema ``cls`` a spec file may set (not those aotune sets itself)."""
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get(SET_BY_AOTUNE)]
 
 
 def origin_keys(spec: HwSpec) -> set[str]:
@@ -682,8 +687,7 @@ def _sections(kind: str) -> set[str]:
     import importlib
 
     module, _, schema = SPEC_KINDS[kind]
-    fields = dataclasses.fields(getattr(importlib.import_module(module), schema))
-    return {f.name for f in fields if not f.metadata.get(SET_BY_AOTUNE)}
+    return {f.name for f in file_fields(getattr(importlib.import_module(module), schema))}
 
 
 def load_spec_file(path: str | Path, check_llvm: bool = True) -> Any:

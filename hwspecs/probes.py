@@ -1185,6 +1185,19 @@ def _size(nbytes: int) -> str:
     return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
 
+def stream_ceiling_bytes(
+    loads_per_cycle: Mapping[int, float], vector_bits: int, ports: int, port_bits: int
+) -> float:
+    """The most bytes per cycle a stream of ``vector_bits`` loads may plausibly read from L1:
+    1.25x the rate the load probe measured at that width, where it did, else 1.25x what the
+    fitted ports take. The fit can miss the widest loads (Golden Cove: three ports of 256 bits
+    for narrow loads, two 512-bit loads a cycle), and a cap from it refused a true reading."""
+    rate = loads_per_cycle.get(vector_bits)
+    if rate is None or not (rate > 0 and math.isfinite(rate)):
+        rate = ports * min(1.0, port_bits / vector_bits)
+    return 1.25 * rate * vector_bits / 8
+
+
 def probe_cache_bandwidth(s: Session) -> dict[str, Finding]:
     """Bytes per cycle one core loads from each cache level: volatile vector loads streaming a
     buffer sized for the level."""
@@ -1192,8 +1205,12 @@ def probe_cache_bandwidth(s: Session) -> dict[str, Finding]:
     s.compile([k])
     out: dict[str, Finding] = {}
     s.details["cache_bandwidth"] = {}
-    port_bytes = s.value("core.load_ports") * s.value("core.load_width_bits") / 8
-    ceiling = port_bytes * 1.25
+    ceiling = stream_ceiling_bytes(
+        s.details.get("loads", {}).get("per_cycle", {}),
+        s.vector_bits,
+        s.value("core.load_ports"),
+        s.value("core.load_width_bits"),
+    )
     for c in s.host.caches:
         readings: dict[int, float] = {}
         timings = []

@@ -432,6 +432,18 @@ def test_pipe_fit_explains_the_rates_it_was_made_from(units, width, widths, nois
         assert got_units * min(1.0, got_width / w) == pytest.approx(units * min(1.0, width / w))
 
 
+def test_the_l1_stream_cap_follows_the_load_rate_measured_at_its_width():
+    # Golden Cove (Emerald Rapids slice, 2026-12-02): 3 loads a cycle up to 256 bits, 2 at 512;
+    # the fit said 3 x 256 bits (96 B a cycle), and a 121.1 B/cycle stream was refused
+    golden_cove = {32: 3.0, 128: 3.0, 256: 3.0, 512: 1.99}
+    assert probes.fit_pipes(golden_cove)[:2] == (3, 256)
+    cap = probes.stream_ceiling_bytes(golden_cove, 512, 3, 256)
+    assert cap == pytest.approx(1.25 * 1.99 * 64) and cap > 121.1
+    # unmeasured at that width, the fitted ports give it
+    assert probes.stream_ceiling_bytes({}, 512, 2, 256) == pytest.approx(1.25 * 64)
+    assert probes.stream_ceiling_bytes({512: math.nan}, 512, 2, 512) == pytest.approx(160.0)
+
+
 def test_pipe_fit_refuses_non_rates():
     for bad in ({}, {128: 0.0}, {128: math.nan}, {128: -1.0}):
         with pytest.raises(CalibrationError):

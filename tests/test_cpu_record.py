@@ -53,6 +53,13 @@ def test_the_zen4_records_are_kept():
     } <= names
 
 
+def test_the_emerald_rapids_records_are_kept():
+    names = {p.name for p in RECORDS}
+    assert {
+        f"emeraldrapids-{rows}-2026-12-02.json.gz" for rows in ("matmul", "operators", "unseen")
+    } <= names
+
+
 @pytest.mark.parametrize("path", RECORDS, ids=lambda p: p.name)
 def test_every_kept_row_maps_to_its_workload_and_its_scores_come_back(path):
     """Each row's workload is found by its name, and the scores the bench printed are what its

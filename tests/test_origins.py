@@ -25,6 +25,13 @@ X86 = {"avx2": True, "fma": True, "avx512f": True}
     [
         ("znver4", X86, "x86_64", "znver4", "its built-in spec: LLVM names this CPU znver4"),
         ("znver5", X86, "x86_64", "znver5", "its built-in spec: LLVM names this CPU znver5"),
+        (
+            "emeraldrapids",
+            X86,
+            "x86_64",
+            "emeraldrapids",
+            "its built-in spec: LLVM names this CPU emeraldrapids",
+        ),
         ("znver6", X86, "x86_64", "skylake-avx512", "no built-in spec for znver6"),
         ("alderlake", {"avx2": True, "fma": True}, "x86_64", "haswell", "closest by vector ISA"),
         ("neoverse-v2", {"neon": True}, "aarch64", "neoverse-n1", "no built-in spec"),

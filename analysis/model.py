@@ -1107,7 +1107,10 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
       Those broadcasts refill one set, one after another; the k steps whose FMAs wait in the
       schedulers overlap theirs (Zen 4, 12 to 28 rows 4 KiB apart, 16 columns, kc = 32: 25, 47,
-      76, 115 and 161 cycles per k step measured, 22, 44, 75, 113 and 159 predicted).
+      76, 115 and 161 cycles per k step measured, 22, 44, 75, 113 and 159 predicted). The
+      refills come an L2 round trip apart where the set's pace is not measured (Zen 4), at that
+      pace where it is: Golden Cove's, at most 4 cycles, ran tall tiles at 0.37-0.45 of the
+      round trips' prediction (Emerald Rapids, kept samples of 2026-12-02; tested).
     - The two wait side by side, in their own sets: they overlap as the k step's issue and its
       misses do (``_miss_overlap_power``), not one after the other (Zen 5 slice, 1024^3, one
       thread, kc = 64, A in place: 16 x 16 to 28 x 16 tiles ran 15.1, 26.0 and 64.1 cycles a k
@@ -1123,6 +1126,8 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
     rows_in_flight = max(1.0, hw.core.reorder_window / max(mix.instructions, 1.0))
     # k steps whose FMAs the schedulers hold waiting (dispatch stops when they are full)
     held = hw.core.scheduler_entries / max(mix.fma, 1.0)
+    # how far apart one L1 set takes its refills (0: not measured)
+    refill = hw.memory.set_refill_cycles
     if b_rows_fetched_by_the_loop(s, hw):
         row_lines = -(-s.nr * isz // line)
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
@@ -1144,7 +1149,6 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         side_by_side = min(sets / row_lines, rows_in_flight)  # rows whose refetches overlap
         # each of the panel's sets takes its share of a row's lines at its own pace, whatever
         # the row's length: a floor for first touches
-        refill = hw.memory.set_refill_cycles
         # one set refills at its own pace, met once or swept; a swept panel over several sets, and
         # a row of several lines evicted by the rows ahead, refetch an L2 round trip apart
         one_line_pace = refill > 0 and row_lines == 1 and (sweeps == 1 or sets == 1)
@@ -1164,11 +1168,13 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         joins_b = a_stride % page == 0
         thrash = max(_l1_miss_fraction(a_stride, s.mr, isz, hw), shared if joins_b else 0.0)
         if thrash > 0:
-            # a k step's misses refill one set in turn; those of the k steps whose FMAs the
-            # schedulers hold (and the window reaches) overlap, bound by the lines' transfer
+            # a k step's misses refill one set in turn, at the set's measured pace (else an L2
+            # round trip each); those of the k steps whose FMAs the schedulers hold (and the
+            # window reaches) overlap, bound by the lines' transfer
             transfer = s.mr * line / l2.bandwidth_bytes_per_cycle
             steps_waiting = max(1.0, min(rows_in_flight, held))
-            a_extra = thrash * max(transfer, s.mr * l2.latency_cycles / steps_waiting)
+            pace = refill if refill > 0 else l2.latency_cycles
+            a_extra = thrash * max(transfer, s.mr * pace / steps_waiting)
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
             a_extra = s.mr * isz / line * l2.latency_cycles
     return _overlapped_terms((b_extra, a_extra), _miss_overlap_power(s, hw))

@@ -1862,6 +1862,43 @@ def test_a_rows_thrashing_one_set_refill_it_one_after_another(rows, measured_rat
     assert 0.65 * measured_ratio < seconds[0] / seconds[1] < 1.35 * measured_ratio
 
 
+_GOLDEN_COVE_A_IN_ONE_SET = [  # Emerald Rapids slice, kept bench samples of 2026-12-02
+    (
+        (2048, 2048, 2048),
+        "mr=24,kc=32,mc=24,nc=1440,order=mkn,pack_b=1,unroll=8,par=n,threads=1",
+        288.6e-3,
+    ),
+    (
+        (384, 1024, 1024),
+        "mr=30,kc=32,mc=30,nc=64,order=mkn,pack_b=0,unroll=2,par=m,threads=2",
+        6.63e-3,
+    ),
+    (
+        (384, 1024, 1024),
+        "mr=27,kc=48,mc=27,nc=16,order=nkm,pack_b=1,unroll=2,par=n,threads=1",
+        11.94e-3,
+    ),
+]
+
+
+@pytest.mark.parametrize(("shape", "config", "measured"), _GOLDEN_COVE_A_IN_ONE_SET)
+def test_a_rows_thrashing_one_set_refill_it_at_the_sets_measured_pace(shape, config, measured):
+    """Golden Cove takes one set's refills far closer together than an L2 round trip (Zen 4's
+    pace, where the probe is not measured): tall tiles reading A in place, rows 4 KiB apart, ran
+    at 0.37-0.45 of what round trips one after another predict (Sapphire Rapids, stop 57: flat
+    from 16 rows on). At the set's measured pace (hw calibrate: at most 3.8-4.1 cycles a row),
+    bound by the lines' transfer from L2, they are within 20%."""
+    hw = load_target("emeraldrapids")
+    assert 0 < hw.memory.set_refill_cycles < hw.cache(2).latency_cycles
+    space = build_cpu_space(matmul(*shape), hw)
+    s = schedule_from_config(space, space.parse_config(f"{config},nr=16,pack_a=0"))
+    paced = AnalyticalCpuModel(hw).estimate_batch([s])[0].seconds
+    unmeasured = with_value(hw, "memory.set_refill_cycles", 0.0)
+    round_trips = AnalyticalCpuModel(unmeasured).estimate_batch([s])[0].seconds
+    assert 0.75 < measured / paced < 1.25
+    assert measured / round_trips < 0.6
+
+
 def test_a_partial_last_k_block_brings_only_what_is_left_of_k():
     """K = 9 in blocks of kc = 8 is a block of 8 and one of 1: A and B come into L1 once each (the
     model had charged two full blocks, 16 of K's 9, and over-predicted the NCHW depthwise kernels

@@ -1110,7 +1110,10 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       76, 115 and 161 cycles per k step measured, 22, 44, 75, 113 and 159 predicted). The
       refills come an L2 round trip apart where the set's pace is not measured (Zen 4), at that
       pace where it is: Golden Cove's, at most 4 cycles, ran tall tiles at 0.37-0.45 of the
-      round trips' prediction (Emerald Rapids, kept samples of 2026-12-02; tested).
+      round trips' prediction (Emerald Rapids, kept samples of 2026-12-02; tested). Zen 5's
+      (7.7 against a round trip of 14) predicts the Zen 5 tiles below at 15.1, 25.0 and 46.6
+      cycles a k step with B in place (round trips: 19.5, 38.3, 77.6), 11.6-46.9 with B packed
+      (16.6-79.2): 0-27% under where the round trips were 6-47% over.
     - The two wait side by side, in their own sets: they overlap as the k step's issue and its
       misses do (``_miss_overlap_power``), not one after the other (Zen 5 slice, 1024^3, one
       thread, kc = 64, A in place: 16 x 16 to 28 x 16 tiles ran 15.1, 26.0 and 64.1 cycles a k
@@ -1147,8 +1150,6 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         # sets do so side by side, so a k step waits for its row's lines over those sets
         sets = _panel_sets(b_stride, s.kc, s.nr * isz, line, _sets(hw.cache(1)))
         side_by_side = min(sets / row_lines, rows_in_flight)  # rows whose refetches overlap
-        # each of the panel's sets takes its share of a row's lines at its own pace, whatever
-        # the row's length: a floor for first touches
         # one set refills at its own pace, met once or swept; a swept panel over several sets, and
         # a row of several lines evicted by the rows ahead, refetch an L2 round trip apart
         one_line_pace = refill > 0 and row_lines == 1 and (sweeps == 1 or sets == 1)
@@ -1159,6 +1160,8 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             wait = 0.0 if s.b_prefetch_level == 1 else l2.latency_cycles / rows_in_flight
         else:
             wait = (l2.latency_cycles + tlb) / rows_in_flight
+        # each of the panel's sets takes its share of a row's lines at its own pace, whatever
+        # the row's length: a floor for first touches
         b_extra += first_touch * max(wait, refill / side_by_side, transfer)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;

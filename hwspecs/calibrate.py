@@ -31,6 +31,7 @@ from aotune.files import (
 )
 from aotune.hwspecs.probes import (
     CLOCK_CHAIN,
+    LOAD_PROBE,
     Effort,
     Finding,
     Session,
@@ -131,7 +132,7 @@ PROBES: tuple[Probe, ...] = (
         "rows of full FMAs plus a narrower tail FMA",
     ),
     Probe(
-        "load ports",
+        LOAD_PROBE,
         ("core.load_ports", "core.load_width_bits", "core.prefetches_per_cycle"),
         probe_loads,
         "independent loads per width, and prefetches",

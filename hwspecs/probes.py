@@ -1185,16 +1185,28 @@ def _size(nbytes: int) -> str:
     return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
 
+LOAD_PROBE = "load ports"  # the name calibrate files the load probe's readings under
+
+
+def measured_load_rates(details: Mapping[str, Any]) -> Mapping[int, float]:
+    """The load probe's rates per width in a session's ``details``: under its own key while it
+    runs, under its probe's name once calibrate has kept its settled attempt ({} if it has not
+    run)."""
+    loads = details.get("loads") or details.get(LOAD_PROBE, {}).get("loads") or {}
+    return loads.get("per_cycle", {})
+
+
 def stream_ceiling_bytes(
     loads_per_cycle: Mapping[int, float], vector_bits: int, ports: int, port_bits: int
 ) -> float:
     """The most bytes per cycle a stream of ``vector_bits`` loads may plausibly read from L1:
-    1.25x the rate the load probe measured at that width, where it did, else 1.25x what the
-    fitted ports take. The fit can miss the widest loads (Golden Cove: three ports of 256 bits
-    for narrow loads, two 512-bit loads a cycle), and a cap from it refused a true reading."""
-    rate = loads_per_cycle.get(vector_bits)
-    if rate is None or not (rate > 0 and math.isfinite(rate)):
-        rate = ports * min(1.0, port_bits / vector_bits)
+    1.25x the faster of the load rate measured at that width and what the fitted ports take.
+    The fit can miss the widest loads (Golden Cove: three ports of 256 bits for narrow loads,
+    two 512-bit loads a cycle), and a cap from it alone refused a true reading."""
+    rate = ports * min(1.0, port_bits / vector_bits)
+    measured = loads_per_cycle.get(vector_bits)
+    if measured is not None and measured > 0 and math.isfinite(measured):
+        rate = max(rate, measured)
     return 1.25 * rate * vector_bits / 8
 
 
@@ -1206,7 +1218,7 @@ def probe_cache_bandwidth(s: Session) -> dict[str, Finding]:
     out: dict[str, Finding] = {}
     s.details["cache_bandwidth"] = {}
     ceiling = stream_ceiling_bytes(
-        s.details.get("loads", {}).get("per_cycle", {}),
+        measured_load_rates(s.details),
         s.vector_bits,
         s.value("core.load_ports"),
         s.value("core.load_width_bits"),

@@ -439,9 +439,23 @@ def test_the_l1_stream_cap_follows_the_load_rate_measured_at_its_width():
     assert probes.fit_pipes(golden_cove)[:2] == (3, 256)
     cap = probes.stream_ceiling_bytes(golden_cove, 512, 3, 256)
     assert cap == pytest.approx(1.25 * 1.99 * 64) and cap > 121.1
-    # unmeasured at that width, the fitted ports give it
+    # unmeasured at that width, or read lower than the fitted ports take, the ports give it
     assert probes.stream_ceiling_bytes({}, 512, 2, 256) == pytest.approx(1.25 * 64)
     assert probes.stream_ceiling_bytes({512: math.nan}, 512, 2, 512) == pytest.approx(160.0)
+    assert probes.stream_ceiling_bytes({512: 1.6}, 512, 2, 512) == pytest.approx(160.0)
+
+
+def test_the_stream_cap_finds_the_load_rates_where_calibrate_files_them():
+    """calibrate keeps a probe's readings under the probe's name once it settles (the rates
+    were looked for under their own key, which by then is gone, and the cap fell back to the
+    fitted ports)."""
+    (load_probe,) = [p for p in cal.PROBES if p.run is probes.probe_loads]
+    rates = {32: 3.0, 512: 1.99}
+    while_running = {"loads": {"per_cycle": rates, "fit_error": 0.25}}
+    filed = {load_probe.name: {"sets": [], "how": load_probe.how, **while_running}}
+    assert probes.measured_load_rates(while_running) == rates
+    assert probes.measured_load_rates(filed) == rates
+    assert probes.measured_load_rates({}) == {}
 
 
 def test_pipe_fit_refuses_non_rates():

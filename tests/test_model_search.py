@@ -1827,7 +1827,8 @@ def test_a_rows_thrashing_one_set_miss_side_by_side():
     rows' current lines all in one 8-way L1 set) ran on the Zen 3 slice in 11.6, 9.5 and 8.7 ms
     (bench samples, 2026-11-27). Charging each broadcast's miss an L2 round trip two at a time
     (one per load port) predicted 35.2, 28.1 and 22.1 ms; the k steps whose FMAs the schedulers
-    hold overlap their misses, bound by the transfer of the rows' lines: 18.7, 18.3 and 10.2 ms."""
+    hold overlap their misses, bound by the transfer of the rows' lines: 18.7, 18.3 and 10.2 ms
+    (stop 64's model; 11.7, 12.1 and 11.9 with stop 88's, the set's measured pace for A)."""
     hw = load_target("znver3")
     model = AnalyticalCpuModel(hw)
     space = build_cpu_space(matmul(384, 1024, 1024), hw)

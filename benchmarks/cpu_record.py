@@ -304,9 +304,10 @@ def timing_scores(
     row: _CompiledRow, predicted: Sequence[float], each: Sequence[tuple[str, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
     """``predicted`` scored against each timing of ``row``'s samples apart, with the core-to-core
-    hand-over and the clock the bench read beside it: what two threads pay for the lines they
-    share follows where the VM placed its vCPUs at that moment (README, stop 87), which a median
-    of timings mixes."""
+    hand-over, the clock and the FMAs a cycle the bench read beside it: what two threads pay for
+    the lines they share follows where the VM placed its vCPUs at that moment (README, stop 87),
+    and a core another guest shares issues fewer FMAs (stop 89), which a median of timings
+    mixes."""
     out = []
     for name, doc in each:
         kept = _row(doc, row.name)
@@ -322,6 +323,7 @@ def timing_scores(
                 "file": name,
                 "core_to_core_ns": _readings(acc.get("core_to_core_ns")),
                 "clock_ghz": _readings(acc.get("clock_ghz")),
+                "fma_per_cycle": _readings(acc.get("fma_per_cycle")),
                 **scores(predicted, [float(times[c]) for c in row.configs]),
             }
         )
@@ -329,8 +331,8 @@ def timing_scores(
 
 
 def _readings(values: Any) -> list[float | None]:
-    """A kept list of readings (hand-over ns, clock GHz) in their places, None for one that is no
-    reading (not a number above 0 and below 1e6); older records have none."""
+    """A kept list of readings (hand-over ns, clock GHz, FMAs a cycle) in their places, None for
+    one that is no reading (not a number above 0 and below 1e6); older records have none."""
     if not isinstance(values, list):
         return []
     return [
@@ -507,7 +509,8 @@ def _run(args: argparse.Namespace) -> int:
             print(
                 f"      {Path(t['file']).name:<38} hand-over "
                 f"{_readings_text(t['core_to_core_ns'], '.0f')} ns, clock "
-                f"{_readings_text(t['clock_ghz'], '.2f')} GHz: Spearman {t['spearman']:.3f}  "
+                f"{_readings_text(t['clock_ghz'], '.2f')} GHz, FMAs a cycle "
+                f"{_readings_text(t['fma_per_cycle'], '.2f')}: Spearman {t['spearman']:.3f}  "
                 f"top-1 {t['top1']:.3f}  median err {t['median_abs_error']:.3f}"
             )
     return 0

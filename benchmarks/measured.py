@@ -689,6 +689,8 @@ def host_configs(
         "configs": acc["configs"],
         "clock_ghz": [round(g, 3) for g in acc["clock_ghz"]],
         "spec_clock_ghz": hw.core.frequency_ghz,
+        "fma_per_cycle": [round(r, 2) for r in acc["fma_per_cycle"]],
+        "spec_fma_per_cycle": hw.vector_fmas_per_cycle,
         "rounds": acc["rounds"],
         "seconds": round(time.perf_counter() - start, 1),
     }
@@ -697,9 +699,11 @@ def host_configs(
 def config_lines(result: Mapping[str, Any]) -> list[str]:
     """``host_configs``' result as text: one line per config, its largest terms under it."""
     clocks = ", ".join(f"{g:.2f}" for g in result["clock_ghz"])
+    fmas = ", ".join(f"{r:.2f}" for r in result["fma_per_cycle"])
     lines = [
         f"{result['kernel']} on {result['target']}: the clock read {clocks} GHz (the spec says "
-        f"{result['spec_clock_ghz']:g}); {result['rounds']} rounds, {result['seconds']} s"
+        f"{result['spec_clock_ghz']:g}), the core issued {fmas} FMAs a cycle (the spec's pipes "
+        f"{result['spec_fma_per_cycle']:g}); {result['rounds']} rounds, {result['seconds']} s"
     ]
     for c in result["configs"]:
         flag = "" if c["correct"] else "  WRONG RESULT against numpy"

@@ -42,7 +42,7 @@ from aotune.constraints.cpu import build_cpu_space
 from aotune.constraints.space import Space
 from aotune.errors import ConfigError, FinalCheckError
 from aotune.hwspecs.host import host_can_run, other_core_warning
-from aotune.hwspecs.probes import clock_now_ghz
+from aotune.hwspecs.probes import clock_now_ghz, fma_rate_now
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.search import driver
 from aotune.search.driver import Verified
@@ -222,20 +222,21 @@ def model_accuracy(
     predictions, correct, runs = _checked_runs(space, hw, configs, seed, log)
     predicted = [pred.seconds for pred in predictions]
     incorrect = correct.count(False)
-    handoff, clocks = [_handoff_ns(hw)], [clock_now_ghz(hw)]
+    handoff, clocks, fmas = [_handoff_ns(hw)], [], []
+    _read_core(hw, clocks, fmas)
     use_before = machine_load.cpu_use()
     if log:
         log(f"accuracy: timing them in interleaved rounds (up to {sweep_seconds:.0f} s)")
     swept, sweep_rounds = _timed(runs, ACCURACY_ROUNDS, sweep_seconds)
     t = np.array(swept)
     handoff.append(_handoff_ns(hw))
-    clocks.append(clock_now_ghz(hw))
+    _read_core(hw, clocks, fmas)
     p = np.array(predicted)
     finalists = sorted(set(np.argsort(p)[:5]) | set(np.argsort(t)[:8]))
     final, finalist_rounds = _timed([runs[i] for i in finalists], FINALIST_ROUNDS, finalist_seconds)
     t[finalists] = np.minimum(t[finalists], final)
     handoff.append(_handoff_ns(hw))
-    clocks.append(clock_now_ghz(hw))
+    _read_core(hw, clocks, fmas)
     shared = machine_load.sharing(use_before, machine_load.cpu_use())
     return {
         "n": len(p),
@@ -245,6 +246,9 @@ def model_accuracy(
         "core_to_core_ns": [h for h in handoff if h is not None],
         # the core's clock at the same moments: predictions are cycles at the spec's clock
         "clock_ghz": clocks,
+        # the FMAs a cycle the core issued at those moments: fewer than its pipes take while
+        # another guest shares the core, which the clock does not show
+        "fma_per_cycle": fmas,
         # the median error with the predicted cycles at the clock read beside the timings (a
         # cloud slice's clock moves by several percent from one hour to the next)
         "median_abs_error_at_read_clock": median_abs_error(
@@ -277,12 +281,14 @@ def configs_side_by_side(
     if log:
         log(f"accuracy: {w.describe()}: {len(configs)} given kernels to compile, check and time")
     predictions, correct, runs = _checked_runs(space, hw, configs, seed, log)
-    clocks = [clock_now_ghz(hw)]
+    clocks: list[float] = []
+    fmas: list[float] = []
+    _read_core(hw, clocks, fmas)
     use_before = machine_load.cpu_use()
     if log:
         log(f"accuracy: timing them in interleaved rounds (up to {seconds:.0f} s)")
     times, rounds = _timed(runs, ACCURACY_ROUNDS, seconds)
-    clocks.append(clock_now_ghz(hw))
+    _read_core(hw, clocks, fmas)
     shared = machine_load.sharing(use_before, machine_load.cpu_use())
     return {
         "configs": [
@@ -299,9 +305,16 @@ def configs_side_by_side(
             for cfg, pred, t, ok in zip(configs, predictions, times, correct)
         ],
         "clock_ghz": clocks,
+        "fma_per_cycle": fmas,
         "sharing": shared.as_dict() if shared else None,
         "rounds": rounds,
     }
+
+
+def _read_core(hw: HwSpec, clocks: list[float], fmas: list[float]) -> None:
+    """Append the core's clock now and the FMAs a cycle it issues now at that clock."""
+    clocks.append(clock_now_ghz(hw))
+    fmas.append(fma_rate_now(hw, clocks[-1]))
 
 
 def _handoff_ns(hw: HwSpec) -> float | None:
@@ -560,6 +573,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
         "|pred/meas-1|",
         "core-to-core ns",
         "clock GHz",
+        "FMA/cycle",
     ):
         table.add_column(col)
     for r in result["rows"]:
@@ -581,6 +595,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
             f"{a['median_abs_error']:.2f}" if "median_abs_error" in a else "-",
             " ".join(f"{ns:.0f}" for ns in a.get("core_to_core_ns", [])) or "-",
             " ".join(f"{g:.2f}" for g in a.get("clock_ghz", [])) or "-",
+            " ".join(f"{r:.2f}" for r in a.get("fma_per_cycle", [])) or "-",
         )
     console.print(table)
     if result.get("gpu_measured"):

@@ -541,6 +541,40 @@ def clock_now_ghz(hw: HwSpec, runs: int = 7, adds: int = 1 << 20) -> float:
     return iters * CLOCK_CHAIN.unroll / best / 1e9
 
 
+def fma_chains(hw: HwSpec) -> int:
+    """Independent FMA chains that keep every FMA pipe busy, leaving registers for the rest."""
+    return max(8, min(24, hw.isa.vector_registers - 4))
+
+
+_fma_benches: dict[HwSpec, tuple[MicroBench, Mix]] = {}
+
+
+def fma_rate_now(hw: HwSpec, ghz: float, runs: int = 5, steps: int = 1 << 17) -> float:
+    """Vector FMAs a cycle the core issues right now at its widest width, read as ``probe_fma``
+    reads the throughput (independent chains), the fastest of ``runs`` runs of ``steps`` steps,
+    at the clock ``ghz`` read beside it (about 5 ms in all; shorter runs read low: the call and
+    the wide pipes' warm-up, 1.1 at 2^12 steps against 1.87 at 2^17 on an idle core).
+
+    The bench reads it beside its timings: a cloud core another guest shares (its other
+    hyperthread, most likely) issues fewer FMAs than the pipes allow, while the clock chain, one
+    add a cycle, reads as before (Emerald Rapids slice, README stop 89: 1.3-1.9 minute to
+    minute, a packed kernel's time following it)."""
+    if hw not in _fma_benches:
+        kernel = Mix(fmas=(hw.isa.vector_bits,) * fma_chains(hw), unroll=2)
+        _fma_benches[hw] = (MicroBench([kernel], hw), kernel)
+    bench, kernel = _fma_benches[hw]
+    params = np.zeros(4, np.float32)
+    out = np.zeros(OUT_BYTES * len(kernel.fmas) // 8, np.int64)
+    iters = max(1, steps // kernel.unroll)
+
+    def run(n: int) -> None:
+        bench.call(kernel, n, params.ctypes.data, 0, out.ctypes.data)
+
+    run(iters)  # warm-up
+    best = min(_timed(run, iters) for _ in range(max(1, runs)))
+    return iters * kernel.unroll * len(kernel.fmas) / best / (ghz * 1e9)
+
+
 # ---- the probes --------------------------------------------------------------------------------
 
 
@@ -571,7 +605,7 @@ def probe_clock(s: Session) -> dict[str, Finding]:
 def probe_fma(s: Session) -> dict[str, Finding]:
     """FMA latency (one dependent chain) and throughput (many chains) per vector width; the pipes
     that explain the throughputs."""
-    chains = max(8, min(24, s.host.isa.vector_registers - 4))
+    chains = fma_chains(s.host)
     lat_k = {w: Mix(fmas=(w,), unroll=32) for w in s.vector_widths}
     thr_k = {w: Mix(fmas=(w,) * chains, unroll=2) for w in s.vector_widths}
     s.compile([*lat_k.values(), *thr_k.values()])

@@ -226,6 +226,12 @@ class HwSpec:
         lanes = self.core.fma_units * self.core.fma_width_bits // 32
         return 2.0 * lanes * self.core.frequency_ghz * 1e9
 
+    @property
+    def vector_fmas_per_cycle(self) -> float:
+        """FMAs of the widest vector the pipes issue a cycle (a wider vector takes several)."""
+        c = self.core
+        return c.fma_units * min(1.0, c.fma_width_bits / self.isa.vector_bits)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (for JSON and ``aotune hw show``)."""
         data = dataclasses.asdict(self)

@@ -104,6 +104,9 @@ def test_model_accuracy_measures_every_sampled_config_and_records_the_core_hando
     assert acc["core_to_core_ns"] == [40.0, 170.0] and next(readings, "done") == "done"
     # the clock read at the same three moments, each a clock some CPU runs at
     assert len(acc["clock_ghz"]) == 3 and all(0.2 < g < 7.0 for g in acc["clock_ghz"])
+    # and the FMAs a cycle the core issued then: fewer than its pipes take where another guest
+    # shares the core; never more than any core's pipes
+    assert len(acc["fma_per_cycle"]) == 3 and all(0 < r < 16 for r in acc["fma_per_cycle"])
     # and the median error again with the predicted cycles at the clock it read
     at_clock = p * HOST.core.frequency_ghz / np.mean(acc["clock_ghz"])
     assert acc["median_abs_error_at_read_clock"] == pytest.approx(median_abs_error(at_clock, t))

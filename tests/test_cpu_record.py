@@ -269,7 +269,8 @@ def test_each_timing_is_also_scored_apart_beside_its_hand_over(tmp_path, capsys)
     paths, timings = [], ([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0])
     for i, (times, ns) in enumerate(zip(timings, (40.0, 170.0))):
         samples = [{**s, "measured_s": t * 1e-3} for s, t in zip(kept, times)]
-        acc = {**row["accuracy"], "samples": samples, "core_to_core_ns": [ns], "clock_ghz": [3.5]}
+        acc = {**row["accuracy"], "samples": samples, "core_to_core_ns": [ns]}
+        acc |= {"clock_ghz": [3.5], "fma_per_cycle": [1.9 - i]}
         paths.append(tmp_path / f"t{i}.json")
         paths[-1].write_text(json.dumps({**doc, "rows": [{**row, "accuracy": acc}]}))
     argv = ["rescore", *map(str, paths), "--target", "znver4", "--each"]
@@ -278,13 +279,14 @@ def test_each_timing_is_also_scored_apart_beside_its_hand_over(tmp_path, capsys)
     first, second = scored["each"]
     assert (first["file"], second["file"]) == (str(paths[0]), str(paths[1]))
     assert first["core_to_core_ns"] == [40.0] and second["core_to_core_ns"] == [170.0]
+    assert first["fma_per_cycle"] == [1.9] and second["fma_per_cycle"] == [pytest.approx(0.9)]
     for t, times in zip((first, second), timings):
         want = cpu_record.scores(scored["predicted_s"], [x * 1e-3 for x in times])
         assert t["spearman"] == pytest.approx(want["spearman"])
     assert first["spearman"] == pytest.approx(-second["spearman"])  # the times reversed
     assert cpu_record.main(argv) == 0
     out = capsys.readouterr().out
-    assert "t1.json" in out and "hand-over 170 ns, clock 3.50 GHz: Spearman" in out
+    assert "t1.json" in out and "hand-over 170 ns, clock 3.50 GHz, FMAs a cycle 0.90: " in out
     odd = [1, 2.5, True, "40", float("nan"), float("inf"), 10**400, None, -5, 0, 1e299]
     assert cpu_record._readings(odd) == [1.0, 2.5] + [None] * 9
     assert cpu_record._readings("x") == []

@@ -573,7 +573,11 @@ def test_given_configs_are_timed_side_by_side_with_their_predictions(host):
         assert c["measured_over_predicted"] == pytest.approx(c["measured_s"] / c["predicted_s"])
         assert c["bottleneck"] in c["breakdown_s"]
     assert len(doc["clock_ghz"]) == 2 and doc["spec_clock_ghz"] == host.core.frequency_ghz
+    # the FMAs a cycle the core issued beside them: some, and no more than any core's pipes
+    assert len(doc["fma_per_cycle"]) == 2 and all(0 < r < 16 for r in doc["fma_per_cycle"])
+    assert doc["spec_fma_per_cycle"] == host.vector_fmas_per_cycle
     lines = config_lines(doc)
+    assert "FMAs a cycle (the spec's pipes" in lines[0]
     assert len(lines) == 1 + 2 * len(texts) and texts[0] in lines[1]
 
 

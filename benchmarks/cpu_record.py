@@ -15,9 +15,9 @@ the predictions against the kept times, beside the scores the record was made wi
 timed. Given several timings of the same samples (a day's ``-b``, ``-c`` ...), it scores against
 each config's median time (``median_record``): one timing's placement of the vCPUs, or a
 neighbour's burst, then moves a score less; ``--each`` also scores each timing apart, beside the
-core-to-core hand-over and clock read while it ran. ``ablate`` answers which of the values in
-which two specs of one CPU differ (a calibration against the built-in spec) moves which row's
-scores: it predicts the samples with each such field set back alone.
+core-to-core hand-over, clock and FMAs a cycle read while it ran. ``ablate`` answers which of the
+values in which two specs of one CPU differ (a calibration against the built-in spec) moves which
+row's scores: it predicts the samples with each such field set back alone.
 """
 
 from __future__ import annotations
@@ -458,8 +458,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--each",
         action="store_true",
-        help="rescore: also score each timing apart, beside the core-to-core hand-over and clock "
-        "read while it ran",
+        help="rescore: also score each timing apart, beside the core-to-core hand-over, clock and "
+        "FMAs a cycle read while it ran",
     )
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     args = ap.parse_args(argv)

@@ -557,8 +557,10 @@ def fma_rate_now(hw: HwSpec, ghz: float, runs: int = 5, steps: int = 1 << 17) ->
 
     The bench reads it beside its timings: a cloud core another guest shares (its other
     hyperthread, most likely) issues fewer FMAs than the pipes allow, while the clock chain, one
-    add a cycle, reads as before (Emerald Rapids slice, README stop 89: 1.3-1.9 minute to
-    minute, a packed kernel's time following it)."""
+    add a cycle, reads as before (Emerald Rapids slice, README stop 89: 1.19-1.96 a second
+    apart, a packed kernel's time partly following it). On cores whose clock drops under wide
+    FMAs (Skylake-SP's AVX-512 licences) a low reading may be that drop instead: ``ghz`` is
+    read on integer adds."""
     if hw not in _fma_benches:
         kernel = Mix(fmas=(hw.isa.vector_bits,) * fma_chains(hw), unroll=2)
         _fma_benches[hw] = (MicroBench([kernel], hw), kernel)

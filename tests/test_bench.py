@@ -77,6 +77,22 @@ def test_topk_score_is_the_best_time_over_the_best_of_the_models_k_picks() -> No
 
 
 @pytest.mark.skipif(not host_can_run(HOST)[0], reason="the host spec cannot run here")
+def test_the_fma_reading_counts_every_fma_of_a_run_at_the_clock_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run of ``steps`` steps issues one FMA per chain a step: at a fixed run time the reading
+    is those FMAs over the cycles of that time at the clock given (halved at twice the clock)."""
+    from aotune.hwspecs import probes
+
+    monkeypatch.setattr(probes, "_timed", lambda run, n: 1e-3)
+    steps = 1 << 12
+    got = probes.fma_rate_now(HOST, 2.0, runs=2, steps=steps)
+    assert got == pytest.approx(steps * probes.fma_chains(HOST) / (1e-3 * 2.0e9))
+    assert probes.fma_rate_now(HOST, 4.0, runs=2, steps=steps) == pytest.approx(got / 2)
+    assert 8 <= probes.fma_chains(HOST) <= HOST.isa.vector_registers - 4
+
+
+@pytest.mark.skipif(not host_can_run(HOST)[0], reason="the host spec cannot run here")
 def test_model_accuracy_measures_every_sampled_config_and_records_the_core_handoff(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

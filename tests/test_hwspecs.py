@@ -237,3 +237,13 @@ def test_a_cpu_name_that_does_not_give_the_vector_width_is_refused(tmp_path: Pat
     path.write_text(plain.replace('llvm_cpu = "haswell"', 'llvm_cpu = "x86-64"'))
     with pytest.raises(HwSpecError, match="uses 128-bit vectors; set vector_bits = 128"):
         load_spec_file(path)
+
+
+@pytest.mark.parametrize(
+    "name, fmas",
+    [("emeraldrapids", 2.0), ("znver5", 2.0), ("znver4", 1.0), ("haswell", 2.0)],
+)
+def test_vector_fmas_per_cycle_is_the_pipes_at_the_widest_vector(name: str, fmas: float):
+    """Zen 4's two 256-bit pipes take one 512-bit FMA a cycle between them; the others' pipes
+    are as wide as their vectors."""
+    assert load_target(name).vector_fmas_per_cycle == fmas

@@ -174,9 +174,8 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
     the throughput and the chains' own latency.
     """
     c = hw.core
-    vec_bits = hw.isa.vector_bits
     fma_rate = hw.vector_fmas_per_cycle
-    vload_rate = c.load_ports * min(1.0, c.load_width_bits / vec_bits)
+    vload_rate = _vector_load_rate(hw)
     # a prefetch returns no data: it takes an address slot, which cores with more address pipes
     # than load data paths issue faster than loads, and beside them the two add (Zen 5)
     load_cycles = (

@@ -222,21 +222,21 @@ def model_accuracy(
     predictions, correct, runs = _checked_runs(space, hw, configs, seed, log)
     predicted = [pred.seconds for pred in predictions]
     incorrect = correct.count(False)
-    handoff, clocks, fmas = [_handoff_ns(hw)], [], []
-    _read_core(hw, clocks, fmas)
+    handoff, core = [_handoff_ns(hw)], [_core_now(hw)]
     use_before = machine_load.cpu_use()
     if log:
         log(f"accuracy: timing them in interleaved rounds (up to {sweep_seconds:.0f} s)")
     swept, sweep_rounds = _timed(runs, ACCURACY_ROUNDS, sweep_seconds)
     t = np.array(swept)
     handoff.append(_handoff_ns(hw))
-    _read_core(hw, clocks, fmas)
+    core.append(_core_now(hw))
     p = np.array(predicted)
     finalists = sorted(set(np.argsort(p)[:5]) | set(np.argsort(t)[:8]))
     final, finalist_rounds = _timed([runs[i] for i in finalists], FINALIST_ROUNDS, finalist_seconds)
     t[finalists] = np.minimum(t[finalists], final)
     handoff.append(_handoff_ns(hw))
-    _read_core(hw, clocks, fmas)
+    core.append(_core_now(hw))
+    clocks, fmas = [g for g, _ in core], [r for _, r in core]
     shared = machine_load.sharing(use_before, machine_load.cpu_use())
     return {
         "n": len(p),
@@ -281,14 +281,12 @@ def configs_side_by_side(
     if log:
         log(f"accuracy: {w.describe()}: {len(configs)} given kernels to compile, check and time")
     predictions, correct, runs = _checked_runs(space, hw, configs, seed, log)
-    clocks: list[float] = []
-    fmas: list[float] = []
-    _read_core(hw, clocks, fmas)
+    core = [_core_now(hw)]
     use_before = machine_load.cpu_use()
     if log:
         log(f"accuracy: timing them in interleaved rounds (up to {seconds:.0f} s)")
     times, rounds = _timed(runs, ACCURACY_ROUNDS, seconds)
-    _read_core(hw, clocks, fmas)
+    core.append(_core_now(hw))
     shared = machine_load.sharing(use_before, machine_load.cpu_use())
     return {
         "configs": [
@@ -304,17 +302,17 @@ def configs_side_by_side(
             }
             for cfg, pred, t, ok in zip(configs, predictions, times, correct)
         ],
-        "clock_ghz": clocks,
-        "fma_per_cycle": fmas,
+        "clock_ghz": [g for g, _ in core],
+        "fma_per_cycle": [r for _, r in core],
         "sharing": shared.as_dict() if shared else None,
         "rounds": rounds,
     }
 
 
-def _read_core(hw: HwSpec, clocks: list[float], fmas: list[float]) -> None:
-    """Append the core's clock now and the FMAs a cycle it issues now at that clock."""
-    clocks.append(clock_now_ghz(hw))
-    fmas.append(fma_rate_now(hw, clocks[-1]))
+def _core_now(hw: HwSpec) -> tuple[float, float]:
+    """(the core's clock now, the FMAs a cycle it issues now at that clock)."""
+    ghz = clock_now_ghz(hw)
+    return ghz, fma_rate_now(hw, ghz)
 
 
 def _handoff_ns(hw: HwSpec) -> float | None:

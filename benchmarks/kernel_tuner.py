@@ -202,6 +202,14 @@ def read_cache(path: str | Path) -> KernelTunerCache:
     path = Path(path)
     doc, truncated = _parse(_text(path), path)
     missing = [k for k in REQUIRED if k not in doc]
+    if missing and "results" in doc and "schema_version" in doc:
+        # Kernel Tuner's T4 output (store_output_file), as the auto-tuning benchmark hub
+        # publishes beside its caches: it names no kernel, device or problem size
+        raise MeasurementFileError(
+            f"{path} is a T4 results file (schema {_json_text(doc['schema_version'])}), which "
+            "names no kernel, device or problem size; pass the Kernel Tuner cache file of the "
+            "same run (tune_kernel's cache=...) instead"
+        )
     if missing:
         raise MeasurementFileError(
             f"{path} lacks {', '.join(missing)}: not a Kernel Tuner cache file"

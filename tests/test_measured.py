@@ -137,6 +137,11 @@ def test_failed_configs_are_counted_not_scored(tmp_path: Path):
         (b"not json at all", "not a Kernel Tuner cache file"),
         (b"[1, 2, 3]", "JSON list"),
         (b'{"kernel_name": "Xgemm"}', "lacks tune_params_keys, cache"),
+        (
+            b'{"metadata": {"timeunit": "milliseconds"}, "schema_version": "1.0.0", '
+            b'"results": [{"configuration": {"MWG": 64}, "measurements": []}]}',
+            r"is a T4 results file \(schema \"1.0.0\"\).*pass the Kernel Tuner cache file",
+        ),
         (b"\x1f\x8b\x08\x00garbage", "gzip stream is damaged"),
         # a stored block whose length and its complement disagree: zlib's own error
         (

@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--measured",
         metavar="FILE",
         help="a Kernel Tuner cache file (plain or gzipped) of CLBlast's Xgemm timed on a GPU; "
-        "give the --target of that GPU",
+        "without --target, the built-in spec of the GPU the file names",
     )
     acc.add_argument(
         "--sample",

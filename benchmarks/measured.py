@@ -37,7 +37,7 @@ from aotune.constraints.space import Config, Space
 from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
 from aotune.errors import CodegenError, ConfigError, MeasurementFileError, WorkloadError
 from aotune.files import write_new_file
-from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec import builtin_names, load_target
 from aotune.targets import target_for
 
 # Kernels predicted by tier 2 for the correlations: with 1,000, ten seeds moved Spearman by at
@@ -238,6 +238,30 @@ def device_looks_like(device_name: str, hw: Any) -> bool:
     return bool(models & spec_words) and words & _VARIANT_WORDS == spec_words & _VARIANT_WORDS
 
 
+def target_for_device(device_name: str, kind: str, path: str) -> str:
+    """The built-in spec of kind ``kind`` that ``device_name`` (the GPU a file names) is, when
+    exactly one is; otherwise a ConfigError that names the file's GPU and asks for --target."""
+    if device_name == UNKNOWN_DEVICE:
+        raise ConfigError(
+            f"{path} names no device (no device_name), so aotune cannot tell which {kind.upper()} "
+            f"it was timed on; give --target (built-in: {', '.join(builtin_names(kind))}, or a "
+            "spec file)"
+        )
+    matches = [n for n in builtin_names(kind) if device_looks_like(device_name, load_target(n))]
+    if len(matches) == 1:
+        return matches[0]
+    which = (
+        f"several built-in specs may be it ({', '.join(matches)})"
+        if matches
+        else f"no built-in spec is it (built-in: {', '.join(builtin_names(kind))})"
+    )
+    raise ConfigError(
+        f"{path} was timed on {device_name}, and {which}; give --target with the spec "
+        f"of that {kind.upper()}: a file, e.g. a copy of a built-in one (aotune's hwspecs/*.toml) "
+        "with its datasheet values"
+    )
+
+
 def _tier2(target: Any, schedules: list[Any], log: Log) -> list[tuple[Any, str | None]]:
     """(features, None) or (None, why) per schedule: compiled on the target's compile slots, read
     in batches (one disassembler run each where the target can)."""
@@ -285,6 +309,10 @@ def measured_accuracy(
     if not cache.configs:
         raise MeasurementFileError(f"{path} holds no timed configuration (failed: {cache.failed})")
     family.check(param_values(cache), str(path))
+    if target_name == "host" and family.kind != "cpu":  # no --target: the file's own GPU
+        target_name = target_for_device(cache.device_name, family.kind, str(path))
+        if log:
+            log(f"--target {target_name}: the built-in spec of {cache.device_name}")
     hw = load_target(target_name)
     target = target_for(hw)
     if target.kind != family.kind:

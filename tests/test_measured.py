@@ -14,8 +14,13 @@ import numpy as np
 import pytest
 from aotune.analysis.gpu_model import thread_elements
 from aotune.analysis.workload import matmul
-from aotune.benchmarks.kernel_tuner import read_cache
-from aotune.benchmarks.measured import device_looks_like, host_accuracy, measured_accuracy
+from aotune.benchmarks.kernel_tuner import UNKNOWN_DEVICE, read_cache
+from aotune.benchmarks.measured import (
+    device_looks_like,
+    host_accuracy,
+    measured_accuracy,
+    target_for_device,
+)
 from aotune.benchmarks.suite import kendall, median_abs_error, spearman
 from aotune.constraints.gpu import build_gpu_space
 from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
@@ -674,3 +679,60 @@ def test_plot_without_matplotlib_is_refused_first(cache_file, tmp_path, monkeypa
     argv = ["accuracy", "--measured", str(cache_file), "--target", "titan-rtx", "--plot", str(png)]
     assert main(argv) == 2
     assert "--plot needs matplotlib" in capsys.readouterr().err and not png.exists()
+
+
+@pytest.mark.parametrize(
+    "device, target",
+    [
+        ("NVIDIA GeForce RTX 2080 Ti", "rtx-2080-ti"),
+        ("NVIDIA TITAN RTX", "titan-rtx"),
+        ("NVIDIA GeForce RTX 3060 Laptop GPU", "rtx-3060-laptop"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+    ],
+)
+def test_without_target_a_file_is_scored_with_the_spec_of_the_gpu_it_names(device, target):
+    assert target_for_device(device, "gpu", "f.json") == target
+
+
+@pytest.mark.parametrize(
+    "device, says",
+    [
+        ("NVIDIA GeForce GTX 480", r"f.json was timed on NVIDIA GeForce GTX 480, and no built-in "),
+        (UNKNOWN_DEVICE, r"f.json names no device .*give --target \(built-in: a10, "),
+    ],
+)
+def test_without_target_a_file_of_no_known_gpu_asks_for_one(device, says):
+    with pytest.raises(ConfigError, match=says):
+        target_for_device(device, "gpu", "f.json")
+
+
+def test_accuracy_without_target_refuses_a_file_of_an_unknown_gpu(cache_file, tmp_path, capsys):
+    from aotune.cli import main
+
+    doc = json.loads(cache_file.read_text())
+    doc["device_name"] = "NVIDIA GeForce GTX 480"  # no built-in spec: refused before any compile
+    path = tmp_path / "gtx480.json"
+    path.write_text(json.dumps(doc))
+    assert main(["accuracy", "--measured", str(path)]) == 2
+    assert "GTX 480, and no built-in spec is it" in capsys.readouterr().err
+
+
+def test_accuracy_without_target_takes_the_spec_of_the_gpu_the_file_names(
+    cache_file, tmp_path, monkeypatch
+):
+    from aotune.benchmarks import measured
+
+    doc = json.loads(cache_file.read_text())
+    doc["device_name"] = "NVIDIA TITAN RTX"
+    path = tmp_path / "titan.json"
+    path.write_text(json.dumps(doc))
+    taken = []
+
+    def recorded(hw):  # stop before minutes of compiling: the spec's name is the point
+        taken.append(hw.name)
+        raise ConfigError("stop")
+
+    monkeypatch.setattr(measured, "target_for", recorded)
+    with pytest.raises(ConfigError, match="stop"):
+        measured_accuracy(path, "host", sample=10, candidates=10)
+    assert taken == ["titan-rtx"]

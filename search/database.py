@@ -36,7 +36,8 @@ import shlex
 import sqlite3
 import time
 import zlib
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
@@ -225,14 +226,7 @@ class TuneRecord:
             raise _field_error("candidates", ranks, "two candidates have one rank")
         if sorted(ranks) != list(range(1, len(ranks) + 1)):  # a search ranks 1, 2, ... n
             raise _field_error("candidates", ranks, "rank the candidates 1 to their number")
-        # one search's candidates come from one space, so they name the same decisions
-        for i, c in enumerate(checked[1:], 1):
-            if set(c.config) != set(checked[0].config):
-                raise _field_error(
-                    f"candidates[{i}].config",
-                    c.config,
-                    f"name the decisions the other candidates do ({', '.join(checked[0].config)})",
-                )
+        _check_same_decisions(checked)
         workload = d["workload"]
         if not isinstance(workload, dict):
             raise _field_error("workload", workload, "give the workload as an object")
@@ -318,14 +312,43 @@ def _field_error(name: str, value: Any, want: str) -> DatabaseError:
     return DatabaseError(f"field {name} is {shown}: {want}")
 
 
+def _check_same_decisions(checked: Sequence[CandidateRecord]) -> None:
+    """One search's candidates come from one space, so they name the same decisions: a
+    DatabaseError names the first candidate whose decisions differ from most candidates' (the
+    first's, on a tie) and what it lacks or adds."""
+    sets = [frozenset(c.config) for c in checked]
+    (usual, most), *rest = Counter(sets).most_common()
+    if not rest:
+        return
+    if rest[0][1] == most:  # no majority: which one is wrong is not known here
+        i, j = sets.index(usual), sets.index(rest[0][0])
+        raise DatabaseError(
+            f"candidates[{i}].config and candidates[{j}].config name different decisions "
+            f"({', '.join(sorted(usual))} against {', '.join(sorted(rest[0][0]))}); one search's "
+            "candidates name the same ones: mend the one that is wrong"
+        )
+    odd = next(i for i, s in enumerate(sets) if s != usual)
+    lacks, adds = sorted(usual - sets[odd]), sorted(sets[odd] - usual)
+    differs = "; ".join(
+        ([f"it lacks {', '.join(lacks)}"] if lacks else [])
+        + ([f"it adds {', '.join(adds)}"] if adds else [])
+    )
+    raise _field_error(
+        f"candidates[{odd}].config",
+        checked[odd].config,
+        f"{differs}; name the decisions the other candidates do ({', '.join(sorted(usual))})",
+    )
+
+
 def _check_fields(d: dict[str, Any], fields: set[str], required: set[str], what: str) -> None:
     """A DatabaseError naming the ``required`` fields ``d`` lacks and those not in ``fields``."""
-    missing, extra = required - set(d), set(d) - fields
+    missing, extra = sorted(required - set(d)), sorted(set(d) - fields)
     if missing or extra:
+        problems = ([f"lacks field(s) {', '.join(missing)}"] if missing else []) + (
+            [f"has unknown field(s) {', '.join(extra)}"] if extra else []
+        )
         raise DatabaseError(
-            f"{what} has {'missing ' + ', '.join(sorted(missing)) if missing else ''}"
-            f"{'; ' if missing and extra else ''}"
-            f"{'unknown ' + ', '.join(sorted(extra)) if extra else ''} fields"
+            f"{what} {' and '.join(problems)}: give it as `aotune db export` writes it"
         )
 
 

@@ -117,7 +117,7 @@ def test_import_checks_every_line_before_writing(tmp_path):
         assert db.count() == 0
     (tmp_path / "y.jsonl").write_text(json.dumps({**_record(1).as_dict(), "extra": 1}) + "\n")
     with open_database(tmp_path / "t.db") as db:
-        with pytest.raises(DatabaseError, match="unknown extra"):
+        with pytest.raises(DatabaseError, match="has unknown field.s. extra: give it as"):
             db.import_jsonl(tmp_path / "y.jsonl")
 
 
@@ -535,10 +535,10 @@ def test_import_checks_every_field(tmp_path, capsys, field, value):
     (tmp_path / "x.jsonl").write_text(f"{good}\n{json.dumps(_bad(field, value))}\n")
     assert main(["db", "import", str(tmp_path / "x.jsonl"), "--db", db]) == 2
     err = _error_line(capsys)
-    named = "candidates is [2, 2]" if value == 2 else field
-    if isinstance(value, dict) and "zz" in value:  # the next candidate is the odd one out
-        named = "candidates[1].config"
-    assert f"x.jsonl line 2: field {named}" in err
+    named = "field " + ("candidates is [2, 2]" if value == 2 else field)
+    if isinstance(value, dict) and "zz" in value:  # two candidates: neither is the odd one out
+        named = "candidates[0].config and candidates[1].config name different decisions"
+    assert f"x.jsonl line 2: {named}" in err
     with open_database(db) as d:
         assert d.count() == 0  # all or nothing
     assert main(["db", "list", "--db", db]) == 0
@@ -819,3 +819,40 @@ def test_import_names_records_a_file_repeats(tmp_path, capsys):
     assert "imported 2 records" in out and "(0 already there, kept; 1 repeating an earlier" in out
     assert main(["db", "import", str(x), "--db", str(db)]) == 0
     assert "imported 0 records" in capsys.readouterr().out
+
+
+def _three_candidates() -> dict:
+    d = json.loads(json.dumps(_record(5).as_dict()))
+    first = d["candidates"][0]
+    d["candidates"] = [json.loads(json.dumps({**first, "rank": r})) for r in (1, 2, 3)]
+    return d
+
+
+@pytest.mark.parametrize(
+    "odd, change, says",
+    [
+        (0, lambda c: c.pop("mr"), r"field candidates\[0\].config is .*: it lacks mr; name the "),
+        (2, lambda c: c.update(zz=3), r"field candidates\[2\].config is .*: it adds zz; name the "),
+        (1, lambda c: c.update(zz=c.pop("mr")), "it lacks mr; it adds zz; name the decisions the "),
+    ],
+)
+def test_import_names_the_candidate_whose_decisions_differ_from_the_others(
+    tmp_path, odd, change, says
+):
+    d = _three_candidates()
+    change(d["candidates"][odd]["config"])
+    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
+    with open_database(tmp_path / "t.db") as db:
+        with pytest.raises(DatabaseError, match=says):
+            db.import_jsonl(tmp_path / "x.jsonl")
+
+
+def test_import_names_missing_and_unknown_record_fields_apart(tmp_path):
+    (tmp_path / "x.jsonl").write_text('{"a": 1}\n')
+    with open_database(tmp_path / "t.db") as db:
+        with pytest.raises(
+            DatabaseError,
+            match=r"record lacks field\(s\) aotune_version, .*"
+            r"workload_key and has unknown field\(s\) a: give it as",
+        ):
+            db.import_jsonl(tmp_path / "x.jsonl")

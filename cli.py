@@ -8,6 +8,7 @@ prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import math
 import os
@@ -504,6 +505,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     w.tensor(w.statement.output.tensor),
                 )
             ],
+            # what else sets the kernel: the sizes and tensors alone do not say it
+            **({"conv": dataclasses.asdict(w.conv)} if w.conv else {}),
+            **({"epilogue": dataclasses.asdict(w.epilogue)} if w.epilogue.active else {}),
         },
         "database": {
             "path": None if db is None else str(db.path),

@@ -180,6 +180,22 @@ class Workload:
         """The named sizes as a dict."""
         return dict(self.shape)
 
+    def label(self) -> str:
+        """Short: op and sizes, then what else sets the kernel (a convolution's layout, stride,
+        pad, dilation and groups where not the default; a dense layer's epilogue)."""
+        sizes = "x".join(str(v) for _, v in self.shape)
+        extra = [str(self.epilogue)] if self.epilogue.active else []
+        if self.conv:
+            default = ConvParams()
+            extra += [
+                f"{name} {value}"
+                for name in ("stride", "pad", "dilation", "groups")
+                if (value := getattr(self.conv, name)) != getattr(default, name)
+            ]
+            if self.conv.layout != default.layout:
+                extra.append(self.conv.layout)
+        return f"{self.op} {sizes}" + (f" ({', '.join(extra)})" if extra else "")
+
     def describe(self) -> str:
         """One line: op, sizes and the statement."""
         sizes = "x".join(str(v) for _, v in self.shape)

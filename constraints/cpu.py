@@ -485,7 +485,7 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
                 )
             )
     space = CpuSpace(
-        f"{w.op} {'x'.join(str(v) for _, v in w.shape)} on {hw.name}",
+        f"{w.label()} on {hw.name}",
         variables,
         tuple(constraints),
         joint_moves=(("mr", "nr"),),

@@ -388,7 +388,7 @@ def build_gpu_space(w: Workload, hw: GpuSpec, info: AccessInfo | None = None) ->
             )
         )
     return GpuSpace(
-        f"{w.op} {'x'.join(str(x) for _, x in w.shape)} on {hw.name}",
+        f"{w.label()} on {hw.name}",
         variables,
         tuple(constraints),
         joint_moves=(("tx", "ty"), ("bm", "bn")),

@@ -648,3 +648,38 @@ def test_rates_below_one_gflops_keep_three_significant_digits():
         "0.000296",
         "0.0123",
     ]
+
+
+@pytest.mark.parametrize(
+    "args, title",
+    [
+        (
+            ["conv2d", "--shape", "1,4,6,6,8,3,3", "--stride", "2", "--pad", "1", "--groups", "2",
+             "--dilation", "2", "--layout", "NHWC"],
+            "conv2d 1x4x6x6x8x3x3 (stride 2, pad 1, dilation 2, groups 2, NHWC) on znver4",
+        ),
+        (["conv2d", "--shape", "1,4,6,6,8,3,3"], "conv2d 1x4x6x6x8x3x3 on znver4"),
+        (
+            ["dense", "--shape", "8x16x8", "--bias", "--activation", "relu"],
+            "dense 8x16x8 (+ bias then relu) on znver4",
+        ),
+    ],
+)  # fmt: skip
+def test_a_space_is_named_with_what_sets_its_kernel_beyond_the_sizes(args, title, capsys):
+    """Two convolutions of one shape but another stride or layout are other kernels: the title
+    that space, validate, predict and their errors print says which."""
+    assert main(["space", *args, "--target", "znver4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["space"] == title
+
+
+def test_tune_json_says_the_convolution_and_epilogue_its_kernel_was_made_for(capsys):
+    fast = ["--budget", "16", "--top-k", "1", "--no-verify", "--no-db", "--json"]
+    conv = ["conv2d", "--shape", "1,2,5,5,2,3,3", "--stride", "2", "--layout", "NHWC"]
+    assert main(["tune", *conv, *fast]) == 0
+    w = json.loads(capsys.readouterr().out)["workload"]
+    assert w["conv"] == {"stride": 2, "pad": 0, "dilation": 1, "groups": 1, "layout": "NHWC"}
+    assert "epilogue" not in w
+    dense = ["dense", "--shape", "4x16x8", "--bias", "--activation", "gelu"]
+    assert main(["tune", *dense, *fast]) == 0
+    w = json.loads(capsys.readouterr().out)["workload"]
+    assert w["epilogue"] == {"bias": True, "activation": "gelu"} and "conv" not in w

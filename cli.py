@@ -805,7 +805,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json_text(
-                {"valid": not bad and not more, "violations": [vars(v) for v in bad],
+                {"valid": not bad and not more, "violations": [v.as_dict() for v in bad],
                  "toolchain": more},
                 indent=1,
             )

@@ -7,6 +7,7 @@ space; ``solve`` copies it and adds the caller's restrictions, so GA children ne
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import time
@@ -120,6 +121,12 @@ class Violation:
     hint: str
 
     relation: str = "<="
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON form: the fields, and ``message``, the line that says what ``required`` and
+        ``available`` are under this relation (for ``divides``: the value, and what it must be a
+        multiple of)."""
+        return {**dataclasses.asdict(self), "message": str(self)}
 
     def __str__(self) -> str:
         if self.relation == "in":

@@ -683,3 +683,14 @@ def test_tune_json_says_the_convolution_and_epilogue_its_kernel_was_made_for(cap
     assert main(["tune", *dense, *fast]) == 0
     w = json.loads(capsys.readouterr().out)["workload"]
     assert w["epilogue"] == {"bias": True, "activation": "gelu"} and "conv" not in w
+
+
+def test_validate_json_says_what_each_violation_s_numbers_are(capsys):
+    """For a divisibility rule the two numbers are a value and its divisor, not a requirement and
+    a limit: each violation carries the line that says which."""
+    cfg = "mr=13,nr=16,kc=32,mc=12,nc=64,order=nkm,unroll=1,par=n,pack_a=1,pack_b=1,threads=1"
+    argv = ["validate", "matmul", "--shape", "127x61x33", "--target", "znver4", "--json"]
+    assert main([*argv, "--config", cfg]) == 1  # invalid: exit 1, as without --json
+    (v,) = json.loads(capsys.readouterr().out)["violations"]
+    assert v["relation"] == "divides" and (v["required"], v["available"]) == (12, 13)
+    assert "12 is not a multiple of 13" in v["message"]

@@ -771,6 +771,12 @@ def load_target(name: str) -> Any:
         return detect_host()
     if not name:
         raise HwSpecError("an empty target name; pass host, a built-in name or a .toml path")
+    stem = Path(name).stem
+    if name == f"{stem}.toml" and not os.path.exists(name) and stem in builtin_names():
+        raise HwSpecError(  # a built-in's name typed as its file's
+            f"no spec file {_short(name)} here; the built-in spec is named without .toml: "
+            f"--target {stem} (or give the path of your own {name})"
+        )
     if name.endswith(".toml") or "/" in name:
         return _user_spec_file(name)
     if name in builtin_names():

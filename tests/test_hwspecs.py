@@ -247,3 +247,13 @@ def test_vector_fmas_per_cycle_is_the_pipes_at_the_widest_vector(name: str, fmas
     """Zen 4's two 256-bit pipes take one 512-bit FMA a cycle between them; the others' pipes
     are as wide as their vectors."""
     assert load_target(name).vector_fmas_per_cycle == fmas
+
+
+def test_a_built_in_name_typed_as_a_file_that_is_not_there_is_pointed_to_the_name(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(HwSpecError, match=r"no spec file 'haswell.toml' here; .* --target haswell"):
+        load_target("haswell.toml")
+    (tmp_path / "haswell.toml").write_text((SPEC_DIR / "haswell.toml").read_text())
+    assert load_target("haswell.toml").name == "haswell"  # a file of that name is the user's

@@ -61,6 +61,7 @@ def test_the_emerald_rapids_records_are_kept():
     assert {
         "emeraldrapids-matmul-2026-12-02-b.json.gz",
         "emeraldrapids-matmul-2026-12-02-c.json.gz",
+        "emeraldrapids-matmul-2026-12-02-d.json.gz",
         "emeraldrapids-operators-2026-12-02-b.json.gz",
         "emeraldrapids-unseen-2026-12-02-b.json.gz",
     } <= names
@@ -71,10 +72,10 @@ def test_the_emerald_rapids_host_timings_make_one_median():
     set, so ``rescore`` takes their median; the first matmul timing was made with a calibration
     file, whose description names another target, and stays apart."""
     data = cpu_record.RECORDS_DIR
-    for rows, parts in (("matmul", ("-b", "-c")), ("unseen", ("", "-b"))):
+    for rows, parts in (("matmul", ("-b", "-c", "-d")), ("unseen", ("", "-b"))):
         names = [f"emeraldrapids-{rows}-2026-12-02{p}.json.gz" for p in parts]
         doc = cpu_record.median_record([cpu_record.read_record(data / n) for n in names], names)
-        assert doc["timings"] == 2 and len(doc["rows"]) >= 6
+        assert doc["timings"] == len(parts) and len(doc["rows"]) >= 6
     names = ["emeraldrapids-matmul-2026-12-02.json.gz", "emeraldrapids-matmul-2026-12-02-b.json.gz"]
     with pytest.raises(MeasurementFileError, match="a median takes timings of one machine"):
         cpu_record.median_record([cpu_record.read_record(data / n) for n in names], names)

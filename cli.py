@@ -266,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
         "measuring and predicting kernels on this host",
     )
     _add_problem_args(acc, op_optional=True)
-    acc.set_defaults(op=None)
+    # no --target: host for the host's workloads, the file's own GPU for --measured
+    acc.set_defaults(op=None, target=None)
     acc.add_argument(
         "--measured",
         metavar="FILE",
@@ -505,9 +506,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     w.tensor(w.statement.output.tensor),
                 )
             ],
-            # what else sets the kernel: the sizes and tensors alone do not say it
+            # what else sets the kernel, which the sizes and tensors do not say: a convolution's
+            # parameters, a dense layer's epilogue (none: bias false, activation "none")
             **({"conv": dataclasses.asdict(w.conv)} if w.conv else {}),
-            **({"epilogue": dataclasses.asdict(w.epilogue)} if w.epilogue.active else {}),
+            **({"epilogue": dataclasses.asdict(w.epilogue)} if w.op == "dense" else {}),
         },
         "database": {
             "path": None if db is None else str(db.path),
@@ -1026,6 +1028,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     from aotune.benchmarks import measured
 
     log = None if args.json else _progress_log()
+    target_given = args.target is not None
+    args.target = args.target if target_given else "host"
     if not 0 <= args.seed <= SEED_LIMIT:  # numpy's generators take no other seed
         raise ConfigError(f"--seed {args.seed}: give a seed in 0..{SEED_LIMIT}")
     if args.force and args.plot is None:
@@ -1097,7 +1101,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         shape = tuple(parse_shape(args.shape, ("M", "N", "K")).values())
     result = measured.measured_accuracy(
         args.measured,
-        args.target,
+        args.target if target_given else None,
         sample=args.sample if args.sample is not None else measured.DEFAULT_SAMPLE,
         candidates=args.candidates if args.candidates is not None else measured.DEFAULT_CANDIDATES,
         seed=args.seed,

@@ -191,6 +191,7 @@ class Workload:
                 f"{name} {value}"
                 for name in ("stride", "pad", "dilation", "groups")
                 if (value := getattr(self.conv, name)) != getattr(default, name)
+                and not (name == "groups" and self.op == "depthwise_conv2d")  # always C there
             ]
             if self.conv.layout != default.layout:
                 extra.append(self.conv.layout)

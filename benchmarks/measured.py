@@ -215,8 +215,9 @@ IMPLAUSIBLE_BEST_SHARE = 0.001
 OUTLIER_TIMES_MEDIAN = 1000.0
 # words of a GPU's name that say who made it or its line, not which GPU it is
 _VENDOR_WORDS = frozenset({"nvidia", "geforce", "tesla", "quadro"})
-# words that make another part of one model number (an RTX 2080 is not a 2080 Ti)
-_VARIANT_WORDS = frozenset({"ti", "super", "laptop", "mobile", "max", "q"})
+# words that make another part of one model number (an RTX 2080 is not a 2080 Ti, an H100 PCIe
+# or NVL not the SXM part the h100 spec is)
+_VARIANT_WORDS = frozenset({"ti", "super", "laptop", "mobile", "max", "q", "pcie", "nvl"})
 
 
 def _name_words(text: str) -> set[str]:
@@ -250,15 +251,15 @@ def target_for_device(device_name: str, kind: str, path: str) -> str:
     matches = [n for n in builtin_names(kind) if device_looks_like(device_name, load_target(n))]
     if len(matches) == 1:
         return matches[0]
-    which = (
-        f"several built-in specs may be it ({', '.join(matches)})"
-        if matches
-        else f"no built-in spec is it (built-in: {', '.join(builtin_names(kind))})"
-    )
+    if matches:
+        raise ConfigError(
+            f"{path} was timed on {device_name}, and several built-in specs may be it "
+            f"({', '.join(matches)}); give --target with the one it is"
+        )
     raise ConfigError(
-        f"{path} was timed on {device_name}, and {which}; give --target with the spec "
-        f"of that {kind.upper()}: a file, e.g. a copy of a built-in one (aotune's hwspecs/*.toml) "
-        "with its datasheet values"
+        f"{path} was timed on {device_name}, and no built-in spec is it (built-in: "
+        f"{', '.join(builtin_names(kind))}); give --target with the spec of that {kind.upper()}: "
+        "a file, e.g. a copy of a built-in one (aotune's hwspecs/*.toml) with its datasheet values"
     )
 
 
@@ -289,7 +290,7 @@ def _tier2(target: Any, schedules: list[Any], log: Log) -> list[tuple[Any, str |
 
 def measured_accuracy(
     path: str | Path,
-    target_name: str,
+    target_name: str | None,
     sample: int = DEFAULT_SAMPLE,
     candidates: int = DEFAULT_CANDIDATES,
     seed: int = 0,
@@ -298,7 +299,8 @@ def measured_accuracy(
     warn: Log = None,
 ) -> MeasuredAccuracy:
     """Score ``target_name``'s model on the Kernel Tuner cache at ``path`` (module docstring);
-    ``warn`` hears, before the minutes of compiling, when the file's GPU is not the target's."""
+    None: the built-in spec of the GPU the file names (``target_for_device``). ``warn`` hears,
+    before the minutes of compiling, when the file's GPU is not the target's."""
     start = time.perf_counter()
     if sample < 10:
         raise ConfigError(f"--sample {sample}: the correlations need at least 10 kernels")
@@ -309,7 +311,7 @@ def measured_accuracy(
     if not cache.configs:
         raise MeasurementFileError(f"{path} holds no timed configuration (failed: {cache.failed})")
     family.check(param_values(cache), str(path))
-    if target_name == "host" and family.kind != "cpu":  # no --target: the file's own GPU
+    if target_name is None:  # no --target: the file's own GPU
         target_name = target_for_device(cache.device_name, family.kind, str(path))
         if log:
             log(f"--target {target_name}: the built-in spec of {cache.device_name}")

@@ -774,8 +774,8 @@ def load_target(name: str) -> Any:
     stem = Path(name).stem
     if name == f"{stem}.toml" and not os.path.exists(name) and stem in builtin_names():
         raise HwSpecError(  # a built-in's name typed as its file's
-            f"no spec file {_short(name)} here; the built-in spec is named without .toml: "
-            f"--target {stem} (or give the path of your own {name})"
+            f"no spec file {_short(name)} here; the built-in spec is named {stem}, without "
+            f".toml (or give the path of your own {name})"
         )
     if name.endswith(".toml") or "/" in name:
         return _user_spec_file(name)

@@ -314,29 +314,32 @@ def _field_error(name: str, value: Any, want: str) -> DatabaseError:
 
 def _check_same_decisions(checked: Sequence[CandidateRecord]) -> None:
     """One search's candidates come from one space, so they name the same decisions: a
-    DatabaseError names the first candidate whose decisions differ from most candidates' (the
-    first's, on a tie) and what it lacks or adds."""
+    DatabaseError names the first candidate whose decisions differ from those of more than half of
+    them, and what it lacks or adds; with no such majority, each set of decisions and where it
+    first appears (which one is right is not known here)."""
     sets = [frozenset(c.config) for c in checked]
     (usual, most), *rest = Counter(sets).most_common()
     if not rest:
         return
-    if rest[0][1] == most:  # no majority: which one is wrong is not known here
-        i, j = sets.index(usual), sets.index(rest[0][0])
-        raise DatabaseError(
-            f"candidates[{i}].config and candidates[{j}].config name different decisions "
-            f"({', '.join(sorted(usual))} against {', '.join(sorted(rest[0][0]))}); one search's "
-            "candidates name the same ones: mend the one that is wrong"
+    if most * 2 <= len(sets):
+        named = "; ".join(
+            f"candidates[{sets.index(s)}] {', '.join(sorted(s))}" for s in Counter(sets)
         )
-    odd = next(i for i, s in enumerate(sets) if s != usual)
-    lacks, adds = sorted(usual - sets[odd]), sorted(sets[odd] - usual)
+        raise DatabaseError(
+            f"the candidates name {len(rest) + 1} different sets of decisions ({named}); one "
+            "search's candidates name the same ones: mend those that are wrong"
+        )
+    odd = [i for i, s in enumerate(sets) if s != usual]
+    lacks, adds = sorted(usual - sets[odd[0]]), sorted(sets[odd[0]] - usual)
     differs = "; ".join(
         ([f"it lacks {', '.join(lacks)}"] if lacks else [])
         + ([f"it adds {', '.join(adds)}"] if adds else [])
     )
+    more = f" ({len(odd) - 1} more differ)" if len(odd) > 1 else ""
     raise _field_error(
-        f"candidates[{odd}].config",
-        checked[odd].config,
-        f"{differs}; name the decisions the other candidates do ({', '.join(sorted(usual))})",
+        f"candidates[{odd[0]}].config",
+        checked[odd[0]].config,
+        f"{differs}; name the decisions most candidates do ({', '.join(sorted(usual))}){more}",
     )
 
 

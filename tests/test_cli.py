@@ -659,6 +659,10 @@ def test_rates_below_one_gflops_keep_three_significant_digits():
             "conv2d 1x4x6x6x8x3x3 (stride 2, pad 1, dilation 2, groups 2, NHWC) on znver4",
         ),
         (["conv2d", "--shape", "1,4,6,6,8,3,3"], "conv2d 1x4x6x6x8x3x3 on znver4"),
+        (  # its groups are its channels, always
+            ["depthwise_conv2d", "--shape", "1,8,6,6,3,3", "--pad", "1"],
+            "depthwise_conv2d 1x8x6x6x3x3 (pad 1) on znver4",
+        ),
         (
             ["dense", "--shape", "8x16x8", "--bias", "--activation", "relu"],
             "dense 8x16x8 (+ bias then relu) on znver4",

@@ -537,7 +537,7 @@ def test_import_checks_every_field(tmp_path, capsys, field, value):
     err = _error_line(capsys)
     named = "field " + ("candidates is [2, 2]" if value == 2 else field)
     if isinstance(value, dict) and "zz" in value:  # two candidates: neither is the odd one out
-        named = "candidates[0].config and candidates[1].config name different decisions"
+        named = "the candidates name 2 different sets of decisions (candidates[0] mr, nr, zz; "
     assert f"x.jsonl line 2: {named}" in err
     with open_database(db) as d:
         assert d.count() == 0  # all or nothing
@@ -833,7 +833,11 @@ def _three_candidates() -> dict:
     [
         (0, lambda c: c.pop("mr"), r"field candidates\[0\].config is .*: it lacks mr; name the "),
         (2, lambda c: c.update(zz=3), r"field candidates\[2\].config is .*: it adds zz; name the "),
-        (1, lambda c: c.update(zz=c.pop("mr")), "it lacks mr; it adds zz; name the decisions the "),
+        (
+            1,
+            lambda c: c.update(zz=c.pop("mr")),
+            "it lacks mr; it adds zz; name the decisions most ",
+        ),
     ],
 )
 def test_import_names_the_candidate_whose_decisions_differ_from_the_others(
@@ -855,4 +859,30 @@ def test_import_names_missing_and_unknown_record_fields_apart(tmp_path):
             match=r"record lacks field\(s\) aotune_version, .*"
             r"workload_key and has unknown field\(s\) a: give it as",
         ):
+            db.import_jsonl(tmp_path / "x.jsonl")
+
+
+def test_import_names_every_set_of_decisions_where_none_has_a_majority(tmp_path):
+    d = _three_candidates()
+    d["candidates"][1]["config"]["zz"] = 1
+    d["candidates"][2]["config"]["yy"] = 1
+    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
+    with open_database(tmp_path / "t.db") as db:
+        with pytest.raises(
+            DatabaseError,
+            match=r"name 3 different sets of decisions \(candidates"
+            r"\[0\] mr, nr; candidates\[1\] mr, nr, zz; candidates\[2\] mr, nr, yy\)",
+        ):
+            db.import_jsonl(tmp_path / "x.jsonl")
+
+
+def test_import_says_how_many_more_candidates_differ_from_the_majority(tmp_path):
+    d = _three_candidates()
+    d["candidates"].append(json.loads(json.dumps({**d["candidates"][0], "rank": 4})))
+    d["candidates"].append(json.loads(json.dumps({**d["candidates"][0], "rank": 5})))
+    d["candidates"][1]["config"]["zz"] = 1
+    d["candidates"][3]["config"]["yy"] = 1
+    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
+    with open_database(tmp_path / "t.db") as db:
+        with pytest.raises(DatabaseError, match=r"candidates\[1\].config .*it adds zz; .*\(1 more"):
             db.import_jsonl(tmp_path / "x.jsonl")

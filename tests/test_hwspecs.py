@@ -253,7 +253,7 @@ def test_a_built_in_name_typed_as_a_file_that_is_not_there_is_pointed_to_the_nam
     tmp_path, monkeypatch
 ):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(HwSpecError, match=r"no spec file 'haswell.toml' here; .* --target haswell"):
+    with pytest.raises(HwSpecError, match=r"'haswell.toml' here; .* named haswell, without"):
         load_target("haswell.toml")
     (tmp_path / "haswell.toml").write_text((SPEC_DIR / "haswell.toml").read_text())
     assert load_target("haswell.toml").name == "haswell"  # a file of that name is the user's

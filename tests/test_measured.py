@@ -445,6 +445,9 @@ def test_accuracy_command_prints_the_json_fields_and_the_plot(cache_file: Path, 
         ("NVIDIA GeForce RTX 2080", "rtx-2080-ti", False),
         ("NVIDIA GeForce RTX 3090 Ti", "rtx-3090", False),
         ("NVIDIA A100 80 GB", "h100", False),  # a memory size names no GPU (h100's is 80 GB)
+        ("NVIDIA H100 PCIe", "h100", False),  # 114 SMs: not the SXM part of the spec
+        ("NVIDIA H100 NVL", "h100", False),
+        ("NVIDIA A100 80GB PCIe", "a100", False),
     ],
 )
 def test_a_file_s_device_is_matched_to_the_target_by_its_model_number(device, target, same):
@@ -698,6 +701,12 @@ def test_without_target_a_file_is_scored_with_the_spec_of_the_gpu_it_names(devic
     "device, says",
     [
         ("NVIDIA GeForce GTX 480", r"f.json was timed on NVIDIA GeForce GTX 480, and no built-in "),
+        # no model number: every spec's words hold it
+        (
+            "NVIDIA GeForce",
+            r"several built-in specs may be it \(a10, a100, .*\); give --target "
+            r"with the one it is",
+        ),
         (UNKNOWN_DEVICE, r"f.json names no device .*give --target \(built-in: a10, "),
     ],
 )
@@ -733,6 +742,8 @@ def test_accuracy_without_target_takes_the_spec_of_the_gpu_the_file_names(
         raise ConfigError("stop")
 
     monkeypatch.setattr(measured, "target_for", recorded)
+    said = []
     with pytest.raises(ConfigError, match="stop"):
-        measured_accuracy(path, "host", sample=10, candidates=10)
+        measured_accuracy(path, None, sample=10, candidates=10, log=said.append)
     assert taken == ["titan-rtx"]
+    assert said[0] == "--target titan-rtx: the built-in spec of NVIDIA TITAN RTX"

@@ -33,6 +33,7 @@ import numpy as np
 from aotune import machine_load
 from aotune.benchmarks.kernel_tuner import UNKNOWN_DEVICE, KernelTunerCache, read_cache
 from aotune.benchmarks.suite import kendall, median_abs_error, spearman, topk_score
+from aotune.codegen.cuda_tools import ToolMissingError
 from aotune.constraints.space import Config, Space
 from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
 from aotune.errors import CodegenError, ConfigError, MeasurementFileError, WorkloadError
@@ -270,6 +271,8 @@ def _tier2(target: Any, schedules: list[Any], log: Log) -> list[tuple[Any, str |
     def one(s: Any) -> tuple[Any, str | None]:
         try:
             return target.compile(s), None
+        except ToolMissingError:  # the toolchain, not this kernel: every one would fail alike
+            raise
         except CodegenError as e:  # a kernel ptxas refuses is reported, not scored
             return None, str(e)
 
@@ -423,6 +426,11 @@ def measured_accuracy(
         )
     feats = _tier2(target, [schedules[i] for i in todo], log)
     ok = [(i, f) for i, (f, _) in zip(todo, feats) if f is not None]
+    if not ok:  # no score could be computed from nothing
+        raise CodegenError(
+            f"tier 2 compiled none of its {len(todo)} kernels (the first: {feats[0][1]}); "
+            "the scores need at least one"
+        )
     predicted = target.predict([schedules[i] for i, _ in ok], [f for _, f in ok])
     preds = {i: p for (i, _), p in zip(ok, predicted)}
     usable = {i: target.usable(f) for i, f in ok}

@@ -22,9 +22,10 @@ from aotune.benchmarks.measured import (
     target_for_device,
 )
 from aotune.benchmarks.suite import kendall, median_abs_error, spearman
+from aotune.codegen.cuda_tools import ToolMissingError
 from aotune.constraints.gpu import build_gpu_space
 from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xgemm_workload
-from aotune.errors import ConfigError, MeasurementFileError
+from aotune.errors import CodegenError, ConfigError, MeasurementFileError
 from aotune.hwspecs.spec import SPEC_DIR, load_target
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -747,3 +748,34 @@ def test_accuracy_without_target_takes_the_spec_of_the_gpu_the_file_names(
         measured_accuracy(path, None, sample=10, candidates=10, log=said.append)
     assert taken == ["titan-rtx"]
     assert said[0] == "--target titan-rtx: the built-in spec of NVIDIA TITAN RTX"
+
+
+class _FailingCompiles:
+    """A target whose tier-2 compile fails with ``error``; everything else is the real one's."""
+
+    def __init__(self, real, error):
+        self._real, self._error = real, error
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def compile(self, schedule):
+        raise self._error
+
+
+@pytest.mark.parametrize(
+    "error, says",
+    [  # a missing ptxas is said once, not scored as NaN from kernels that all failed
+        (ToolMissingError("ptxas is not installed"), "ptxas is not installed"),
+        (CodegenError("ptxas refused it"), r"tier 2 compiled none of its \d+ kernels .*refused"),
+    ],
+)
+def test_tier_2_that_compiles_nothing_is_an_error_not_nan_scores(
+    cache_file, monkeypatch, error, says
+):
+    from aotune.benchmarks import measured
+
+    real = measured.target_for
+    monkeypatch.setattr(measured, "target_for", lambda hw: _FailingCompiles(real(hw), error))
+    with pytest.raises(CodegenError, match=says):
+        measured_accuracy(cache_file, "rtx-2080-ti", sample=10, candidates=10)

@@ -821,6 +821,14 @@ def test_import_names_records_a_file_repeats(tmp_path, capsys):
     assert "imported 0 records" in capsys.readouterr().out
 
 
+def _import_refused(tmp_path: Path, text: str, says: str) -> None:
+    """Importing ``text`` as a JSONL file is refused with an error matching ``says``."""
+    (tmp_path / "x.jsonl").write_text(text)
+    with open_database(tmp_path / "t.db") as db:
+        with pytest.raises(DatabaseError, match=says):
+            db.import_jsonl(tmp_path / "x.jsonl")
+
+
 def _three_candidates() -> dict:
     d = json.loads(json.dumps(_record(5).as_dict()))
     first = d["candidates"][0]
@@ -845,35 +853,20 @@ def test_import_names_the_candidate_whose_decisions_differ_from_the_others(
 ):
     d = _three_candidates()
     change(d["candidates"][odd]["config"])
-    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
-    with open_database(tmp_path / "t.db") as db:
-        with pytest.raises(DatabaseError, match=says):
-            db.import_jsonl(tmp_path / "x.jsonl")
+    _import_refused(tmp_path, json.dumps(d) + "\n", says)
 
 
 def test_import_names_missing_and_unknown_record_fields_apart(tmp_path):
-    (tmp_path / "x.jsonl").write_text('{"a": 1}\n')
-    with open_database(tmp_path / "t.db") as db:
-        with pytest.raises(
-            DatabaseError,
-            match=r"record lacks field\(s\) aotune_version, .*"
-            r"workload_key and has unknown field\(s\) a: give it as",
-        ):
-            db.import_jsonl(tmp_path / "x.jsonl")
+    says = r"record lacks field\(s\) aotune_version, .*workload_key and has unknown field\(s\) a: "
+    _import_refused(tmp_path, '{"a": 1}\n', says + "give it as")
 
 
 def test_import_names_every_set_of_decisions_where_none_has_a_majority(tmp_path):
     d = _three_candidates()
     d["candidates"][1]["config"]["zz"] = 1
     d["candidates"][2]["config"]["yy"] = 1
-    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
-    with open_database(tmp_path / "t.db") as db:
-        with pytest.raises(
-            DatabaseError,
-            match=r"name 3 different sets of decisions \(candidates"
-            r"\[0\] mr, nr; candidates\[1\] mr, nr, zz; candidates\[2\] mr, nr, yy\)",
-        ):
-            db.import_jsonl(tmp_path / "x.jsonl")
+    sets = r"\(candidates\[0\] mr, nr; candidates\[1\] mr, nr, zz; candidates\[2\] mr, nr, yy\)"
+    _import_refused(tmp_path, json.dumps(d) + "\n", "name 3 different sets of decisions " + sets)
 
 
 def test_import_says_how_many_more_candidates_differ_from_the_majority(tmp_path):
@@ -882,7 +875,6 @@ def test_import_says_how_many_more_candidates_differ_from_the_majority(tmp_path)
     d["candidates"].append(json.loads(json.dumps({**d["candidates"][0], "rank": 5})))
     d["candidates"][1]["config"]["zz"] = 1
     d["candidates"][3]["config"]["yy"] = 1
-    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
-    with open_database(tmp_path / "t.db") as db:
-        with pytest.raises(DatabaseError, match=r"candidates\[1\].config .*it adds zz; .*\(1 more"):
-            db.import_jsonl(tmp_path / "x.jsonl")
+    _import_refused(
+        tmp_path, json.dumps(d) + "\n", r"candidates\[1\].config .*it adds zz; .*\(1 more"
+    )

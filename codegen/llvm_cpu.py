@@ -219,13 +219,13 @@ class CpuKernelBuilder:
             row_tab, k_tab = fn.args[-2:]
             a_rows = [b.load(b.gep(row_tab, [c64(r)], inbounds=True)) for r in range(rows)]
 
-        def prefetch_b(k: ir.Value) -> None:
+        def prefetch_b(b_at: ir.Value, t: int) -> None:
             # one prefetch per cache line of the row b_prefetch_rows ahead (prefetches never fault,
             # so rows past the operand's end are harmless: no inbounds)
-            ahead = b.mul(b.add(k, c64(s.b_prefetch_rows)), c64(b_rs))
+            ahead = (t + s.b_prefetch_rows) * b_rs
             locality = 3 if s.b_prefetch_level == 1 else 2  # LLVM: 3 keeps it in L1, 2 in L2
             for col in range(0, cols, LINE_FLOATS):
-                at = b.gep(b_ptr, [b.add(ahead, c64(col))])
+                at = b.gep(b_at, [c64(ahead + col)])
                 b.call(
                     self.prefetch,
                     [
@@ -236,13 +236,11 @@ class CpuKernelBuilder:
                     ],
                 )
 
-        def k_step(k: ir.Value) -> None:
+        def k_step(k: ir.Value, a_at: ir.Value, b_at: ir.Value, t: int) -> None:
+            """Step k = k0 + t, with A and B at step k0 at ``a_at`` and ``b_at``."""
             if s.b_prefetch_rows:
-                prefetch_b(k)
-            bvec = [
-                load_vec(b_ptr, b.add(b.mul(k, c64(b_rs)), c64(v * lanes)), v, b_masked)
-                for v in range(nvec)
-            ]
+                prefetch_b(b_at, t)
+            bvec = [load_vec(b_at, c64(t * b_rs + v * lanes), v, b_masked) for v in range(nvec)]
             if s.a_shared:
                 k_off = b.load(b.gep(k_tab, [k], inbounds=True))
                 for r in range(rows):
@@ -253,10 +251,7 @@ class CpuKernelBuilder:
                         b.store(b.call(fmas[v], [avec, bvec[v], cur]), acc[r][v])
                 return
             for r in range(rows):
-                a_val = b.load(
-                    b.gep(a_ptr, [b.add(b.mul(k, c64(a_cs)), c64(r * a_rs))], inbounds=True),
-                    align=4,
-                )
+                a_val = b.load(b.gep(a_at, [c64(t * a_cs + r * a_rs)], inbounds=True), align=4)
                 a_vecs = {w: splat(b, a_val, ir.VectorType(F32, w)) for w in dict.fromkeys(widths)}
                 for v in range(nvec):
                     cur = b.load(acc[r][v])
@@ -264,12 +259,25 @@ class CpuKernelBuilder:
 
         u = s.unroll
         k_main = b.mul(b.sdiv(kc, c64(u)), c64(u)) if u > 1 else kc
+
+        def at_step(base: ir.Value, k: ir.Value, stride: int) -> ir.Value:
+            # an operand's address at step k computed as an integer: LLVM then steps it in a
+            # register of its own and the loop reads at base + displacement; from a GEP it folds
+            # k into an index register, and an FMA with an indexed memory operand is un-laminated
+            # on Intel cores (Emerald Rapids: 10.4 against 6.5 cycles a k step, 10 x 16 in L1)
+            at = b.add(b.ptrtoint(base, I64), b.mul(k, c64(stride * 4)))
+            return b.inttoptr(at, PF32)
+
+        def k_steps(k: ir.Value, count: int) -> None:
+            a_at, b_at = at_step(a_ptr, k, a_cs), at_step(b_ptr, k, b_rs)
+            for t in range(count):
+                k_step(b.add(k, c64(t)) if t else k, a_at, b_at, t)
+
         with counted_loop(b, c64(0), k_main, u, "k") as k:
-            for t in range(u):
-                k_step(b.add(k, c64(t)) if t else k)
+            k_steps(k, u)
         if u > 1:
             with counted_loop(b, k_main, kc, 1, "krem") as k:
-                k_step(k)
+                k_steps(k, 1)
 
         def store_tile(epilogue: bool, add_c: bool) -> None:
             bias_vec = (

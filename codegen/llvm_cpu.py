@@ -51,6 +51,7 @@ PI64 = I64.as_pointer()
 PI8 = ir.IntType(8).as_pointer()
 # fp32 elements per prefetch: 64-byte lines (with longer lines the extra prefetches hit one line)
 LINE_FLOATS = 16
+F32_BYTES = 4
 
 
 def c64(v: int) -> ir.Constant:
@@ -236,12 +237,19 @@ class CpuKernelBuilder:
                     ],
                 )
 
-        def k_step(k: ir.Value, a_at: ir.Value, b_at: ir.Value, t: int) -> None:
-            """Step k = k0 + t, with A and B at step k0 at ``a_at`` and ``b_at``."""
+        def at_step(base: ir.Value, k: ir.Value, stride: int) -> ir.Value:
+            # as an integer, LLVM steps the address in a register of its own; from a GEP it folds
+            # k into an index register, and FMAs with an indexed operand run slower on Intel cores
+            at = b.add(b.ptrtoint(base, I64), b.mul(k, c64(stride * F32_BYTES)))
+            return b.inttoptr(at, PF32)
+
+        def k_step(k0: ir.Value, t: int, a_at: ir.Value | None, b_at: ir.Value) -> None:
+            """Step k0 + t, with A's and B's step k0 at ``a_at`` (None: gathered A) and ``b_at``."""
             if s.b_prefetch_rows:
                 prefetch_b(b_at, t)
             bvec = [load_vec(b_at, c64(t * b_rs + v * lanes), v, b_masked) for v in range(nvec)]
             if s.a_shared:
+                k = b.add(k0, c64(t)) if t else k0
                 k_off = b.load(b.gep(k_tab, [k], inbounds=True))
                 for r in range(rows):
                     at = b.add(a_rows[r], k_off)
@@ -250,6 +258,7 @@ class CpuKernelBuilder:
                         cur = b.load(acc[r][v])
                         b.store(b.call(fmas[v], [avec, bvec[v], cur]), acc[r][v])
                 return
+            assert a_at is not None
             for r in range(rows):
                 a_val = b.load(b.gep(a_at, [c64(t * a_cs + r * a_rs)], inbounds=True), align=4)
                 a_vecs = {w: splat(b, a_val, ir.VectorType(F32, w)) for w in dict.fromkeys(widths)}
@@ -260,18 +269,11 @@ class CpuKernelBuilder:
         u = s.unroll
         k_main = b.mul(b.sdiv(kc, c64(u)), c64(u)) if u > 1 else kc
 
-        def at_step(base: ir.Value, k: ir.Value, stride: int) -> ir.Value:
-            # an operand's address at step k computed as an integer: LLVM then steps it in a
-            # register of its own and the loop reads at base + displacement; from a GEP it folds
-            # k into an index register, and an FMA with an indexed memory operand is un-laminated
-            # on Intel cores (Emerald Rapids: 10.4 against 6.5 cycles a k step, 10 x 16 in L1)
-            at = b.add(b.ptrtoint(base, I64), b.mul(k, c64(stride * 4)))
-            return b.inttoptr(at, PF32)
-
-        def k_steps(k: ir.Value, count: int) -> None:
-            a_at, b_at = at_step(a_ptr, k, a_cs), at_step(b_ptr, k, b_rs)
+        def k_steps(k0: ir.Value, count: int) -> None:
+            a_at = None if s.a_shared else at_step(a_ptr, k0, a_cs)
+            b_at = at_step(b_ptr, k0, b_rs)
             for t in range(count):
-                k_step(b.add(k, c64(t)) if t else k, a_at, b_at, t)
+                k_step(k0, t, a_at, b_at)
 
         with counted_loop(b, c64(0), k_main, u, "k") as k:
             k_steps(k, u)

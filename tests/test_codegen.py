@@ -17,7 +17,11 @@ from aotune.codegen.runner import (
     numpy_reference,
     random_operands,
 )
-from aotune.codegen.schedule import rows_l1_keeps_ahead, schedule_from_config
+from aotune.codegen.schedule import (
+    column_vector_widths,
+    rows_l1_keeps_ahead,
+    schedule_from_config,
+)
 from aotune.constraints.cpu import build_cpu_space
 from aotune.errors import FinalCheckError
 from aotune.hwspecs.host import host_can_run
@@ -349,8 +353,6 @@ def test_micro_kernel_fmas_read_memory_at_base_plus_displacement(seed, shape):
     in_place = space.parse_config(
         "mr=10,nr=16,kc=32,mc=10,nc=48,order=nkm,pack_a=0,pack_b=1,unroll=2,par=n,threads=1"
     )
-    from aotune.codegen.schedule import column_vector_widths
-
     for i, cfg in enumerate([in_place, *space.sample(2, seed=seed)]):
         s = schedule_from_config(space, cfg)
         funcs = elf_functions(compile_kernel(s, hw).object_code)

@@ -1368,7 +1368,9 @@ def _c_sweep_set_cycles(
     loads then issue early (``micro_kernel_cycles``). Measured on Zen 5, packed operands, one
     thread, C in L2 or L3: 4 and 8 rows at kc = 8 took 25-31 cycles a call more per row at a 4 or
     8 KiB stride than one vector further apart, 12 at 2 KiB, none at 1 KiB; at kc = 32 (the window
-    holds 1.3 calls) 1-5. The first k block loads no C.
+    holds 1.3 calls) 1-5. Where ``memory.dirty_set_refill_cycles`` is measured, a line takes that
+    instead of the two round trips (Golden Cove's took about one: README, stop 92). The first k
+    block loads no C.
     """
     if s.K <= s.kc or not _calls_step_down_rows(s):
         return 0.0
@@ -1383,7 +1385,14 @@ def _c_sweep_set_cycles(
     swept = _panel_sets(stride, min(block_rows, sets), row_bytes, line, sets)
     lines = rows * -(-row_bytes // line)
     kt = -(-s.K // s.kc)
-    return lines / swept * 2 * _l1_refill_level(hw).latency_cycles * (kt - 1) / kt
+    return lines / swept * dirty_fill_cycles(hw) * (kt - 1) / kt
+
+
+def dirty_fill_cycles(hw: HwSpec) -> float:
+    """Cycles one L1 set takes per fill that must first write back a dirty line: the measured
+    pace, else a refill and a write-back in series, an L2 round trip each."""
+    measured = hw.memory.dirty_set_refill_cycles
+    return measured if measured > 0 else 2.0 * _l1_refill_level(hw).latency_cycles
 
 
 def _b_rows_share_c_sets(s: CpuSchedule, hw: HwSpec) -> bool:

@@ -40,6 +40,7 @@ from aotune.hwspecs.probes import (
     probe_cache_latency,
     probe_call_cycles,
     probe_clock,
+    probe_dirty_set_refills,
     probe_far_prefetch,
     probe_fma,
     probe_handover,
@@ -235,6 +236,12 @@ PROBES: tuple[Probe, ...] = (
         ("core.store_alias_cycles",),
         probe_store_alias,
         "the real kernel with C rows a page apart and not",
+    ),
+    Probe(
+        "dirty set refills",
+        ("memory.dirty_set_refill_cycles",),
+        probe_dirty_set_refills,
+        "the real kernel's calls stepping down C rows in one L1 set and not",
     ),
 )
 

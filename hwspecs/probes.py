@@ -1923,6 +1923,97 @@ def probe_store_alias(s: Session) -> dict[str, Finding]:
     return {path: s.checked(path, round(wait, 2), 0.0, 100.0, how)}
 
 
+# The dirty-refill probe's kernel: 8 x one-vector tiles stepping down 24 tiles of rows, kc = 8
+# (calls short enough that the window holds the next one, whose C loads then issue early), 16 k
+# blocks, packed operands, one thread: the case ``_c_sweep_set_cycles`` prices
+DIRTY_PROBE_ROWS, DIRTY_PROBE_TILES, DIRTY_PROBE_KC, DIRTY_PROBE_BLOCKS = 8, 24, 8, 16
+DIRTY_PROBE_READINGS = 5  # interleaved pairs, as the alias probe's
+
+
+def dirty_probe_schedule(spec: HwSpec, n: int) -> CpuSchedule | None:
+    """The schedule the dirty-refill probe times: a matmul with N = ``n`` (C rows ``4 n`` bytes
+    apart), one block of all ``DIRTY_PROBE_TILES`` row tiles and all columns, the k blocks outside
+    it (nmk), so each call steps down C's rows and adds to its tile what the last k block stored;
+    A and B packed, one thread. None where the target's tile space has no such tile."""
+    rows, lanes = DIRTY_PROBE_ROWS, spec.isa.vector_bits // 32
+    m, k = rows * DIRTY_PROBE_TILES, DIRTY_PROBE_KC * DIRTY_PROBE_BLOCKS
+    fixed = {"mr": rows, "nr": lanes, "kc": DIRTY_PROBE_KC, "mc": m, "nc": n, "pack_a": 1}
+    fixed |= {"pack_b": 1, "threads": 1, "unroll": 1, "order": "nmk"}
+    return _fixed_matmul_schedule(spec, (m, n, k), fixed)
+
+
+def pace_matching(
+    predicted_extra: Callable[[float], float], measured: float, lo: float, hi: float
+) -> float:
+    """The largest pace in [``lo``, ``hi``] whose predicted extra cycles (``predicted_extra``,
+    non-decreasing in the pace) do not exceed ``measured``: ``lo`` where even its exceed it,
+    ``hi`` where its do not."""
+    if predicted_extra(lo) > measured:
+        return lo
+    if predicted_extra(hi) <= measured:
+        return hi
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predicted_extra(mid) <= measured else (lo, mid)
+    return lo
+
+
+def probe_dirty_set_refills(s: Session) -> dict[str, Finding]:
+    """How far apart one L1 set takes fills whose victims are dirty lines.
+
+    The real kernel of ``dirty_probe_schedule`` with C rows one page apart (a call's C lines all
+    in one set, each fill evicting a line an earlier call stored) and one vector further apart
+    (spread over the sets): the difference per call is the queue. The value is the pace at which
+    the model's own difference between the two kernels matches it (``_c_sweep_set_cycles``); the
+    calls' issue hides a fast enough pace, and the reading is then a bound. Needs every value the
+    model prices those kernels with (run last)."""
+    from aotune.analysis.features import kernel_features
+    from aotune.analysis.model import AnalyticalCpuModel, ThreadShare
+    from aotune.codegen.compile import compile_kernel
+
+    path = "memory.dirty_set_refill_cycles"
+    page, lanes = s.host.memory.page_bytes, s.host.isa.vector_bits // 32
+    crowded, clear = (dirty_probe_schedule(s.host, n) for n in (page // 4, page // 4 + lanes))
+    if crowded is None or clear is None:
+        return {path: s.assumed(path, "no 8-row one-vector tile in this target's tile space")}
+    scheds = [crowded, clear]
+    overhead, per_run = s.value("overhead.call_seconds"), 20
+    runs = [_kernel_runs(s, x, per_run) for x in scheds]
+    calls = [ThreadShare.of(x).calls for x in scheds]
+    readings: list[Timing] = []
+    extras = []
+    for _ in range(DIRTY_PROBE_READINGS):  # interleaved: both kernels under the same drift
+        times = [s.best(run, subtract=False) for run in runs]
+        readings += times
+        per_call = [(t.seconds / per_run - overhead) / n for t, n in zip(times, calls)]
+        extras.append(cycles(per_call[0] - per_call[1], s.ghz))
+    extra = statistics.median(extras)
+    spec = s.spec_so_far()
+    loops = [kernel_features(compile_kernel(x, spec), spec.isa.arch).loop for x in scheds]
+
+    def predicted(pace: float) -> float:
+        a, b = AnalyticalCpuModel(with_value(spec, path, pace)).predict_batch(scheds, loops)
+        per_call = [(p.seconds - overhead) / n for p, n in zip((a, b), calls)]
+        return cycles(per_call[0] - per_call[1], spec.core.frequency_ghz)
+
+    lo, hi = 0.5, 1000.0
+    value = pace_matching(predicted, extra, lo, hi)
+    s.details["dirty set refills"] = {"cycles_per_call": extra, "readings": extras}
+    lines = DIRTY_PROBE_ROWS
+    how = (
+        f"the real kernel of {lines} x {lanes} tiles, kc = {DIRTY_PROBE_KC}, packed, one thread, "
+        f"stepping down C rows {page} bytes apart (one L1 set) against {page + 4 * lanes} (none "
+        f"crowded): {extra:.1f} cycles more per call, the median of "
+        + ", ".join(f"{x:.1f}" for x in extras)
+        + f" from {DIRTY_PROBE_READINGS} interleaved pairs of readings; {_spread(readings)}; "
+    )
+    if predicted(value) <= predicted(lo) + 0.5 and value > lo:
+        how += "the calls' issue hid the fills: at most that far apart"
+    else:
+        how += "the pace per line at which the model's difference per call matches it"
+    return {path: s.checked(path, round(value, 1), lo, hi, how)}
+
+
 def _spread(timings: Sequence[Timing]) -> str:
     """The worst agreement and median excess of several readings, for a comment."""
     if not timings:

@@ -139,6 +139,10 @@ class MemorySpec:
     # rows a way apart, a vector each, want more of its lines than it keeps: however many misses
     # are in flight, the set takes its lines about this far apart (0: not measured, none claimed)
     set_refill_cycles: float = _in(0.0, 1000.0)
+    # cycles one L1 set takes per fill whose victim is a dirty line, when calls stepping down C
+    # rows a page apart crowd it (0: not measured; a refill and a write-back, two round trips to
+    # the next level, are charged in series)
+    dirty_set_refill_cycles: float = _in(0.0, 1000.0)
     # extra latency of an access whose page misses the first-level data TLB
     tlb_miss_cycles: int = _in(0, 10_000)
     dtlb_entries: int = _in(1, 1 << 20)  # pages the first-level data TLB holds

@@ -840,6 +840,43 @@ def test_the_alias_probe_steps_down_rows_a_page_apart_and_not(target):
     assert charged == pytest.approx(64 * hw.core.store_alias_cycles * (kt - 1) / kt)
 
 
+def test_pace_matching_takes_the_largest_pace_whose_prediction_stays_within_the_reading():
+    """The dirty-refill probe's inversion: a queue the calls' issue hides up to 40 cycles, then 8
+    lines at the pace each: 64 cycles measured is a pace of 13; a reading the issue hides gives
+    the edge of what it hides (a bound); below the floor, the lowest pace; beyond, the highest."""
+
+    def predicted(pace: float) -> float:
+        return 12.0 + max(0.0, 8 * pace - 40.0)
+
+    assert probes.pace_matching(predicted, 12.0 + 64.0, 0.5, 1000.0) == pytest.approx(13.0)
+    assert probes.pace_matching(predicted, 12.0, 0.5, 1000.0) == pytest.approx(5.0)
+    assert probes.pace_matching(predicted, 3.0, 0.5, 1000.0) == 0.5
+    assert probes.pace_matching(predicted, 1e9, 0.5, 1000.0) == 1000.0
+
+
+@pytest.mark.parametrize("target", builtin_names("cpu"))
+def test_the_dirty_probe_crowds_one_set_with_c_rows_a_page_apart_and_not(target):
+    """Both kernels of the dirty-refill probe exist in every CPU target's space: 8-row one-vector
+    tiles, packed, one thread, stepping down C's rows; the model queues the crowded kernel's
+    fills in one set, at the pace it is given, the other's over many."""
+    from aotune.analysis import model
+
+    hw = load_target(target)
+    page, lanes = hw.memory.page_bytes, hw.isa.vector_bits // 32
+    crowded, clear = (probes.dirty_probe_schedule(hw, n) for n in (page // 4, page // 4 + lanes))
+    for s in (crowded, clear):
+        assert s is not None, target
+        assert (s.mr, s.nr, s.kc, s.order, s.threads) == (8, lanes, 8, "nmk", 1)
+        assert s.mc == s.M == 8 * probes.DIRTY_PROBE_TILES and s.pack_a and s.pack_b
+        assert s.K == 8 * probes.DIRTY_PROBE_BLOCKS and model._calls_step_down_rows(s)
+    share = model.ThreadShare.of(crowded)
+    paced = [with_value(hw, "memory.dirty_set_refill_cycles", x) for x in (10.0, 20.0)]
+    waits = [model._c_sweep_set_cycles(crowded, h, 8, lanes, share) for h in paced]
+    assert waits[1] == pytest.approx(2 * waits[0]) and waits[0] > 0
+    spread = model._c_sweep_set_cycles(clear, paced[1], 8, lanes, model.ThreadShare.of(clear))
+    assert spread <= waits[1] / 8  # the rows spread over the sets, each taking its own fills
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     rows=st.integers(1, 32),

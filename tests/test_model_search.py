@@ -1270,6 +1270,25 @@ def test_the_sweep_wait_is_two_round_trips_per_line_of_each_swept_set():
     assert _c_sweep_set_cycles(one_block, hw, 8, 16, ThreadShare.of(one_block)) == 0.0
 
 
+def test_a_measured_dirty_fill_pace_takes_the_place_of_the_two_round_trips():
+    """Where ``memory.dirty_set_refill_cycles`` is measured, each line of a swept set waits that
+    long (Emerald Rapids: about one L2 round trip, not two); unmeasured (0), two round trips."""
+    from aotune.analysis.model import ThreadShare, _c_sweep_set_cycles, dirty_fill_cycles
+
+    hw = load_target("znver5")
+    assert hw.memory.dirty_set_refill_cycles == 0
+    assert dirty_fill_cycles(hw) == 2 * hw.cache(2).latency_cycles
+    cfg = "mr=8,nr=16,kc=8,mc=64,nc=1024,order=mkn,pack_a=1,pack_b=1,unroll=8,par=n,threads=1"
+    space = build_cpu_space(matmul(512, 1024, 512), hw)
+    s = schedule_from_config(space, space.parse_config(cfg))
+    unmeasured = _c_sweep_set_cycles(s, hw, 8, 16, ThreadShare.of(s))
+    measured = with_value(hw, "memory.dirty_set_refill_cycles", 13.0)
+    assert dirty_fill_cycles(measured) == 13.0
+    wait = _c_sweep_set_cycles(s, measured, 8, 16, ThreadShare.of(s))
+    assert wait == pytest.approx(8 * 13.0 * (512 // 8 - 1) / (512 // 8))
+    assert wait == pytest.approx(unmeasured * 13.0 / (2 * hw.cache(2).latency_cycles))
+
+
 def test_the_next_call_is_in_the_window_only_while_the_running_one_leaves_room():
     """A 448-entry window holds a few calls of 8 k steps, less than two of 32 and none of 64
     steps beside the running call."""

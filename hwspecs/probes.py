@@ -1958,17 +1958,70 @@ def pace_matching(
     return lo
 
 
+# A prediction this close to the kernel's floor is the floor: the calls' issue hides the fills
+FLAT_CYCLES = 0.5
+
+
+@dataclass(frozen=True)
+class PaceReading:
+    """What a difference per call says of a pace: ``matched`` (the model's own difference
+    matches it at ``pace``), ``bound`` (the calls' issue hid the fills: at most ``pace``),
+    ``insensitive`` (the model's price of the kernels does not depend on the pace on this core)
+    or ``beyond`` (more than any pace up to the ceiling explains); ``pace`` is None for the last
+    two."""
+
+    kind: str
+    pace: float | None
+
+
+def dirty_pace_reading(
+    predicted_extra: Callable[[float], float],
+    measured: float,
+    lo: float,
+    hi: float,
+    fallback: float,
+) -> PaceReading:
+    """The pace a measured difference per call gives, through the model's own difference
+    (``predicted_extra``, non-decreasing in the pace) between ``lo`` and ``hi``. A reading the
+    calls' issue hides gives the largest pace they hide, or ``fallback`` (the pace charged when
+    none is measured) where that is less: a bound, not a reading."""
+    floor, top = predicted_extra(lo), predicted_extra(hi)
+    if top - floor < 2 * FLAT_CYCLES:
+        return PaceReading("insensitive", None)
+    if measured > top:
+        return PaceReading("beyond", None)
+    edge = pace_matching(predicted_extra, floor + FLAT_CYCLES, lo, hi)
+    pace = pace_matching(predicted_extra, measured, lo, hi)
+    if pace <= edge:
+        return PaceReading("bound", min(edge, fallback))
+    return PaceReading("matched", pace)
+
+
+def per_call_difference_cycles(
+    seconds: Sequence[float], per_run: int, overhead: float, calls: Sequence[int], ghz: float
+) -> float:
+    """Cycles the first kernel's micro-kernel calls take beyond the second's, each: runs of
+    ``per_run`` kernel calls of ``seconds`` each (the first, the second), less the kernel
+    call's ``overhead``, over each kernel's micro-kernel ``calls``."""
+    if per_run < 1 or min(calls) < 1:
+        raise CalibrationError("a difference per call needs runs of calls on both sides")
+    first, second = ((t / per_run - overhead) / n for t, n in zip(seconds, calls))
+    return cycles(first - second, ghz)
+
+
 def probe_dirty_set_refills(s: Session) -> dict[str, Finding]:
     """How far apart one L1 set takes fills whose victims are dirty lines.
 
-    The real kernel of ``dirty_probe_schedule`` with C rows one page apart (a call's C lines all
-    in one set, each fill evicting a line an earlier call stored) and one vector further apart
-    (spread over the sets): the difference per call is the queue. The value is the pace at which
-    the model's own difference between the two kernels matches it (``_c_sweep_set_cycles``); the
-    calls' issue hides a fast enough pace, and the reading is then a bound. Needs every value the
-    model prices those kernels with (run last)."""
+    The real kernel of ``dirty_probe_schedule`` with C rows one page apart (a call's C lines in
+    few sets, one where a way is a page, each fill evicting a line an earlier call stored) and
+    one vector further apart (spread over the sets): the difference per call is the queue. The
+    value is the pace at which the model's own difference between the two kernels matches it
+    (``dirty_pace_reading``); the calls' issue hides a fast enough pace, and the reading is then
+    a bound. Assumed where the model's price of the kernels does not depend on the pace, or the
+    reading is beyond any pace. Needs every value the model prices those kernels with (run
+    last)."""
     from aotune.analysis.features import kernel_features
-    from aotune.analysis.model import AnalyticalCpuModel, ThreadShare
+    from aotune.analysis.model import AnalyticalCpuModel, ThreadShare, dirty_fill_cycles
     from aotune.codegen.compile import compile_kernel
 
     path = "memory.dirty_set_refill_cycles"
@@ -1985,33 +2038,42 @@ def probe_dirty_set_refills(s: Session) -> dict[str, Finding]:
     for _ in range(DIRTY_PROBE_READINGS):  # interleaved: both kernels under the same drift
         times = [s.best(run, subtract=False) for run in runs]
         readings += times
-        per_call = [(t.seconds / per_run - overhead) / n for t, n in zip(times, calls)]
-        extras.append(cycles(per_call[0] - per_call[1], s.ghz))
+        extras.append(
+            per_call_difference_cycles([x.seconds for x in times], per_run, overhead, calls, s.ghz)
+        )
     extra = statistics.median(extras)
     spec = s.spec_so_far()
     loops = [kernel_features(compile_kernel(x, spec), spec.isa.arch).loop for x in scheds]
 
     def predicted(pace: float) -> float:
-        a, b = AnalyticalCpuModel(with_value(spec, path, pace)).predict_batch(scheds, loops)
-        per_call = [(p.seconds - overhead) / n for p, n in zip((a, b), calls)]
-        return cycles(per_call[0] - per_call[1], spec.core.frequency_ghz)
+        priced = AnalyticalCpuModel(with_value(spec, path, pace)).predict_batch(scheds, loops)
+        return per_call_difference_cycles(
+            [p.seconds for p in priced], 1, overhead, calls, spec.core.frequency_ghz
+        )
 
     lo, hi = 0.5, 1000.0
-    value = pace_matching(predicted, extra, lo, hi)
+    unmeasured = dirty_fill_cycles(with_value(spec, path, 0.0))  # what the model then charges
+    reading = dirty_pace_reading(predicted, extra, lo, hi, unmeasured)
     s.details["dirty set refills"] = {"cycles_per_call": extra, "readings": extras}
-    lines = DIRTY_PROBE_ROWS
     how = (
-        f"the real kernel of {lines} x {lanes} tiles, kc = {DIRTY_PROBE_KC}, packed, one thread, "
-        f"stepping down C rows {page} bytes apart (one L1 set) against {page + 4 * lanes} (none "
-        f"crowded): {extra:.1f} cycles more per call, the median of "
+        f"the real kernel of {DIRTY_PROBE_ROWS} x {lanes} tiles, kc = {DIRTY_PROBE_KC}, packed, "
+        f"one thread, stepping down C rows {page} bytes apart (few L1 sets) against "
+        f"{page + 4 * lanes} (spread over them): {extra:.1f} cycles more per call, the median of "
         + ", ".join(f"{x:.1f}" for x in extras)
-        + f" from {DIRTY_PROBE_READINGS} interleaved pairs of readings; {_spread(readings)}; "
+        + f" from {DIRTY_PROBE_READINGS} interleaved pairs of readings; {_spread(readings)}"
     )
-    if predicted(value) <= predicted(lo) + 0.5 and value > lo:
-        how += "the calls' issue hid the fills: at most that far apart"
+    if reading.pace is None:
+        why = {
+            "insensitive": "the model's price of these kernels does not depend on the pace on "
+            "this core (its window never holds the next call)",
+            "beyond": f"more than a pace of {hi:.0f} cycles a line explains",
+        }[reading.kind]
+        return {path: s.assumed(path, f"{why} ({how})")}
+    if reading.kind == "bound":
+        how += "; the calls' issue hid the fills: at most that far apart"
     else:
-        how += "the pace per line at which the model's difference per call matches it"
-    return {path: s.checked(path, round(value, 1), lo, hi, how)}
+        how += "; the pace per line at which the model's difference per call matches it"
+    return {path: s.checked(path, round(reading.pace, 1), lo, hi, how)}
 
 
 def _spread(timings: Sequence[Timing]) -> str:

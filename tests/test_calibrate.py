@@ -854,6 +854,66 @@ def test_pace_matching_takes_the_largest_pace_whose_prediction_stays_within_the_
     assert probes.pace_matching(predicted, 1e9, 0.5, 1000.0) == 1000.0
 
 
+def test_a_dirty_pace_reading_matches_bounds_or_says_why_not():
+    """A reading above the floor the calls' issue leaves is matched; one within it (or below) is
+    a bound, at most the fallback the model charges unmeasured; a model that prices the kernels
+    alike at every pace, or a reading beyond the highest pace, gives no pace."""
+
+    def queue(pace: float) -> float:
+        return 12.0 + max(0.0, 8 * pace - 40.0)
+
+    read = probes.dirty_pace_reading
+    got = read(queue, 12.0 + 64.0, 0.5, 1000.0, 32.0)
+    assert got.kind == "matched" and got.pace == pytest.approx(13.0)
+    for measured in (12.2, 3.0):
+        got = read(queue, measured, 0.5, 1000.0, 32.0)
+        assert got.kind == "bound" and got.pace == pytest.approx(5.0 + 0.5 / 8)
+    assert read(queue, 3.0, 0.5, 1000.0, 4.0) == probes.PaceReading("bound", 4.0)
+    assert read(lambda pace: 59.8, 70.0, 0.5, 1000.0, 32.0) == probes.PaceReading(
+        "insensitive", None
+    )
+    assert read(queue, 1e9, 0.5, 1000.0, 32.0) == probes.PaceReading("beyond", None)
+
+
+def test_the_difference_per_call_from_synthetic_readings():
+    # runs of 20 kernel calls; each kernel call 1 us of overhead, then 4608 calls at 250 cycles
+    # against 4680 at 200 (3.5 GHz): 50 cycles more per call
+    runs = [20 * (1e-6 + 4608 * 250 / 3.5e9), 20 * (1e-6 + 4680 * 200 / 3.5e9)]
+    got = probes.per_call_difference_cycles(runs, 20, 1e-6, (4608, 4680), 3.5)
+    assert got == pytest.approx(50.0)
+    assert probes.per_call_difference_cycles(runs[::-1], 20, 1e-6, (4680, 4608), 3.5) < 0
+    with pytest.raises(CalibrationError):
+        probes.per_call_difference_cycles(runs, 20, 1e-6, (4608, 0), 3.5)
+
+
+@pytest.mark.parametrize("target", builtin_names("cpu"))
+def test_the_dirty_probe_reads_a_pace_only_where_the_model_prices_one(target):
+    """Where the probe's crowded kernel is never in the window beside the next call (Neoverse
+    N1's 128-entry window), the model's difference does not move with the pace, and the probe
+    must not read one; where it is, the difference grows with the pace."""
+    from aotune.analysis.model import AnalyticalCpuModel, ThreadShare
+
+    hw = load_target(target)
+    page, lanes = hw.memory.page_bytes, hw.isa.vector_bits // 32
+    scheds = [probes.dirty_probe_schedule(hw, n) for n in (page // 4, page // 4 + lanes)]
+    calls = [ThreadShare.of(s).calls for s in scheds]
+    overhead = hw.overhead.call_seconds
+
+    def predicted(pace: float) -> float:
+        priced = AnalyticalCpuModel(
+            with_value(hw, "memory.dirty_set_refill_cycles", pace)
+        ).estimate_batch(scheds)
+        return probes.per_call_difference_cycles(
+            [p.seconds for p in priced], 1, overhead, calls, hw.core.frequency_ghz
+        )
+
+    reading = probes.dirty_pace_reading(predicted, predicted(20.0), 0.5, 1000.0, 32.0)
+    if target == "neoverse-n1":
+        assert reading.kind == "insensitive"
+    else:
+        assert predicted(1000.0) > predicted(0.5) and reading.kind in ("matched", "bound")
+
+
 @pytest.mark.parametrize("target", builtin_names("cpu"))
 def test_the_dirty_probe_crowds_one_set_with_c_rows_a_page_apart_and_not(target):
     """Both kernels of the dirty-refill probe exist in every CPU target's space: 8-row one-vector

@@ -64,6 +64,11 @@ def test_the_emerald_rapids_records_are_kept():
         "emeraldrapids-matmul-2026-12-02-d.json.gz",
         "emeraldrapids-operators-2026-12-02-b.json.gz",
         "emeraldrapids-unseen-2026-12-02-b.json.gz",
+        # the kernels without an indexed FMA (stop 91 on)
+        "emeraldrapids-matmul-2026-12-02-e.json.gz",
+        "emeraldrapids-matmul-2026-12-02-f.json.gz",
+        "emeraldrapids-matmul-2026-12-03.json.gz",
+        "emeraldrapids-operators-2026-12-02-c.json.gz",
     } <= names
 
 
@@ -76,6 +81,11 @@ def test_the_emerald_rapids_host_timings_make_one_median():
         names = [f"emeraldrapids-{rows}-2026-12-02{p}.json.gz" for p in parts]
         doc = cpu_record.median_record([cpu_record.read_record(data / n) for n in names], names)
         assert doc["timings"] == len(parts) and len(doc["rows"]) >= 6
+    # today's kernels, timed on two days with the same samples
+    days = ("2026-12-02-e", "2026-12-02-f", "2026-12-03")
+    names = [f"emeraldrapids-matmul-{d}.json.gz" for d in days]
+    doc = cpu_record.median_record([cpu_record.read_record(data / n) for n in names], names)
+    assert doc["timings"] == 3 and len(doc["rows"]) == 8
     names = ["emeraldrapids-matmul-2026-12-02.json.gz", "emeraldrapids-matmul-2026-12-02-b.json.gz"]
     with pytest.raises(MeasurementFileError, match="a median takes timings of one machine"):
         cpu_record.median_record([cpu_record.read_record(data / n) for n in names], names)

@@ -69,6 +69,7 @@ def test_the_emerald_rapids_records_are_kept():
         "emeraldrapids-matmul-2026-12-02-f.json.gz",
         "emeraldrapids-matmul-2026-12-03.json.gz",
         "emeraldrapids-operators-2026-12-02-c.json.gz",
+        "emeraldrapids-operators-2026-12-03.json.gz",
     } <= names
 
 

@@ -1864,6 +1864,18 @@ def alias_probe_schedule(spec: HwSpec, n: int) -> CpuSchedule | None:
     return _fixed_matmul_schedule(spec, (m, n, k), fixed)
 
 
+def per_call_difference_cycles(
+    seconds: Sequence[float], per_run: int, overhead: float, calls: Sequence[int], ghz: float
+) -> float:
+    """Cycles the first kernel's micro-kernel calls take beyond the second's, each: runs of
+    ``per_run`` kernel calls of ``seconds`` each (the first, the second), less the kernel
+    call's ``overhead``, over each kernel's micro-kernel ``calls``."""
+    if per_run < 1 or min(calls) < 1:
+        raise CalibrationError("a difference per call needs runs of calls on both sides")
+    first, second = ((t / per_run - overhead) / n for t, n in zip(seconds, calls))
+    return cycles(first - second, ghz)
+
+
 def alias_wait_cycles(
     aliased: float, clear: float, ghz: float, calls: tuple[int, int], pairs: float
 ) -> float:
@@ -1872,7 +1884,7 @@ def alias_wait_cycles(
     ``calls[1]``), over the aliasing pairs per call."""
     if pairs <= 0 or min(calls) < 1:
         raise CalibrationError("an alias reading needs aliasing pairs and calls on both sides")
-    return max(0.0, cycles(aliased / calls[0] - clear / calls[1], ghz)) / pairs
+    return max(0.0, per_call_difference_cycles((aliased, clear), 1, 0.0, calls, ghz)) / pairs
 
 
 def probe_store_alias(s: Session) -> dict[str, Finding]:
@@ -1995,18 +2007,6 @@ def dirty_pace_reading(
     if pace <= edge:
         return PaceReading("bound", min(edge, fallback))
     return PaceReading("matched", pace)
-
-
-def per_call_difference_cycles(
-    seconds: Sequence[float], per_run: int, overhead: float, calls: Sequence[int], ghz: float
-) -> float:
-    """Cycles the first kernel's micro-kernel calls take beyond the second's, each: runs of
-    ``per_run`` kernel calls of ``seconds`` each (the first, the second), less the kernel
-    call's ``overhead``, over each kernel's micro-kernel ``calls``."""
-    if per_run < 1 or min(calls) < 1:
-        raise CalibrationError("a difference per call needs runs of calls on both sides")
-    first, second = ((t / per_run - overhead) / n for t, n in zip(seconds, calls))
-    return cycles(first - second, ghz)
 
 
 def probe_dirty_set_refills(s: Session) -> dict[str, Finding]:

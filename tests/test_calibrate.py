@@ -840,18 +840,21 @@ def test_the_alias_probe_steps_down_rows_a_page_apart_and_not(target):
     assert charged == pytest.approx(64 * hw.core.store_alias_cycles * (kt - 1) / kt)
 
 
+def _queue(pace: float) -> float:
+    """A synthetic difference per call: 12 cycles of floor, a queue of 8 lines at the pace that
+    the calls' issue hides up to 40 cycles."""
+    return 12.0 + max(0.0, 8 * pace - 40.0)
+
+
 def test_pace_matching_takes_the_largest_pace_whose_prediction_stays_within_the_reading():
     """The dirty-refill probe's inversion: a queue the calls' issue hides up to 40 cycles, then 8
     lines at the pace each: 64 cycles measured is a pace of 13; a reading the issue hides gives
     the edge of what it hides (a bound); below the floor, the lowest pace; beyond, the highest."""
 
-    def predicted(pace: float) -> float:
-        return 12.0 + max(0.0, 8 * pace - 40.0)
-
-    assert probes.pace_matching(predicted, 12.0 + 64.0, 0.5, 1000.0) == pytest.approx(13.0)
-    assert probes.pace_matching(predicted, 12.0, 0.5, 1000.0) == pytest.approx(5.0)
-    assert probes.pace_matching(predicted, 3.0, 0.5, 1000.0) == 0.5
-    assert probes.pace_matching(predicted, 1e9, 0.5, 1000.0) == 1000.0
+    assert probes.pace_matching(_queue, 12.0 + 64.0, 0.5, 1000.0) == pytest.approx(13.0)
+    assert probes.pace_matching(_queue, 12.0, 0.5, 1000.0) == pytest.approx(5.0)
+    assert probes.pace_matching(_queue, 3.0, 0.5, 1000.0) == 0.5
+    assert probes.pace_matching(_queue, 1e9, 0.5, 1000.0) == 1000.0
 
 
 def test_a_dirty_pace_reading_matches_bounds_or_says_why_not():
@@ -859,10 +862,7 @@ def test_a_dirty_pace_reading_matches_bounds_or_says_why_not():
     a bound, at most the fallback the model charges unmeasured; a model that prices the kernels
     alike at every pace, or a reading beyond the highest pace, gives no pace."""
 
-    def queue(pace: float) -> float:
-        return 12.0 + max(0.0, 8 * pace - 40.0)
-
-    read = probes.dirty_pace_reading
+    read, queue = probes.dirty_pace_reading, _queue
     got = read(queue, 12.0 + 64.0, 0.5, 1000.0, 32.0)
     assert got.kind == "matched" and got.pace == pytest.approx(13.0)
     for measured in (12.2, 3.0):

@@ -73,6 +73,15 @@ def test_the_emerald_rapids_records_are_kept():
     } <= names
 
 
+def test_the_zen2_records_are_kept():
+    """Stop 93's bench on a Zen 2 slice, timed with that day's calibration file (the built-in
+    ``znver2`` spec was written from a later one the same day)."""
+    names = {p.name for p in RECORDS}
+    assert {f"znver2-{rows}-2026-12-03.json.gz" for rows in ("matmul", "operators")} <= names
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / "znver2-matmul-2026-12-03.json.gz")
+    assert "(znver2)" in doc["machine"] and doc["numpy_blas"]["forced_by_env"] is False
+
+
 def test_the_emerald_rapids_host_timings_make_one_median():
     """The slice's timings with the built-in spec (``host``) are of one machine and one sample
     set, so ``rescore`` takes their median; the first matmul timing was made with a calibration

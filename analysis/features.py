@@ -221,16 +221,30 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
 
 def loop_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:
     """Features of the innermost loop with the most FMAs in one function (None if it has no
-    loop)."""
+    loop).
+
+    When more FMAs sit outside every loop than in that loop, LLVM unrolled the k loop away
+    (a short k block) and kept only the remainder loop rolled: the function is read whole.
+    """
     t = ISA_TABLES[isa]
     insns = list(capstone.Cs(t.cs_arch, t.cs_mode).disasm(code, 0))
+    loops = _loops(insns, t)
     best: tuple[int, int, list[capstone.CsInsn]] | None = None
-    for lo, hi in _loops(insns, t):
+    for lo, hi in loops:
         body = [i for i in insns if lo <= i.address <= hi]
         fmas = sum(1 for i in body if _classify(i, t) == "fma")
         if fmas and (best is None or fmas > best[0] or (fmas == best[0] and hi - lo < best[1])):
             best = (fmas, hi - lo, body)
-    return None if best is None else _mix(name, best[2], t, loop_free=False)
+    if best is None:
+        return None
+    outside = sum(
+        1
+        for i in insns
+        if _classify(i, t) == "fma" and not any(lo <= i.address <= hi for lo, hi in loops)
+    )
+    if outside > best[0]:
+        return _mix(name, insns, t, loop_free=True)
+    return _mix(name, best[2], t, loop_free=False)
 
 
 def straight_line_features(name: str, code: bytes, isa: str) -> LoopFeatures | None:

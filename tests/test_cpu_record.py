@@ -82,6 +82,14 @@ def test_the_zen2_records_are_kept():
     assert "(znver2)" in doc["machine"] and doc["numpy_blas"]["forced_by_env"] is False
 
 
+def test_the_zen2_unseen_record_is_kept():
+    """Stop 94's unseen rows on the Zen 2 slice, timed with the built-in spec (``host``)."""
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / "znver2-unseen-2026-12-04.json.gz")
+    assert "core model from znver2" in doc["machine"]
+    assert doc["numpy_blas"]["forced_by_env"] is False
+    assert len(doc["rows"]) == 6 and all(r["all_correct"] for r in doc["rows"])
+
+
 def test_the_emerald_rapids_host_timings_make_one_median():
     """The slice's timings with the built-in spec (``host``) are of one machine and one sample
     set, so ``rescore`` takes their median; the first matmul timing was made with a calibration

@@ -897,7 +897,7 @@ def cmd_hw(args: argparse.Namespace) -> int:
         for line in spec.summary_lines():
             print(line)
         return 0
-    print("host  (detected: " + load_target("host").description + ")")
+    print("host  (" + load_target("host").description + ")")
     for name in builtin_names():
         print(f"{name:<15} {load_target(name).description}")
     return 0

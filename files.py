@@ -96,7 +96,11 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
             raise error(f"{_shown(p)} exists; pass --force to overwrite it or choose another file")
         parent = p.parent if str(p.parent) else Path(".")
         if not parent.is_dir():
-            raise error(f"cannot write {_shown(p)}: folder {_shown(parent)} does not exist")
+            what = "is not a folder" if parent.exists() else "does not exist"
+            raise error(
+                f"cannot write {_shown(p)}: {_shown(parent)} {what}; name a file in an existing "
+                "folder, or create the folder first"
+            )
         if not os.access(parent, os.W_OK):
             raise error(f"cannot write {_shown(p)}: folder {_shown(parent)} is not writable")
         # os.access says yes to root everywhere, /proc and read-only mounts too: try it

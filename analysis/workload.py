@@ -648,8 +648,11 @@ def parse_shape(text: str, names: tuple[str, ...]) -> dict[str, int]:
         else ",".join(str(v) for v in (1, 64, 56, 56, 64, 3, 3)[: len(names) - 2] + (3, 3))
     )
     if len(parts) == 1 and not parts[0].lstrip("-").isdigit():
+        joined = re.search(r"\d\s*([^\w\s,-])\s*\d", text)  # 512×512, 512*512: not our 'x'
+        between = f" with {sep!r} between them, not {joined.group(1)!r}" if joined else ""
         raise WorkloadError(
-            f"shape {text!r} is not sizes; give {len(names)} ({sep.join(names)}), e.g. {example}"
+            f"shape {text!r} is not sizes; give {len(names)} ({sep.join(names)}){between}, "
+            f"e.g. {example}"
         )
     if len(parts) != len(names):
         raise WorkloadError(

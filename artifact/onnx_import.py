@@ -118,8 +118,14 @@ def _load(path: Path, data: bytes | None = None) -> Any:
             f"{path} is not an ONNX model ({type(e).__name__}); give a .onnx file "
             "saved by onnx.save or an exporter, or a TOML kernel list"
         ) from None
+    if not model.ir_version and not model.opset_import and not model.HasField("graph"):
+        # protobuf reads many non-ONNX bytes as an empty message rather than failing
+        raise BuildError(
+            f"{path} is not an ONNX model (no ONNX version, opset or graph in it); give a .onnx "
+            "file saved by onnx.save or an exporter, or a TOML kernel list"
+        )
     if not model.graph.node:
-        raise BuildError(f"{path} is not an ONNX model with a graph (it has no nodes)")
+        raise BuildError(f"{path} is an ONNX model with no nodes in its graph: nothing to build")
     g = model.graph
     defined = {i.name for i in g.input} | {t.name for t in g.initializer}
     writers: dict[str, Any] = {}

@@ -241,12 +241,21 @@ class TuneRecord:
         # reused, as another workload's record
         key = _text(d, "workload_key")
         definition = workload.get("definition")
-        if not isinstance(definition, dict) or _digest(_canonical(definition)) != key:
+        if not isinstance(definition, dict):
             raise _field_error(
                 "workload.definition",
                 definition,
                 "give the definition the record was made for (workload_key is its hash); "
                 "export the record again with aotune db export",
+            )
+        digest = _digest(_canonical(definition))
+        if digest != key:  # either may be the one edited: name both
+            raise _field_error(
+                "workload.definition",
+                definition,
+                f"its hash is {digest}, but workload_key is {_shortened(key)} (one of them was "
+                "edited); give the definition the record was made for and its key "
+                "(workload_key is its hash), or export the record again with aotune db export",
             )
         spec, options = _text(d, "spec_hash"), _text(d, "options")
         if not _HASH.fullmatch(spec):
@@ -305,11 +314,15 @@ def _loads(text: Any) -> Any:
         return text
 
 
+def _shortened(value: Any) -> str:
+    """``repr(value)``, at most 60 characters: a value may be megabytes long."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
 def _field_error(name: str, value: Any, want: str) -> DatabaseError:
     """``field NAME is VALUE: WANT`` (the value shortened)."""
-    shown = repr(value)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."  # a value may be megabytes long
-    return DatabaseError(f"field {name} is {shown}: {want}")
+    return DatabaseError(f"field {name} is {_shortened(value)}: {want}")
 
 
 def _check_same_decisions(checked: Sequence[CandidateRecord]) -> None:

@@ -554,6 +554,15 @@ def test_import_refuses_a_definition_its_key_is_not_the_hash_of(tmp_path, capsys
     assert "field workload.definition" in err and "workload_key is its hash" in err
 
 
+def test_import_with_only_the_key_edited_names_both_fields(tmp_path, capsys):
+    d = json.loads(json.dumps(_record(1).as_dict()))
+    d["workload_key"] = "0" * 32  # the definition is as exported; the key was edited
+    (tmp_path / "x.jsonl").write_text(json.dumps(d) + "\n")
+    assert main(["db", "import", str(tmp_path / "x.jsonl"), "--db", str(tmp_path / "t.db")]) == 2
+    err = _error_line(capsys)
+    assert "but workload_key is '" + "0" * 32 + "'" in err and "one of them was edited" in err
+
+
 @pytest.mark.parametrize("target", ["../../etc/passwd", "y" * 65, "zén4", "my cpu"])
 def test_import_refuses_a_target_no_spec_could_be_named(tmp_path, capsys, target):
     """A record of a spec not known here (a calibrated file's) keeps its target unchecked against

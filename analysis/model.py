@@ -367,8 +367,9 @@ def micro_kernel_cycles(
     partial vector, C stores that miss L1 (or, for short calls, C fills queued behind the last
     calls' write-backs in the sets a sweep down C's rows crowds, or the next call's B loads
     waiting for these stores: ``_b_after_c_store_cycles``), a C tile fetched from beyond
-    L2, and C lines another thread writes too, or whose pair it does (on each visit, unless the
-    threads meet them only at their runs' ends). Plus, once, the wait for
+    L2 beyond what the call's prefetch of it hides (``c_prefetch_steps``), and C lines another
+    thread writes too, or whose pair it does (on each visit, unless the threads meet them only at
+    their runs' ends). Plus, once, the wait for
     A's lines from DRAM read in place (``a_demand_miss_cycles``).
     """
     c, lanes, isz = hw.core, s.lanes, 4
@@ -416,7 +417,10 @@ def micro_kernel_cycles(
         # the threads store at once wait in full
         in_flight = _calls_in_flight(tile_mix, hw, s.kc)
         shared = shared_wait * rows * -(-cols * isz // hw.cache(1).line_bytes)
-        call_cycles += c_fetch / in_flight + (shared if lockstep else shared / in_flight)
+        # the call prefetches its C tile this many cycles before it adds to it
+        lead = s.c_prefetch_steps * step
+        call_cycles += max(0.0, c_fetch - lead) / in_flight
+        call_cycles += shared if lockstep else shared / in_flight
         compute_cycles += tiles * (s.K * step + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles

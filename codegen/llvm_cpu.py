@@ -266,6 +266,15 @@ class CpuKernelBuilder:
                     cur = b.load(acc[r][v])
                     b.store(b.call(fmas[v], [a_vecs[widths[v]], bvec[v], cur]), acc[r][v])
 
+        def prefetch_c() -> None:
+            # for writing, into L1: a line per 16 columns and the row's last element's, so a row
+            # that starts inside a line gets its last line too (C is not padded: in bounds)
+            for r in range(rows):
+                for col in sorted({*range(0, cols, LINE_FLOATS), cols - 1}):
+                    at = b.bitcast(b.gep(c_ptr, [c64(r * c_rs + col)], inbounds=True), PI8)
+                    write, keep = ir.Constant(I32, 1), ir.Constant(I32, 3)
+                    b.call(self.prefetch, [at, write, keep, ir.Constant(I32, 1)])
+
         u = s.unroll
         k_main = b.mul(b.sdiv(kc, c64(u)), c64(u)) if u > 1 else kc
 
@@ -275,8 +284,20 @@ class CpuKernelBuilder:
             for t in range(count):
                 k_step(k0, t, a_at, b_at)
 
-        with counted_loop(b, c64(0), k_main, u, "k") as k:
-            k_steps(k, u)
+        lead = -(-s.c_prefetch_steps // u) * u
+        if lead:
+            # the k steps before C's lines are fetched, then the last ``lead`` (or all) of them
+            k_split = b.select(
+                b.icmp_signed(">", k_main, c64(lead)), b.sub(k_main, c64(lead)), c64(0)
+            )
+            with counted_loop(b, c64(0), k_split, u, "k") as k:
+                k_steps(k, u)
+            prefetch_c()
+            with counted_loop(b, k_split, k_main, u, "klast") as k:
+                k_steps(k, u)
+        else:
+            with counted_loop(b, c64(0), k_main, u, "k") as k:
+                k_steps(k, u)
         if u > 1:
             with counted_loop(b, k_main, kc, 1, "krem") as k:
                 k_steps(k, 1)

@@ -517,3 +517,41 @@ def test_activations_match_numpy_over_their_whole_input_range(activation):
     err = np.abs(got[:-1] - want)
     assert np.all(err <= bound), (x[np.argmax(err / bound)], (err / bound).max())
     assert np.isnan(got[-1])
+
+
+def _c_prefetches(kernel_ir: str, function: str) -> int:
+    """Write prefetches (``llvm.prefetch`` with rw = 1) in one micro-kernel's LLVM IR."""
+    body = kernel_ir.split(f'define internal void @"{function}"(')[1].split("\n}\n")[0]
+    return body.count("i32 1, i32 3, i32 1)")
+
+
+@pytest.mark.parametrize("K", [300, 97])
+def test_a_call_long_enough_prefetches_its_c_tile_before_its_last_steps(K):
+    """C is added and stored after the last k step; a call of kc >= the prefetch lead fetches its
+    tile's lines that many steps before (two loops with the prefetches between), one per line of
+    each row and the row's last element's; a shorter call does not. Either way the kernel matches
+    numpy, with K's last block shorter than the lead (K = 300, kc = 256: 44 steps) and the tile's
+    rows starting inside a line (N = 37)."""
+    from aotune.codegen.schedule import c_prefetch_steps
+
+    hw = load_target("haswell")
+    space = build_cpu_space(matmul(13, 37, K), hw)
+    lead = c_prefetch_steps(hw, 6, 16, 256)
+    cycles_per_step = max(6 * 2 / hw.core.fma_units, hw.core.fma_latency_cycles)
+    assert lead == -(-hw.memory.prefetch_ahead_cycles // cycles_per_step) and 44 < lead <= 97
+    assert c_prefetch_steps(hw, 6, 16, lead - 1) == 0 and c_prefetch_steps(hw, 6, 16, lead) == lead
+    kc = min(K, 256)
+    cfg = f"mr=6,nr=16,kc={kc},mc=12,nc=32,order=nkm,pack_a=1,pack_b=1,unroll=8,par=m,threads=1"
+    s = schedule_from_config(space, space.parse_config(cfg))
+    assert s.c_prefetch_steps == (lead if kc >= lead else 0)
+    kernel = compile_kernel(s, hw)
+    # 16 columns from a row start inside a line span two lines: the first and the last element's
+    assert _c_prefetches(kernel.llvm_ir, "ukernel_6x16") == (6 * 2 if s.c_prefetch_steps else 0)
+    assert _c_prefetches(kernel.llvm_ir, "ukernel_1x5") == (1 * 2 if s.c_prefetch_steps else 0)
+    assert ("klast" in kernel.llvm_ir) == bool(s.c_prefetch_steps)
+    if host_can_run(hw)[0]:
+        hk = HostKernel(kernel, hw)
+        a, b, _ = random_operands(s, 3)
+        correct, err, tol = check_against_numpy(hk, a, b)
+        assert correct, f"{cfg}: max error {err} > {tol}"
+        assert_overwrites_out(hk, a, b)

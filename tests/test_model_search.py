@@ -1133,6 +1133,41 @@ def test_c_tiles_leave_l2_when_the_a_rows_between_their_visits_fill_it():
     assert _c_tile_fetch_cycles(half, hw, 1024, 1032) == 0.0
 
 
+def test_a_c_tile_prefetched_before_the_last_steps_is_not_waited_for():
+    """A call of kc >= the prefetch lead fetches its C tile that many k steps before it adds to
+    it (``c_prefetch_steps``), so a tile from beyond L2 costs it no wait: the same config without
+    the prefetch is predicted slower by the wait per call, one with C in L2 not at all."""
+    from aotune.analysis.model import ThreadShare, _c_tile_fetch_cycles, cost, mix_from_schedule
+
+    hw = load_target("znver4")
+    down = _sched_2048(
+        hw, "mr=7,nr=16,kc=256,mc=420,nc=672,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"
+    )
+    assert down.c_prefetch_steps > 0 and down.kc >= down.c_prefetch_steps
+    wait = _c_tile_fetch_cycles(down, hw, 2048, 1024)
+    assert wait > 0
+    unfetched = dataclasses.replace(down, c_prefetch_steps=0)
+    mix = mix_from_schedule(down, hw)
+    calls = ThreadShare.of(down).calls
+    with_pf, without = (
+        dict(cost(x, hw, mix, "config").breakdown)["compute"] for x in (down, unfetched)
+    )
+    saved = (without - with_pf) * hw.core.frequency_ghz * 1e9
+    # the wait is shared by the calls in flight: 1 to 2 of these long calls
+    assert calls * wait / 2 <= saved <= calls * wait * 1.000001
+    space = build_cpu_space(matmul(256, 256, 256), hw)
+    small = schedule_from_config(
+        space,
+        space.parse_config(
+            "mr=8,nr=32,kc=128,mc=256,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=1,par=n,threads=2"
+        ),
+    )
+    assert small.c_prefetch_steps == 0 or _c_tile_fetch_cycles(small, hw, 256, 128) == 0.0
+    plain = dataclasses.replace(small, c_prefetch_steps=0)
+    mix = mix_from_schedule(small, hw)
+    assert cost(small, hw, mix, "config").seconds == cost(plain, hw, mix, "config").seconds
+
+
 @pytest.mark.parametrize("n", [256, 512, 1024, 1040, 2048])
 def test_c_loads_wait_behind_the_stores_of_the_last_call_they_alias(n):
     """Calls step down C's rows; the next call's C loads match the last call's stores in the
@@ -1651,7 +1686,9 @@ def test_rows_mixing_full_and_narrow_vectors_are_bound_by_their_fma_instructions
 def test_c_tile_waits_overlap_across_short_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """1 x 32 tiles at kc=8 over 4 KiB-strided C rows: several calls fit the reorder window, so
     their C fetches from beyond L2 overlap (measured 116 GFLOP/s, where one wait per call predicted
-    33); at kc=192 one call's FMAs fill the schedulers 6 times over and it waits nearly alone."""
+    33); at kc=192 one call's FMAs fill the schedulers 6 times over and it waits nearly alone,
+    unless it prefetches the tile (``c_prefetch_steps``: kc=192 holds the lead), then not at
+    all."""
     import aotune.analysis.model as model_module
 
     hw = load_target("znver4")
@@ -1659,13 +1696,15 @@ def test_c_tile_waits_overlap_across_short_calls(monkeypatch: pytest.MonkeyPatch
     space = build_cpu_space(matmul(1024, 1024, 1024), hw)
     freq = hw.core.frequency_ghz * 1e9
     charged = []
-    for kc in (8, 192):
+    for kc, prefetched in ((8, False), (192, False), (192, True)):
         s = schedule_from_config(
             space,
             space.parse_config(
                 f"mr=1,nr=32,kc={kc},mc=96,nc=32,order=nkm,pack_a=0,pack_b=1,unroll=4,par=n,threads=2"
             ),
         )
+        assert (s.c_prefetch_steps > 0) == (kc == 192)
+        s = s if prefetched else dataclasses.replace(s, c_prefetch_steps=0)
         wait = model_module._c_tile_fetch_cycles(s, hw, 1024, 512)
         assert wait > 0
         with_wait = dict(model.estimate_batch([s])[0].breakdown)["compute"]
@@ -1674,7 +1713,7 @@ def test_c_tile_waits_overlap_across_short_calls(monkeypatch: pytest.MonkeyPatch
             without = dict(model.estimate_batch([s])[0].breakdown)["compute"]
         calls = 1024 * (512 // 32) * -(-1024 // kc)  # one thread's tiles x k blocks
         charged.append((with_wait - without) * freq / calls / wait)
-    assert charged[0] < 0.5 and 0.8 < charged[1] <= 1.0
+    assert charged[0] < 0.5 and 0.8 < charged[1] <= 1.0 and charged[2] == 0.0
 
 
 def test_a_packing_copy_waits_once_per_line_not_per_short_segment():

@@ -11,7 +11,8 @@ Structure of the generated module (all sizes and strides are compile-time consta
     void ukernel_<rows>x<cols>(float* a, float* b, float* c, i64 kc, i1 first[, i1 last,
                                float* bias] [, i64* row_off, i64* k_off])
         rows x ceil(cols/lanes) accumulator vectors from zero, explicit llvm.fma per (row, vector),
-        C added at the end unless this is the first k block (first), the k loop unrolled; the last
+        C added at the end unless this is the first k block (first), the k loop unrolled (and
+        split c_prefetch_steps before its end, where the C tile is prefetched); the last
         vector of a column tail is the narrowest power-of-two width that holds it (a scalar for one
         column), loaded/stored with a lane mask where it overhangs. With an epilogue, the store of
         the last k block adds bias[n] and applies the activation.

@@ -90,6 +90,17 @@ def test_the_zen2_unseen_record_is_kept():
     assert len(doc["rows"]) == 6 and all(r["all_correct"] for r in doc["rows"])
 
 
+def test_the_zen2_record_of_kernels_that_prefetch_c_is_kept():
+    """Stop 95's matmul bench on the Zen 2 slice, the first of micro-kernels that prefetch their C
+    tile (``c_prefetch_steps``), timed with the built-in spec (``host``): stop 93's timings are of
+    the kernels before it, so the two are not one sample of today's kernels."""
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / "znver2-matmul-2026-12-04.json.gz")
+    assert "core model from znver2" in doc["machine"]
+    assert doc["numpy_blas"]["forced_by_env"] is False
+    assert len(doc["rows"]) == 8 and all(r["all_correct"] for r in doc["rows"])
+    assert all(r["measurements"] == 0 for r in doc["rows"])
+
+
 def test_the_emerald_rapids_host_timings_make_one_median():
     """The slice's timings with the built-in spec (``host``) are of one machine and one sample
     set, so ``rescore`` takes their median; the first matmul timing was made with a calibration

@@ -90,14 +90,15 @@ def test_the_zen2_unseen_record_is_kept():
     assert len(doc["rows"]) == 6 and all(r["all_correct"] for r in doc["rows"])
 
 
-def test_the_zen2_record_of_kernels_that_prefetch_c_is_kept():
-    """Stop 95's matmul bench on the Zen 2 slice, the first of micro-kernels that prefetch their C
-    tile (``c_prefetch_steps``), timed with the built-in spec (``host``): stop 93's timings are of
-    the kernels before it, so the two are not one sample of today's kernels."""
-    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / "znver2-matmul-2026-12-04.json.gz")
+@pytest.mark.parametrize(("name", "rows"), [("matmul-2026-12-04", 8), ("unseen-2026-12-04-b", 6)])
+def test_the_zen2_records_of_kernels_that_prefetch_c_are_kept(name, rows):
+    """Stop 95's matmul and unseen benches on the Zen 2 slice, the first of micro-kernels that
+    prefetch their C tile (``c_prefetch_steps``), timed with the built-in spec (``host``): the
+    earlier timings are of the kernels before it, so they are not one sample of today's."""
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / f"znver2-{name}.json.gz")
     assert "core model from znver2" in doc["machine"]
     assert doc["numpy_blas"]["forced_by_env"] is False
-    assert len(doc["rows"]) == 8 and all(r["all_correct"] for r in doc["rows"])
+    assert len(doc["rows"]) == rows and all(r["all_correct"] for r in doc["rows"])
     assert all(r["measurements"] == 0 for r in doc["rows"])
 
 

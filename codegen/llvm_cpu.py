@@ -285,19 +285,18 @@ class CpuKernelBuilder:
             for t in range(count):
                 k_step(k0, t, a_at, b_at)
 
+        # the k steps before C's lines are fetched, then the last ``lead`` (or all) of them
         lead = -(-s.c_prefetch_steps // u) * u
+        k_split = (
+            b.select(b.icmp_signed(">", k_main, c64(lead)), b.sub(k_main, c64(lead)), c64(0))
+            if lead
+            else k_main
+        )
+        with counted_loop(b, c64(0), k_split, u, "k") as k:
+            k_steps(k, u)
         if lead:
-            # the k steps before C's lines are fetched, then the last ``lead`` (or all) of them
-            k_split = b.select(
-                b.icmp_signed(">", k_main, c64(lead)), b.sub(k_main, c64(lead)), c64(0)
-            )
-            with counted_loop(b, c64(0), k_split, u, "k") as k:
-                k_steps(k, u)
             prefetch_c()
             with counted_loop(b, k_split, k_main, u, "klast") as k:
-                k_steps(k, u)
-        else:
-            with counted_loop(b, c64(0), k_main, u, "k") as k:
                 k_steps(k, u)
         if u > 1:
             with counted_loop(b, k_main, kc, 1, "krem") as k:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from aotune.analysis.polyhedral import AccessInfo, TensorAccessInfo, analyze
 from aotune.analysis.workload import Workload, einsum
 from aotune.constraints.expr import CeilDiv, Const, Expr, Prod, Sum, Var
-from aotune.constraints.space import Constraint, DecisionVar, Space
+from aotune.constraints.space import Config, Constraint, DecisionVar, Space
 from aotune.errors import UnsatisfiableError, UnsupportedWorkloadError
 from aotune.hwspecs.spec import HwSpec
 
@@ -202,6 +202,22 @@ class CpuSpace(Space):
     info: AccessInfo | None = None
     roles: Roles | None = None
 
+    def landmarks(self, cfg: Config) -> dict[str, tuple[int, ...]]:
+        """The cache blocks mc and nc that cut a thread's share of their loop into equal blocks,
+        near ``cfg``'s number of blocks: any other block leaves a short last block that pays a
+        block's packing and sweeps for little work, and a search that walks the domain by a
+        spread seldom lands on them."""
+        if self.workload is None or self.roles is None:
+            return {}
+        par = self.var("par").label(cfg["par"])
+        found = {}
+        for block, group, unit in (("mc", self.roles.m, "mr"), ("nc", self.roles.n, "nr")):
+            share = group_extent(self.workload, group)
+            if par == block[0]:  # the parallel loop: a thread's share, as thread_ranges cuts it
+                share = -(-share // (cfg[unit] * cfg["threads"])) * cfg[unit]
+            found[block] = even_blocks(share, cfg[unit], cfg[block])
+        return found
+
 
 # Entries of the constant offset tables a gathered operand is read through (codegen emits them
 # into the kernel: 2^20 entries already take ~12 s to compile).
@@ -255,6 +271,16 @@ def _group_label(group: tuple[str, ...]) -> str:
         if len(group) > 1
         else (group[0] if group else "nothing: extent 1")
     )
+
+
+def even_blocks(extent: int, unit: int, now: int, reach: int = 2) -> tuple[int, ...]:
+    """For b = 1 and each b within ``reach`` of the blocks a block of ``now`` cuts ``extent``
+    into, the smallest block (a multiple of ``unit``) that cuts it into b blocks or fewer: the one
+    whose last block is the least short."""
+    units = -(-extent // unit)
+    count = -(-units // max(1, now // unit))
+    counts = {1} | set(range(max(1, count - reach), min(units, count + reach) + 1))
+    return tuple(sorted({-(-units // b) * unit for b in counts}))
 
 
 def _round_up(x: int, m: int) -> int:

@@ -329,6 +329,11 @@ class Space:
         except UnsatisfiableError:
             return ",".join(f"{v.name}={v.domain[0]}" for v in self.variables)
 
+    def landmarks(self, cfg: Config) -> Mapping[str, tuple[int, ...]]:
+        """Values of wide decisions worth a local search's try from ``cfg``, beside its spread of
+        the domain (a space knows which values its loops favour); none by default."""
+        return {}
+
     def describe_config(self, cfg: Config) -> str:
         """Config with labels for categorical decisions."""
         return ",".join(f"{n}={self.var(n).label(v)}" for n, v in cfg.items)

@@ -162,14 +162,17 @@ def local_moves(space: Space, cfg: Config) -> list[dict[str, int]]:
     """The moves ``polish`` tries from ``cfg``: each decision set to another value of its domain,
     and each of the space's ``joint_moves`` set to every other combination of values. A wide domain
     (a cache block of 1..541) offers its nearest two valid values either side (mc next to 30 is 20
-    and 40 when it must be a multiple of mr=10) and WIDE_DOMAIN_SPREAD values spread over it, so one
-    step does not spend the budget on one decision."""
+    and 40 when it must be a multiple of mr=10), WIDE_DOMAIN_SPREAD values spread over it, so one
+    step does not spend the budget on one decision, and the space's ``landmarks`` in it (the cache
+    blocks that cut a loop into equal blocks)."""
     moves: list[dict[str, int]] = []
+    landmarks = space.landmarks(cfg)
     for v in space.variables:
         domain, now = list(v.domain), cfg[v.name]
         if len(domain) > WIDE_DOMAIN:
             i = domain.index(now)
             values = set(domain[:: len(domain) // WIDE_DOMAIN_SPREAD])
+            values.update(x for x in landmarks.get(v.name, ()) if x in v.domain)
             for side in (domain[i + 1 :], domain[:i][::-1]):
                 values.update(
                     itertools.islice(

@@ -210,9 +210,11 @@ def test_a_row_visit_of_several_lines_waits_for_its_first_where_prefetchers_foll
     assert wait("znver4", 5, 96) == pytest.approx(zen4.latency_cycles / zen4.misses_in_flight)
 
 
-def test_packs_of_a_block_one_tile_high_stream_and_wait_for_no_line():
+@pytest.mark.parametrize("prefetched", [False, True])
+def test_packs_of_a_block_one_tile_high_stream_and_wait_for_no_line(prefetched: bool):
     """A's packs that continue one tile's rows along k (m not innermost) copy at the issue bound;
-    a block of more rows, or m innermost, waits for each line where A lives."""
+    a block of more rows, or m innermost, waits for each line where A lives, unless the copy
+    prefetches its rows ahead (A, 16 MiB, comes from DRAM: it does)."""
     from aotune.analysis.model import ThreadShare, packing_cycles
 
     hw = load_target("znver4")
@@ -221,6 +223,9 @@ def test_packs_of_a_block_one_tile_high_stream_and_wait_for_no_line():
 
     def packing(extra: str) -> float:
         s = schedule_from_config(space, space.parse_config(f"{base},{extra}"))
+        assert s.a_pack_prefetch_rows > 0
+        if not prefetched:
+            s = dataclasses.replace(s, a_pack_prefetch_rows=0)
         return packing_cycles(s, hw, ThreadShare.of(s))
 
     per_elem = max(1.0 / hw.core.store_ports, 4.0 / hw.core.issue_width)
@@ -229,6 +234,8 @@ def test_packs_of_a_block_one_tile_high_stream_and_wait_for_no_line():
     assert packing("mc=2,order=mkn") == pytest.approx(rows * 1024 * per_elem)
     # a line of 16 elements holds two k blocks' 8: a latency per line, over 16 elements
     waits = rows * 1024 * hw.caches[-1].latency_cycles / 16
+    if prefetched:
+        waits = rows * 1024 * per_elem
     assert packing("mc=64,order=nmk") == pytest.approx(waits)
     assert packing("mc=2,order=nkm") == pytest.approx(waits)
 
@@ -1394,7 +1401,34 @@ def test_local_moves_offer_the_nearest_valid_values_of_a_wide_domain(space):
     mc_values = sorted(m["mc"] for m in cga.local_moves(space, cfg) if set(m) == {"mc"})
     assert len(space.var("mc").domain) > cga.WIDE_DOMAIN
     assert {10, 20, 40, 50} <= set(mc_values)  # mc must be a multiple of mr: 29 and 31 are no move
-    assert len(mc_values) <= 4 + cga.WIDE_DOMAIN_SPREAD + 1
+    assert len(mc_values) <= 4 + cga.WIDE_DOMAIN_SPREAD + 1 + len(space.landmarks(cfg)["mc"])
+
+
+def test_local_moves_offer_the_blocks_that_cut_a_thread_s_share_into_equal_blocks():
+    """At 2048^3 on two threads with par=n, a thread's 1024 columns in blocks of 704 leave a last
+    block of 320: the spread of nc's domain steps over 1024 and 512, the landmarks do not."""
+    space = build_cpu_space(matmul(2048, 2048, 2048), load_target("znver2"))
+    cfg = space.parse_config(
+        "mr=6,nr=16,kc=256,mc=258,nc=704,order=nkm,pack_a=1,pack_b=1,unroll=4,par=n,threads=2"
+    )
+    nc_values = {m["nc"] for m in cga.local_moves(space, cfg) if set(m) == {"nc"}}
+    assert {1024, 512, 352} <= nc_values
+    assert 1024 not in set(space.var("nc").domain[:: len(space.var("nc").domain) // 8])
+    # the rows are not split over the threads: mc's landmarks cut all 2048 of them
+    assert space.landmarks(cfg)["mc"] == (210, 228, 258, 294, 342, 2052)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5000), st.integers(1, 64), st.integers(1, 5000))
+def test_even_blocks_are_the_smallest_blocks_for_their_count(extent: int, unit: int, now: int):
+    from aotune.constraints.cpu import even_blocks
+
+    blocks = even_blocks(extent, unit, now)
+    assert blocks[-1] >= extent  # one block covers the extent
+    for v in blocks:
+        count = -(-extent // v)
+        smaller = -(-extent // (v - unit)) if v > unit else extent + 1  # no block of 0
+        assert v % unit == 0 and smaller > count
 
 
 def test_ga_population_keeps_one_config_per_score():

@@ -675,7 +675,8 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     """Cycles the thread spends copying A and B blocks into panels, one batch entry.
 
     A's copy is element-wise, one element per max(store slot, 4 issue slots) cycle or its wait per
-    line, which rows walked along k as streams do not have (``_a_rows_stream``); a plain B's
+    line, which rows walked along k as streams do not have (``_a_rows_stream``), nor rows the copy
+    prefetches ahead (``a_pack_prefetch_rows``); a plain B's
     copies panel rows as vectors, at its source's bandwidth; a gathered operand pays its table
     loads and bounds checks per element, or, copied in contiguous runs, a vector per ``lanes``
     elements plus the run's set-up.
@@ -687,8 +688,8 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     cycles = 0.0
     if s.pack_a:
         packs = 1 if s.order == "mkn" else nblocks
-        plain = per_elem  # rows that stream wait for no line
-        if not _a_rows_stream(s, share):
+        plain = per_elem  # rows that stream, or that the copy prefetches, wait for no line
+        if not _a_rows_stream(s, share) and not s.a_pack_prefetch_rows:
             plain = _strided_pack_cycles_per_elem(
                 hw,
                 per_elem,

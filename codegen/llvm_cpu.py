@@ -535,6 +535,20 @@ class CpuKernelBuilder:
             r = b.srem(row, c64(s.mr))
             src_row = b.add(b.mul(b.add(ic, row), c64(s.a_sm)), b.mul(pc, c64(s.a_sk)))
             dst_row = b.add(b.mul(p, c64(s.mr * s.kc)), r)
+            if s.a_pack_prefetch_rows:
+                # the lines of the row a_pack_prefetch_rows ahead (the last row's, past the block's
+                # end), for reading, into L1: a line per 16 elements and the segment's last one's
+                ahead = smin(b, b.add(row, c64(s.a_pack_prefetch_rows)), b.sub(m_len, c64(1)))
+                at_row = b.add(b.mul(b.add(ic, ahead), c64(s.a_sm)), pc)
+                read, keep, data = (ir.Constant(I32, x) for x in (0, 3, 1))
+
+                def prefetch_a(col: ir.Value) -> None:
+                    at = b.gep(A, [b.add(at_row, col)], inbounds=True)
+                    b.call(self.prefetch, [b.bitcast(at, PI8), read, keep, data])
+
+                with counted_loop(b, c64(0), k_len, LINE_FLOATS, "pf") as col:
+                    prefetch_a(col)
+                prefetch_a(b.sub(k_len, c64(1)))
             with counted_loop(b, c64(0), k_len, 1, "k") as k:
                 val = b.load(b.gep(A, [b.add(src_row, b.mul(k, c64(s.a_sk)))], inbounds=True))
                 b.store(val, b.gep(ws, [b.add(dst_row, b.mul(k, c64(s.mr)))], inbounds=True))

@@ -164,6 +164,7 @@ class CpuSchedule:
         1  # ... into this cache level (2 where B rows alias one set group of L1)
     )
     c_prefetch_steps: int = 0  # the micro-kernel prefetches its C tile this many k steps early
+    a_pack_prefetch_rows: int = 0  # A's pack prefetches the row this many rows ahead of its copy
 
     @property
     def batch_count(self) -> int:
@@ -318,6 +319,7 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         s = group_stride(w, t, group)
         return s if s is not None else 0  # unused: a gathered operand is always packed
 
+    a_gather = gather(a, "a", r.m, False, always=r.shared_n)
     return CpuSchedule(
         M=group_extent(w, r.m),
         N=group_extent(w, r.n),
@@ -347,7 +349,7 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         ),
         bias=w.epilogue.bias,
         activation=w.epilogue.activation,
-        a_gather=gather(a, "a", r.m, False, always=r.shared_n),
+        a_gather=a_gather,
         a_shared=r.shared_n,
         b_gather=gather(b, "b", r.n, True),
         pad_copy=pad,
@@ -362,6 +364,13 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
         ),
         b_prefetch_level=b_prefetch_level(hw, linear(b, r.k)),
         c_prefetch_steps=c_prefetch_steps(hw, c["mr"], c["nr"], c["kc"]),
+        a_pack_prefetch_rows=a_pack_prefetch_rows(
+            hw,
+            bool(c["pack_a"]) and a_gather is None,
+            linear(a, r.k),
+            c["kc"],
+            group_extent(w, r.m) * group_extent(w, r.k) * 4,
+        ),
     )
 
 
@@ -415,6 +424,28 @@ def c_prefetch_steps(hw: HwSpec, mr: int, nr: int, kc: int) -> int:
     start a kc = 64 call gained 1.6% where the model's charge for its wait was 6%."""
     steps = _steps_ahead(hw, mr, nr)
     return steps if kc >= steps else 0
+
+
+def a_pack_prefetch_rows(
+    hw: HwSpec, packs_rows: bool, a_k_stride: int, kc: int, a_bytes: int
+) -> int:
+    """How many rows ahead A's packing copy prefetches the row it will copy: enough rows that
+    the prefetch leads by ``memory.prefetch_ahead_cycles``, each row's kc elements copied at a
+    store a cycle. 0 where A is not packed row by row along a contiguous k (a gathered A, or
+    one whose k stride is not 1: its rows share their lines), or where A (``a_bytes``, one
+    batch entry's) fits in the last level's usable share of a core, so its rows come from there.
+
+    The copy's loads are a few instructions an element, so the reorder window reaches only a
+    few lines ahead, and rows a whole A row apart are short streams the prefetchers barely
+    start on: copied from DRAM, the copy waited for most lines (Zen 2, 2048^3, side by side: 3%
+    faster with the prefetch, par = n). From L3 it gained nothing, or lost (384x4096x1024: 2.5%
+    slower, not understood)."""
+    last = hw.caches[-1]
+    held = hw.cache_bytes_per_core(last.level) * last.usable_fraction
+    if not packs_rows or a_k_stride != 1 or a_bytes <= held:
+        return 0
+    per_row = kc / hw.core.store_ports
+    return max(1, math.ceil(hw.memory.prefetch_ahead_cycles / per_row))
 
 
 @functools.lru_cache(maxsize=4096)

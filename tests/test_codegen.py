@@ -555,3 +555,29 @@ def test_a_call_long_enough_prefetches_its_c_tile_before_its_last_steps(K):
         correct, err, tol = check_against_numpy(hk, a, b)
         assert correct, f"{cfg}: max error {err} > {tol}"
         assert_overwrites_out(hk, a, b)
+
+
+@pytest.mark.parametrize("M", [301, 37])
+def test_a_pack_prefetches_rows_ahead_only_where_a_comes_from_beyond_the_last_level(M):
+    """A's copy reads one row at a time; where A outgrows the last level's share of a core
+    (Haswell: 1 MiB), it prefetches the row it copies two rows later (kc = 256 elements at a store
+    a cycle, 300 cycles of lead), clipped to the block's last row. The kernel matches numpy with
+    a partial last k block (1009 = 3 x 256 + 241) and an m tail (301 = 50 x 6 + 1)."""
+    from aotune.codegen.schedule import a_pack_prefetch_rows
+
+    hw = load_target("haswell")
+    space = build_cpu_space(matmul(M, 37, 1009), hw)
+    cfg = "mr=6,nr=16,kc=256,mc=24,nc=32,order=nkm,pack_a=1,pack_b=1,unroll=4,par=m,threads=2"
+    s = schedule_from_config(space, space.parse_config(cfg))
+    assert s.a_pack_prefetch_rows == (2 if M * 1009 * 4 > 1 << 20 else 0)
+    assert a_pack_prefetch_rows(hw, True, 1, 16, 1 << 21) == -(-300 // 16)
+    assert a_pack_prefetch_rows(hw, True, 7, 256, 1 << 21) == 0  # k not contiguous: no rows
+    assert a_pack_prefetch_rows(hw, False, 1, 256, 1 << 21) == 0
+    kernel = compile_kernel(s, hw)
+    pack = kernel.llvm_ir.split('define internal void @"pack_a"(')[1].split("\n}\n")[0]
+    assert ("i32 0, i32 3, i32 1)" in pack) == bool(s.a_pack_prefetch_rows)
+    if host_can_run(hw)[0]:
+        hk = HostKernel(kernel, hw)
+        a, b, _ = random_operands(s, 5)
+        correct, err, tol = check_against_numpy(hk, a, b)
+        assert correct, f"{cfg}: max error {err} > {tol}"

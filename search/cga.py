@@ -15,7 +15,9 @@ that change no predicted cost) would otherwise fill it with copies of one basin 
 
 The last quarter of the budget (POLISH_SHARE) is steepest descent from the best few configs found
 (``polish``) over one-variable changes and joint changes of coupled decisions (the register tile),
-each repaired by CP-SAT to the nearest valid config: crossover seldom moves one decision on its own,
+each repaired by CP-SAT to the nearest valid config; a wide domain offers a spread of its values
+and the space's ``landmarks`` (cache blocks that cut a loop evenly, which a spread steps over and
+random draws seldom hit). Crossover seldom moves one decision on its own,
 such as which loop runs in parallel, when the rest of a good config is built around the other value,
 and a population that has settled on one register tile seldom leaves it.
 

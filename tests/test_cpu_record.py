@@ -90,11 +90,20 @@ def test_the_zen2_unseen_record_is_kept():
     assert len(doc["rows"]) == 6 and all(r["all_correct"] for r in doc["rows"])
 
 
-@pytest.mark.parametrize(("name", "rows"), [("matmul-2026-12-04", 8), ("unseen-2026-12-04-b", 6)])
+@pytest.mark.parametrize(
+    ("name", "rows"),
+    [
+        ("matmul-2026-12-04", 8),
+        ("unseen-2026-12-04-b", 6),
+        ("matmul-2026-12-04-b", 8),
+        ("unseen-2026-12-04-c", 6),
+    ],
+)
 def test_the_zen2_records_of_kernels_that_prefetch_c_are_kept(name, rows):
     """Stop 95's matmul and unseen benches on the Zen 2 slice, the first of micro-kernels that
-    prefetch their C tile (``c_prefetch_steps``), timed with the built-in spec (``host``): the
-    earlier timings are of the kernels before it, so they are not one sample of today's."""
+    prefetch their C tile (``c_prefetch_steps``), and stop 96's, whose A packs from DRAM also
+    prefetch their rows (``a_pack_prefetch_rows``), timed with the built-in spec (``host``): the
+    earlier timings are of the kernels before them, so they are not one sample of today's."""
     doc = cpu_record.read_record(cpu_record.RECORDS_DIR / f"znver2-{name}.json.gz")
     assert "core model from znver2" in doc["machine"]
     assert doc["numpy_blas"]["forced_by_env"] is False

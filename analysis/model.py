@@ -556,7 +556,7 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     b_bytes_l3 = n_share * s.K * isz * b_sweeps
     if s.b_gather and s.pack_b:
         b_bytes_l3 = min(b_bytes_l3, b_elems * isz * n_share / s.N * b_sweeps)
-    c_in_l2 = s.mc * n_share * isz <= hw.cache_bytes_per_core(2) * hw.cache(2).usable_fraction
+    c_in_l2 = s.mc * n_share * isz <= hw.usable_bytes_per_core(2)
     c_l3 = m_share * n_share * isz * 2 if c_in_l2 else c_bytes
     l3_bytes = a_bytes_l3 + b_bytes_l3 + c_l3
     return l2_bytes, l3_bytes, dram_bytes_of(s, hw, share)
@@ -581,7 +581,7 @@ def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[int, int
     """(times A, times B) of the thread's share come into its L2 from L3: again per n block (A,
     unless m is outermost) and per m block (B), unless the thread's data touched between two
     uses fits its L2 (a 4 KiB B of a 2048 x 16 x 64 matmul stays there over all 2048 m blocks)."""
-    l2 = hw.cache_bytes_per_core(2) * hw.cache(2).usable_fraction
+    l2 = hw.usable_bytes_per_core(2)
     a_reuse, b_reuse = _reuse_bytes(s, share)
     a_sweeps = 1 if a_reuse <= l2 else -(-share.n_share // s.nc)
     return a_sweeps, -(-share.m_share // s.mc) if b_reuse > l2 else 1

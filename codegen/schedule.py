@@ -440,8 +440,7 @@ def a_pack_prefetch_rows(
     start on: copied from DRAM, the copy waited for most lines (Zen 2, 2048^3, side by side: 3%
     faster with the prefetch, par = n). From L3 it gained nothing, or lost (384x4096x1024: 2.5%
     slower, not understood)."""
-    last = hw.caches[-1]
-    held = hw.cache_bytes_per_core(last.level) * last.usable_fraction
+    held = hw.usable_bytes_per_core(hw.caches[-1].level)
     if not packs_rows or a_k_stride != 1 or a_bytes <= held:
         return 0
     per_row = kc / hw.core.store_ports

@@ -354,7 +354,7 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     }
 
     def budget(level: int) -> int:
-        return int(hw.cache_bytes_per_core(level) * hw.cache(level).usable_fraction)
+        return int(hw.usable_bytes_per_core(level))
 
     ab = (r.a, r.b)
     abc = (r.a, r.b, r.c)

@@ -224,6 +224,11 @@ class HwSpec:
         c = self.cache(level)
         return c.size_kib * 1024 // max(1, c.shared_by_cores)
 
+    def usable_bytes_per_core(self, level: int) -> float:
+        """Bytes of a cache level one core's tiles may claim: its share of the level times the
+        level's ``usable_fraction``."""
+        return self.cache_bytes_per_core(level) * self.cache(level).usable_fraction
+
     @property
     def peak_flops_per_core(self) -> float:
         """fp32 FLOP/s of one core at full FMA issue."""

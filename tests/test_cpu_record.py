@@ -111,6 +111,23 @@ def test_the_zen2_records_of_kernels_that_prefetch_c_are_kept(name, rows):
     assert all(r["measurements"] == 0 for r in doc["rows"])
 
 
+@pytest.mark.parametrize(
+    ("name", "rows"),
+    [("matmul-2026-12-04", 8), ("unseen-2026-12-04", 6), ("operators-2026-12-04", 13)],
+)
+def test_the_zen4_records_of_today_s_kernels_are_kept(name, rows):
+    """Stop 97's benches on the Zen 4 slice, timed with the built-in spec (``host``): the first
+    there of kernels whose loops step a pointer per operand (stop 91) and that prefetch their C
+    tile and A's rows (stops 95-96); the same samples as the slice's kept timings of 2026-12-01,
+    which are of earlier kernels."""
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / f"znver4-{name}.json.gz")
+    assert "core model from znver4" in doc["machine"]
+    assert doc["numpy_blas"]["forced_by_env"] is False
+    assert doc["numpy_blas"]["kernel"] == "SkylakeX"
+    assert len(doc["rows"]) == rows and all(r["all_correct"] for r in doc["rows"])
+    assert all(r["measurements"] == 0 for r in doc["rows"])
+
+
 def test_the_emerald_rapids_host_timings_make_one_median():
     """The slice's timings with the built-in spec (``host``) are of one machine and one sample
     set, so ``rescore`` takes their median; the first matmul timing was made with a calibration

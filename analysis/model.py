@@ -908,8 +908,7 @@ def _level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> int | None:
 def _usable_bytes(hw: HwSpec, level: int, readers: int = 1) -> float:
     """Bytes of cache ``level`` that data ``readers`` threads all read may claim: the usable
     share per core, times as many of those threads as share the level."""
-    c = hw.cache(level)
-    return hw.cache_bytes_per_core(level) * min(readers, c.shared_by_cores) * c.usable_fraction
+    return hw.usable_bytes_per_core(level) * min(readers, hw.cache(level).shared_by_cores)
 
 
 def _latency_of_level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> float:

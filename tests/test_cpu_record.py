@@ -90,6 +90,17 @@ def test_the_zen2_unseen_record_is_kept():
     assert len(doc["rows"]) == 6 and all(r["all_correct"] for r in doc["rows"])
 
 
+def _assert_host_bench_kept(cpu: str, name: str, rows: int) -> dict:
+    """The kept bench ``{cpu}-{name}``, timed with the built-in spec against numpy as users have
+    it: ``rows`` rows, every kernel correct, no measurement in any search."""
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / f"{cpu}-{name}.json.gz")
+    assert f"core model from {cpu}" in doc["machine"]
+    assert doc["numpy_blas"]["forced_by_env"] is False
+    assert len(doc["rows"]) == rows and all(r["all_correct"] for r in doc["rows"])
+    assert all(r["measurements"] == 0 for r in doc["rows"])
+    return doc
+
+
 @pytest.mark.parametrize(
     ("name", "rows"),
     [
@@ -104,11 +115,7 @@ def test_the_zen2_records_of_kernels_that_prefetch_c_are_kept(name, rows):
     prefetch their C tile (``c_prefetch_steps``), and stop 96's, whose A packs from DRAM also
     prefetch their rows (``a_pack_prefetch_rows``), timed with the built-in spec (``host``): the
     earlier timings are of the kernels before them, so they are not one sample of today's."""
-    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / f"znver2-{name}.json.gz")
-    assert "core model from znver2" in doc["machine"]
-    assert doc["numpy_blas"]["forced_by_env"] is False
-    assert len(doc["rows"]) == rows and all(r["all_correct"] for r in doc["rows"])
-    assert all(r["measurements"] == 0 for r in doc["rows"])
+    _assert_host_bench_kept("znver2", name, rows)
 
 
 @pytest.mark.parametrize(
@@ -120,12 +127,8 @@ def test_the_zen4_records_of_today_s_kernels_are_kept(name, rows):
     there of kernels whose loops step a pointer per operand (stop 91) and that prefetch their C
     tile and A's rows (stops 95-96); the same samples as the slice's kept timings of 2026-12-01,
     which are of earlier kernels."""
-    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / f"znver4-{name}.json.gz")
-    assert "core model from znver4" in doc["machine"]
-    assert doc["numpy_blas"]["forced_by_env"] is False
+    doc = _assert_host_bench_kept("znver4", name, rows)
     assert doc["numpy_blas"]["kernel"] == "SkylakeX"
-    assert len(doc["rows"]) == rows and all(r["all_correct"] for r in doc["rows"])
-    assert all(r["measurements"] == 0 for r in doc["rows"])
 
 
 def test_the_emerald_rapids_host_timings_make_one_median():

@@ -1085,13 +1085,20 @@ def steps_to_memory(level_cycles: float, memory_cycles: float) -> bool:
 
 
 def _chase_cycles(s: Session, size: int, spacing: int, window: int) -> tuple[float, Timing]:
-    """Cycles per access of the latency probe's chase over a buffer of ``size`` bytes."""
+    """Cycles per access of the latency probe's chase over a buffer of ``size`` bytes, each run
+    going on from the link the last one stopped at: a run walks far fewer links than a buffer
+    beyond the last cache holds (a few MiB of lines in 4 ms at memory's latency), so runs that
+    each started over would read again the lines the last one left in that cache, and the
+    fastest would time the cache, not memory (Zen 4 slice: 45-47 cycles over 128 MiB that way
+    in two calibrations, 543-571 going on)."""
     page = os.sysconf("SC_PAGE_SIZE")
     size = max(page, size // page * page)
     buf = s.buffer(size)
     order = chase_order(page // spacing, size // page, window, s.rng)
-    start = _link(buf, order * spacing)
-    reading = s.cycles_per_link(start)
+    head = np.array([_link(buf, order * spacing)], dtype=np.uint64)
+    reading = s.cycles_per(
+        lambda n: s.chases(head.ctypes.data, 1, PARALLEL_UNROLL * n), PARALLEL_UNROLL
+    )
     s.release(buf)
     return reading
 

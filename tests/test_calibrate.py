@@ -5,6 +5,7 @@ loose physical bounds. Timings are never asserted: CI machines vary."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import math
@@ -688,6 +689,38 @@ def test_chains_side_by_side_each_follow_their_links_and_go_on_from_there(chains
         bench.call(chase, 2, heads.ctypes.data, heads.ctypes.data)  # 8 links on each chain
         steps = 8 * calls
         assert heads.tolist() == [base + 8 * c[steps % len(c)] for c in cycles]
+
+
+@ON_HOST
+def test_the_latency_chase_goes_on_from_where_its_last_run_stopped(monkeypatch):
+    """A timed run walks far fewer links than a buffer beyond the last cache holds, so runs that
+    each started over would read the lines the last one left in that cache: each run of the
+    latency probe's chase starts at the link the run before it stopped at."""
+    host, base = cal.check_can_calibrate()
+    s = probes.Session(host, base, probes.QUICK)
+    starts: list[int] = []
+    ends: list[int] = []
+    follow = s.chases
+
+    def chases(heads: int, chains: int, steps: int) -> None:
+        word = np.ctypeslib.as_array(ctypes.cast(heads, ctypes.POINTER(ctypes.c_uint64)), (1,))
+        starts.append(int(word[0]))
+        follow(heads, chains, steps)
+        ends.append(int(word[0]))
+
+    def three_runs(run, ops_per_unit):
+        for _ in range(3):
+            run(2)
+        return 1.0, None
+
+    monkeypatch.setattr(s, "chases", chases)
+    monkeypatch.setattr(s, "cycles_per", three_runs)
+    try:
+        probes._chase_cycles(s, 1 << 20, 128, 16)
+    finally:
+        s.close()
+    assert len(starts) == 3 and len(set(starts)) == 3  # no run starts over
+    assert starts[1:] == ends[:-1]
 
 
 def test_misses_in_flight_is_one_chains_latency_over_the_fewest_cycles_per_access():

@@ -120,13 +120,19 @@ def test_the_zen2_records_of_kernels_that_prefetch_c_are_kept(name, rows):
 
 @pytest.mark.parametrize(
     ("name", "rows"),
-    [("matmul-2026-12-04", 8), ("unseen-2026-12-04", 6), ("operators-2026-12-04", 13)],
+    [
+        ("matmul-2026-12-04", 8),
+        ("unseen-2026-12-04", 6),
+        ("operators-2026-12-04", 13),
+        ("matmul-2026-12-04-b", 8),
+    ],
 )
 def test_the_zen4_records_of_today_s_kernels_are_kept(name, rows):
     """Stop 97's benches on the Zen 4 slice, timed with the built-in spec (``host``): the first
     there of kernels whose loops step a pointer per operand (stop 91) and that prefetch their C
     tile and A's rows (stops 95-96); the same samples as the slice's kept timings of 2026-12-01,
-    which are of earlier kernels."""
+    which are of earlier kernels. Stop 98's matmul timing (``-b``) is of the same kernels, four
+    hours later, while the slice's L3 held less."""
     doc = _assert_host_bench_kept("znver4", name, rows)
     assert doc["numpy_blas"]["kernel"] == "SkylakeX"
 

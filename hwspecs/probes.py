@@ -383,8 +383,19 @@ class Session:
         self.bench_of(k).call(k, steps // 16, start, self._scratch.addr + SCRATCH_BYTES)
 
     def cycles_per_link(self, start: int) -> tuple[float, Timing]:
-        """(cycles per link, reading) of following the chain from address ``start``."""
+        """(cycles per link, reading) of following the chain from address ``start``, each run
+        starting there again: for cycles a run goes round (``cycles_per_link_going_on`` for
+        longer ones)."""
         return self.cycles_per(lambda n: self.chase(start, 16 * n), 16)
+
+    def cycles_per_link_going_on(self, start: int) -> tuple[float, Timing]:
+        """(cycles per link, reading) of following the chain from address ``start``, each run
+        going on from the link the last one stopped at: a cycle longer than a run would
+        otherwise have its first links re-read from whatever cache the last run left them in."""
+        head = np.array([start], dtype=np.uint64)
+        return self.cycles_per(
+            lambda n: self.chases(head.ctypes.data, 1, PARALLEL_UNROLL * n), PARALLEL_UNROLL
+        )
 
     def chases(self, heads: int, chains: int, steps: int) -> None:
         """Follow ``steps`` links on each of ``chains`` chains whose current links are the 64-bit
@@ -1088,17 +1099,13 @@ def _chase_cycles(s: Session, size: int, spacing: int, window: int) -> tuple[flo
     """Cycles per access of the latency probe's chase over a buffer of ``size`` bytes, each run
     going on from the link the last one stopped at: a run walks far fewer links than a buffer
     beyond the last cache holds (a few MiB of lines in 4 ms at memory's latency), so runs that
-    each started over would read again the lines the last one left in that cache, and the
-    fastest would time the cache, not memory (Zen 4 slice: 45-47 cycles over 128 MiB that way
-    in two calibrations, 543-571 going on)."""
+    each started over would time the cache, not memory (Zen 4 slice: 45-47 cycles over 128 MiB
+    that way in two calibrations, 543-571 going on)."""
     page = os.sysconf("SC_PAGE_SIZE")
     size = max(page, size // page * page)
     buf = s.buffer(size)
     order = chase_order(page // spacing, size // page, window, s.rng)
-    head = np.array([_link(buf, order * spacing)], dtype=np.uint64)
-    reading = s.cycles_per(
-        lambda n: s.chases(head.ctypes.data, 1, PARALLEL_UNROLL * n), PARALLEL_UNROLL
-    )
+    reading = s.cycles_per_link_going_on(_link(buf, order * spacing))
     s.release(buf)
     return reading
 

@@ -32,11 +32,11 @@ from typing import Any, Protocol
 import numpy as np
 from aotune.analysis.elf import x86_code_sections
 from aotune.analysis.x86_features import cpu_features_needed
-from aotune.artifact.cpu import compile_library_kernel, compile_runtime
+from aotune.artifact.cpu import compile_library_kernel, compile_runtime, params_of
 from aotune.artifact.header import header_text
 from aotune.artifact.inputs import KernelRequest
 from aotune.artifact.link import LINK_LIBS, Linker, find_linker, link
-from aotune.artifact.load import RUNTIME_OBJECT
+from aotune.artifact.load import RUNTIME_OBJECT, elf_symbol_bytes
 from aotune.codegen.runner import apply_activation, conv2d_reference, tolerance
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
@@ -158,6 +158,22 @@ def _object_key(ch: Chosen, hw: HwSpec) -> str:
     )
 
 
+def _cached_kernel_is_whole(cached: tuple[bytes, dict[str, Any]], ch: Chosen) -> bool:
+    """Whether a kernel's stored object and metadata are what ``emit`` wrote: an object whose
+    function the symbol table finds with all its bytes (a cut-short file fails), the workload's
+    parameters, a config of names and values and a launch record. A stored entry is a file a
+    user can damage, and a header or library made from it must not be."""
+    data, meta = cached
+    config, launch = meta.get("config"), meta.get("launch")
+    return (
+        elf_symbol_bytes(data, ch.request.name) is not None
+        and meta.get("params") == [p.as_dict() for p in params_of(ch.request.workload)]
+        and isinstance(config, dict)
+        and all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in config.values())
+        and isinstance(launch, dict)
+    )
+
+
 def _runtime_key(hw: HwSpec) -> str:
     return "|".join(
         (
@@ -209,7 +225,7 @@ class CpuBackend:
             path = objects_dir / f"{ch.request.name}.o"
             key = _object_key(ch, hw)
             cached = cache.get_object(key) if cache is not None else None
-            if cached is not None and not {"config", "params", "launch"} <= cached[1].keys():
+            if cached is not None and not _cached_kernel_is_whole(cached, ch):
                 cached = None  # a damaged entry: compiled again and replaced
             if cached is None:
                 w = ch.request.workload
@@ -246,6 +262,8 @@ class CpuBackend:
         rt = out_dir / RUNTIME_OBJECT
         rt_key = _runtime_key(hw)
         rt_cached = cache.get_object(rt_key) if cache is not None else None
+        if rt_cached is not None and elf_symbol_bytes(rt_cached[0], "aotune_strerror") is None:
+            rt_cached = None  # cut short or damaged: compiled again and replaced
         if rt_cached is None:
             rt_cached = (compile_runtime(hw), {})
             if cache is not None:

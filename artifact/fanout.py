@@ -108,16 +108,23 @@ def _pool(tasks: Sequence[SearchTask], jobs: int, started: Started, done: Done) 
 
 
 def scheduler_host_port(address: str) -> tuple[str, int]:
-    """(host, port) of a scheduler address ``[SCHEME://]HOST:PORT``, or a BuildError that shows
+    """(host, port) of a scheduler address ``[tcp://]HOST:PORT``, or a BuildError that shows
     the form: checked before anything runs, even where every kernel comes from the database."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(address if "://" in address else f"tcp://{address}")
-    try:
+    try:  # a malformed IPv6 host ("tcp://[::1:8786") fails in urlsplit itself
+        parts = urlsplit(address if "://" in address else f"tcp://{address}")
         host, port = parts.hostname, parts.port
     except ValueError:
-        host, port = None, None
-    if not host or not port or parts.path not in ("", "/"):
+        parts, host, port = None, None, None
+    if parts is not None and parts.scheme != "tcp":
+        # tls:// needs certificates and ucx:// a driver that a bare address does not configure
+        raise BuildError(
+            f"--cluster {address}: only a tcp:// scheduler can be given by address (a "
+            f"{parts.scheme}:// one needs a security or transport configuration); give it as "
+            "tcp://HOST:PORT"
+        )
+    if parts is None or not host or not port or parts.path not in ("", "/"):
         raise BuildError(
             f"--cluster {address}: give the scheduler as tcp://HOST:PORT, e.g. tcp://host:8786"
         )
@@ -242,6 +249,8 @@ def _dask(
             "--cluster needs Dask's distributed package: pip install distributed"
         ) from None
     limit = CONNECT_TIMEOUT_S if timeout is None else timeout
+    if isinstance(address, str):
+        scheduler_host_port(address)
     check_scheduler(address, limit)
     try:
         client = Client(address, timeout=limit)

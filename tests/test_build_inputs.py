@@ -271,16 +271,26 @@ def test_a_damaged_stored_object_is_compiled_again_and_replaced(tmp_path, capsys
         "UPDATE objects SET meta = 'garbage' WHERE key LIKE 'cpu-kernel|%'",
         "UPDATE objects SET object = X'00112233' WHERE key LIKE 'cpu-kernel|%'",
         "UPDATE objects SET meta = '{}' WHERE key LIKE 'cpu-kernel|%'",
+        # the right keys holding the wrong things were an internal error in the header's writer
+        """UPDATE objects SET meta = '{"config": 5, "params": "zz", "launch": null}'
+           WHERE key LIKE 'cpu-kernel|%'""",
+        # an object cut short passed the ELF magic: -o got a 64-byte file, the link failed
+        "UPDATE objects SET object = substr(object, 1, 64) WHERE key LIKE 'cpu-kernel|%'",
+        "UPDATE objects SET object = substr(object, 1, 64) WHERE key LIKE 'cpu-runtime|%'",
     ]
+    whole = (tmp_path / "o1" / "objects" / "mm.o").read_bytes()
     for i, sql in enumerate(damage, 2):
         with sqlite3.connect(db) as conn:
             conn.execute(sql)
-        assert run_cli(capsys, *args, "-o", str(tmp_path / f"o{i}"))[0] == 0
+        rc, _, err = run_cli(capsys, *args, "-o", str(tmp_path / f"o{i}"))
+        assert rc == 0, err
+        assert (tmp_path / f"o{i}" / "objects" / "mm.o").read_bytes() == whole
         with sqlite3.connect(db) as conn:
-            ((obj, meta),) = conn.execute(
-                "SELECT object, meta FROM objects WHERE key LIKE 'cpu-kernel|%'"
-            ).fetchall()
-        assert obj.startswith(b"\x7fELF") and "params" in json.loads(meta)
+            stored = conn.execute("SELECT key, object, meta FROM objects").fetchall()
+        for key, obj, meta in stored:
+            assert len(obj) > 64 and obj.startswith(b"\x7fELF"), key
+            if key.startswith("cpu-kernel|"):
+                assert isinstance(json.loads(meta)["params"], list)
 
 
 def test_database_from_a_newer_aotune_or_not_a_database(tmp_path, capsys):
@@ -1075,6 +1085,14 @@ def test_inputs_inside_the_output_directory_are_never_replaced(tmp_path, capsys)
         # refused before any search, even where every kernel would come from the database
         (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "bogus"], "tcp://HOST:PORT"),
         (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tcp://h:x"], "HOST:PORT"),
+        # urlsplit's own ValueError, and schemes Dask cannot open from a bare address, were
+        # internal errors
+        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tcp://[::1:8786"],
+         "give the scheduler as tcp://HOST:PORT"),
+        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tls://127.0.0.1:1"],
+         "only a tcp:// scheduler"),
+        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "ucx://127.0.0.1:1"],
+         "a ucx:// one needs"),
     ):
         rc, _, err = run_cli(capsys, *argv)
         assert rc == 2 and what in one_error_line(err)

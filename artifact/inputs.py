@@ -200,15 +200,24 @@ def check_c_name(name: object, where: str) -> str:
 
 
 def check_unique(kernels: list[KernelRequest], source: str) -> None:
-    """A BuildError naming the first name given twice."""
-    seen: dict[str, str] = {}
+    """A BuildError naming the first name given twice, or two names that differ only in case:
+    their objects (``objects/a.o``, ``objects/A.o``) are one file where file names ignore case
+    (macOS, Windows)."""
+    seen: dict[str, tuple[str, str]] = {}
     for k in kernels:
-        if k.name in seen:
+        first = seen.get(k.name.lower())
+        if first is not None and first[0] == k.name:
             raise BuildError(
-                f"{source}: the name {k.name!r} is used twice ({seen[k.name]} and {k.source}); "
+                f"{source}: the name {k.name!r} is used twice ({first[1]} and {k.source}); "
                 "every kernel needs a name of its own"
             )
-        seen[k.name] = k.source
+        if first is not None:
+            raise BuildError(
+                f"{source}: the names {first[0]!r} ({first[1]}) and {k.name!r} ({k.source}) "
+                "differ only in case, and name one object file where file names ignore case; "
+                "give them names that differ otherwise"
+            )
+        seen[k.name.lower()] = (k.name, k.source)
 
 
 def _toml_shown(value: object) -> str:

@@ -63,6 +63,10 @@ def find_linker(arch: str, host_arch: str, cc: str | None) -> Linker:
                 f"--cc {cc!r}: --cc takes one compiler, a name on PATH or a path, not its flags; "
                 f"give --cc {words[0]}"
             )
+        if not found and os.path.isfile(cc):  # which() passes over files that cannot run
+            raise BuildError(
+                f"--cc {cc}: the file is not executable; name a C compiler (cc, gcc or clang)"
+            )
         if not found:
             raise BuildError(f"--cc {cc}: no such compiler on PATH; install it or name another")
         found = os.path.abspath(found)  # the link runs in the output directory, not here

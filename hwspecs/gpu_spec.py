@@ -292,6 +292,7 @@ def validate_gpu_spec(spec: GpuSpec, where: str) -> GpuSpec:
         for key, value in (
             ("shared.banks", sh.banks),
             ("shared.bank_bytes", sh.bank_bytes),
+            ("shared.alloc_unit", sh.alloc_unit),
             ("limits.register_alloc_unit", lim.register_alloc_unit),
         )
     ]

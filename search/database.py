@@ -44,7 +44,7 @@ from typing import Any
 
 import aotune
 from aotune.analysis.workload import Workload
-from aotune.errors import DatabaseError
+from aotune.errors import ConfigError, DatabaseError
 from aotune.files import (
     check_writable,
     decode_utf8,
@@ -262,10 +262,7 @@ class TuneRecord:
             raise _field_error(
                 "spec_hash", spec, "give the spec's hash: 32 hex digits, as export wrote"
             )
-        if not isinstance(_loads(options), dict):
-            raise _field_error(
-                "options", options, "give the search options as the JSON object text export wrote"
-            )
+        _check_search_options(options)
         return TuneRecord(
             workload_key=key,
             spec_hash=spec,
@@ -318,6 +315,38 @@ def _shortened(value: Any) -> str:
     """``repr(value)``, at most 60 characters: a value may be megabytes long."""
     shown = repr(value)
     return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _check_search_options(options: str) -> None:
+    """A DatabaseError unless ``options`` is the text of search options this aotune runs: a
+    record under any other text (a seed of -1, an unknown strategy, NaN) can never be looked up
+    again, so importing it kept a record no search would use."""
+    given = _loads(options)
+    if not isinstance(given, dict):
+        raise _field_error(
+            "options", options, "give the search options as the JSON object text export wrote"
+        )
+    known = {f.name for f in dataclasses.fields(SearchOptions)}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise _field_error(
+            "options",
+            options,
+            f"it names {', '.join(map(repr, unknown))}, which no search of this aotune has "
+            f"(it has {', '.join(sorted(known))}); export the record again with aotune db export",
+        )
+    try:
+        canonical = options_json(SearchOptions(**given))
+    except ConfigError as e:
+        raise _field_error(
+            "options", options, f"{e}; export the record again with aotune db export"
+        ) from None
+    if _loads(canonical) != given:
+        raise _field_error(
+            "options",
+            options,
+            f"give every search option, as export wrote them: {canonical}",
+        )
 
 
 def _field_error(name: str, value: Any, want: str) -> DatabaseError:

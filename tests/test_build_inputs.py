@@ -142,6 +142,11 @@ layout = "nhwc"
             '[[kernel]]\nname = "a"\nop = "dense"\nshape = "2x2x2"',
             "'a' is used twice",
         ),
+        (  # objects/a.o and objects/A.o are one file on macOS
+            '[[kernel]]\nname = "a"\nop = "matmul"\nshape = "2x2x2"\n'
+            '[[kernel]]\nname = "A"\nop = "matmul"\nshape = "2x2x2"',
+            "differ only in case",
+        ),
         # no default sizes: a forgotten shape must not build a 1024x1024x1024 kernel
         ('[[kernel]]\nname = "a"\nop = "matmul"', "kernel 1 (a): missing 'shape'"),
         ('[[kernel]]\nname = "c"\nop = "conv2d"\npad = 1', "kernel 1 (c): missing 'shape'"),
@@ -1087,12 +1092,18 @@ def test_inputs_inside_the_output_directory_are_never_replaced(tmp_path, capsys)
         (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tcp://h:x"], "HOST:PORT"),
         # urlsplit's own ValueError, and schemes Dask cannot open from a bare address, were
         # internal errors
-        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tcp://[::1:8786"],
-         "give the scheduler as tcp://HOST:PORT"),
-        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tls://127.0.0.1:1"],
-         "only a tcp:// scheduler"),
-        (["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "ucx://127.0.0.1:1"],
-         "a ucx:// one needs"),
+        (
+            ["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tcp://[::1:8786"],
+            "give the scheduler as tcp://HOST:PORT",
+        ),
+        (
+            ["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "tls://127.0.0.1:1"],
+            "only a tcp:// scheduler",
+        ),
+        (
+            ["build", str(_list(tmp_path)), "-o", str(new), "--cluster", "ucx://127.0.0.1:1"],
+            "a ucx:// one needs",
+        ),
     ):
         rc, _, err = run_cli(capsys, *argv)
         assert rc == 2 and what in one_error_line(err)
@@ -1146,3 +1157,16 @@ def test_a_compiler_given_with_its_flags_is_told_to_come_alone():
         find_linker(arch, arch, f"{CC} -O3")
     with pytest.raises(BuildError, match="no such compiler on PATH"):
         find_linker(arch, arch, "no-such-cc -O3")
+
+
+def test_a_cc_that_is_a_file_but_cannot_run_is_named_so(tmp_path):
+    """``--cc /etc/passwd`` said 'no such compiler on PATH' of a file that is there."""
+    import platform
+
+    from aotune.artifact.link import find_linker
+
+    arch = platform.machine()
+    plain = tmp_path / "mycc"
+    plain.write_text('#!/bin/sh\nexec cc "$@"\n')  # a wrapper left without its x bit
+    with pytest.raises(BuildError, match="the file is not executable"):
+        find_linker(arch, arch, str(plain))

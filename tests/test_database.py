@@ -486,6 +486,7 @@ def _bad(field: str, value: object) -> dict:
     return d
 
 
+_OPTIONS = json.loads(options_json(SearchOptions()))
 BAD_FIELDS = [
     ("candidates", []),
     ("candidates", [1]),
@@ -523,6 +524,13 @@ BAD_FIELDS = [
     ("candidates[0].config", {"mr": 1, "nr": 16, "zz": 3}),  # not the others' decisions
     ("spec_hash", "nothex"),
     ("options", "zzz"),
+    # options no search runs: imported, such a record could never be looked up again
+    ("options", json.dumps({**_OPTIONS, "seed": -1})),
+    ("options", json.dumps({**_OPTIONS, "strategy": "bogus"})),
+    ("options", json.dumps({**_OPTIONS, "mutation": float("nan")})),
+    ("options", json.dumps({**_OPTIONS, "budget": "x"})),
+    ("options", json.dumps({**_OPTIONS, "zz": 1})),
+    ("options", json.dumps({"seed": 0})),  # the others left out: not the text a search keys by
 ]
 
 

@@ -104,6 +104,10 @@ def _a100() -> str:
             "memory.l1_kib = 1 cannot hold shared.bytes_per_sm",
         ),
         (lambda t: t.replace("banks = 32", "banks = 7"), "shared.banks = 7 must be a power of two"),
+        (  # occupancy rounded each block's shared memory up to 100-byte steps
+            lambda t: re.sub(r"alloc_unit = \d+\n", "alloc_unit = 100\n", t, count=1),
+            "shared.alloc_unit = 100 must be a power of two",
+        ),
         (
             lambda t: t.replace("sm = 80", "sm = 75"),
             "arch.generation = 'ampere' is not sm_75's, which is 'turing'",

@@ -52,6 +52,8 @@ class SearchOptions:
             if not low <= value <= top:
                 flag = "--" + name.replace("_", "-")  # as the CLI spells it
                 raise ConfigError(f"{flag} must be in {low}..{top}, got {value}")
+        if isinstance(self.mutation, bool) or not isinstance(self.mutation, (int, float)):
+            raise ConfigError(f"search option mutation must be a number, got {self.mutation!r}")
         if not 0.0 <= self.mutation <= 1.0:
             raise ConfigError(f"search option mutation must be in [0, 1], got {self.mutation}")
         if self.top_k > self.compile_top:

@@ -529,6 +529,7 @@ BAD_FIELDS = [
     ("options", json.dumps({**_OPTIONS, "strategy": "bogus"})),
     ("options", json.dumps({**_OPTIONS, "mutation": float("nan")})),
     ("options", json.dumps({**_OPTIONS, "budget": "x"})),
+    ("options", json.dumps({**_OPTIONS, "mutation": "x"})),  # compared with 0: a TypeError
     ("options", json.dumps({**_OPTIONS, "zz": 1})),
     ("options", json.dumps({"seed": 0})),  # the others left out: not the text a search keys by
 ]

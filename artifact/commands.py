@@ -446,8 +446,22 @@ def cmd_db(args: argparse.Namespace) -> int:
         refuse_outputs_over_inputs(outputs, builtin_spec_inputs(), DatabaseError, "aotune")
     with open_db(args, create=False) as db:
         if command == "export":
-            n = db.export_jsonl(Path(args.file), force=args.force)
+            from aotune.search.cached import import_refusal, specs_by_hash
+
+            specs = specs_by_hash()
+            n, left_out = db.export_jsonl(
+                Path(args.file), force=args.force, refusal=lambda r: import_refusal(r, specs)
+            )
             print(f"exported {n} records from {db.path} to {args.file}")
+            if left_out:  # one of them would make 'db import' refuse the whole file
+                print(
+                    f"left out {len(left_out)} records that 'db import' would refuse (the "
+                    f"database keeps them; 'tune --retune' searches such a workload again):"
+                )
+                for why in left_out[:5]:
+                    print(f"  {why}")
+                if len(left_out) > 5:
+                    print(f"  and {len(left_out) - 5} more")
             return 0
         if command == "show":
             rec = db.get(args.id)

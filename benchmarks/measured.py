@@ -414,6 +414,15 @@ def measured_accuracy(
     t1 = np.array([p.seconds for p in tier1])
     # tier 2: the candidates, the sample, and the measured top 10 (for the plot)
     rng = np.random.default_rng(seed)
+    defaults = DEFAULT_SAMPLE + DEFAULT_CANDIDATES
+    asked = [f"{f} {n}" for f, n in (("--sample", sample), ("--candidates", candidates))]
+    asked = [a for a, n in zip(asked, (sample, candidates)) if n > len(configs) > defaults]
+    if warn and asked:  # tier 2 then compiles every kernel: many minutes, not a few
+        warn(
+            f"{' and '.join(asked)}: the file has {len(configs)} distinct kernels, so tier 2 "
+            f"compiles every one, about {len(configs) / defaults:.0f}x as long as with the "
+            f"defaults (--sample {DEFAULT_SAMPLE}, --candidates {DEFAULT_CANDIDATES})"
+        )
     drawn = sorted(rng.choice(len(configs), size=min(sample, len(configs)), replace=False).tolist())
     best_t1 = list(np.argsort(t1, kind="mergesort")[:candidates])
     fastest = list(np.argsort(measured, kind="mergesort")[: max(TOP_K)])

@@ -101,7 +101,7 @@ def fitting_schedules(
         except AotuneError as e:
             raise DatabaseError(
                 f"{what or f'record {record.id}'}: config {c.config} does not fit the space "
-                f"({e}); {fix}"
+                f"({e}){f'; {fix}' if fix else ''}"
             ) from None
     return space, out
 
@@ -126,49 +126,75 @@ def check_importable(records: Sequence[TuneRecord], source: str) -> int:
     the first record (by its place in ``source``) that fails, so nothing of a file with one is
     imported. Returns how many records' configs were not checked (their spec not known here);
     ``tune`` checks those when it reads them."""
-    specs: dict[str, Any] = {}
-    for hw in specs_named_here().values():  # a host aotune cannot describe: records unchecked
-        specs.setdefault(spec_hash(hw), hw)
+    specs = specs_by_hash()
     fix = "remove that record, or tune the workload again and export it; nothing was imported"
     unchecked = 0
     for i, record in enumerate(records, 1):
-        try:
-            workload = workload_from_definition(record.workload.get("definition"))
-        except WorkloadError as e:
-            raise DatabaseError(
-                f"{source} record {i}: its workload definition is not one aotune makes: {e}; {fix}"
-            ) from None
-        if workload_key(workload) != record.workload_key:  # a size written as 64.5 or "64"
-            raise DatabaseError(
-                f"{source} record {i}: its workload definition is not as aotune writes it (a "
-                f"value of another type, for {workload.describe()}); {fix}"
-            )
-        stored = json.loads(json.dumps(workload_json(workload)))
-        wrong = [k for k in stored if k != "definition" and stored[k] != record.workload.get(k)]
-        if wrong:
-            raise DatabaseError(
-                f"{source} record {i}: its workload's {', '.join(wrong)} "
-                f"({', '.join(repr(record.workload.get(k))[:60] for k in wrong)}) "
-                f"{'does' if len(wrong) == 1 else 'do'} not match its definition "
-                f"({workload.describe()}); {fix}"
-            )
-        hw = specs.get(record.spec_hash)
-        if hw is None:
-            if not is_spec_name(record.target):  # a spec could not have it: made by hand
-                raise DatabaseError(
-                    f"{source} record {i}: its target {record.target[:60]!r} is no spec's name "
-                    f"(1-64 letters, digits, '.', '_' or '-'); {fix}"
-                )
+        if not _check_record(record, specs, f"{source} record {i}", fix):
             unchecked += 1
-            continue
-        if record.target != hw.name:  # db list shows it, tune --target NAME reuses the record
-            raise DatabaseError(
-                f"{source} record {i}: its target {record.target!r} is not the name of its spec "
-                f"({hw.name}, by its hash); {fix}"
-            )
-        what = f"{source} record {i} ({workload.describe()} on {record.target})"
-        fitting_schedules(record, workload, hw, what, fix)
     return unchecked
+
+
+def import_refusal(record: TuneRecord, specs: dict[str, HwSpec]) -> str | None:
+    """Why ``db import`` would refuse ``record`` (named by its database id), or None: ``db
+    export`` leaves such records out, since one of them makes import refuse the whole file.
+    ``specs``: :func:`specs_by_hash`, made once for all the records."""
+    try:
+        _check_record(record, specs, f"record {record.id}", "")
+    except DatabaseError as e:
+        return str(e)
+    return None
+
+
+def specs_by_hash() -> dict[str, HwSpec]:
+    """The specs known here (the built-ins and this host's) by their hash."""
+    specs: dict[str, HwSpec] = {}
+    for hw in specs_named_here().values():  # a host aotune cannot describe: records unchecked
+        specs.setdefault(spec_hash(hw), hw)
+    return specs
+
+
+def _check_record(record: TuneRecord, specs: dict[str, HwSpec], what: str, fix: str) -> bool:
+    """Check one record as :func:`check_importable` does (``what`` names it in the error, ``fix``
+    ends it); False where its spec is not known here, so its configs went unchecked."""
+    end = f"; {fix}" if fix else ""
+    try:
+        workload = workload_from_definition(record.workload.get("definition"))
+    except WorkloadError as e:
+        raise DatabaseError(
+            f"{what}: its workload definition is not one aotune makes: {e}{end}"
+        ) from None
+    if workload_key(workload) != record.workload_key:  # a size written as 64.5 or "64"
+        raise DatabaseError(
+            f"{what}: its workload definition is not as aotune writes it (a value of another "
+            f"type, for {workload.describe()}){end}"
+        )
+    stored = json.loads(json.dumps(workload_json(workload)))
+    wrong = [k for k in stored if k != "definition" and stored[k] != record.workload.get(k)]
+    if wrong:
+        raise DatabaseError(
+            f"{what}: its workload's {', '.join(wrong)} "
+            f"({', '.join(repr(record.workload.get(k))[:60] for k in wrong)}) "
+            f"{'does' if len(wrong) == 1 else 'do'} not match its definition "
+            f"({workload.describe()}){end}"
+        )
+    hw = specs.get(record.spec_hash)
+    if hw is None:
+        if not is_spec_name(record.target):  # a spec could not have it: made by hand
+            raise DatabaseError(
+                f"{what}: its target {record.target[:60]!r} is no spec's name "
+                f"(1-64 letters, digits, '.', '_' or '-'){end}"
+            )
+        return False
+    if record.target != hw.name:  # db list shows it, tune --target NAME reuses the record
+        raise DatabaseError(
+            f"{what}: its target {record.target!r} is not the name of its spec "
+            f"({hw.name}, by its hash){end}"
+        )
+    fitting_schedules(
+        record, workload, hw, f"{what} ({workload.describe()} on {record.target})", fix
+    )
+    return True
 
 
 def result_of(record: TuneRecord, workload: Workload, hw: HwSpec) -> driver.TuneResult:

@@ -37,7 +37,7 @@ import sqlite3
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
@@ -725,20 +725,33 @@ class TuningDatabase:
         except sqlite3.DatabaseError as e:
             raise DatabaseError(f"cannot write to {self.path}: {e}") from None
 
-    def export_jsonl(self, path: Path | str, force: bool = False) -> int:
+    def export_jsonl(
+        self,
+        path: Path | str,
+        force: bool = False,
+        refusal: Callable[[TuneRecord], str | None] | None = None,
+    ) -> tuple[int, list[str]]:
         """Write every record as one JSON line to ``path`` (gzipped where its name ends in .gz;
-        replacing a file only with ``force``); the number written. Every record is read before
-        the file is written, and the file is written whole or not at all, so a failed export
-        leaves nothing behind."""
+        replacing a file only with ``force``): the number written, and why each record left out
+        was (those ``refusal`` gives a reason for; the database keeps them). Every record is read
+        before the file is written, and the file is written whole or not at all, so a failed
+        export leaves nothing behind."""
         self._refuse_own_file(Path(path))  # first: --force must not make that a question
         check_writable(path, force, DatabaseError)  # before the reading, which may take a while
-        lines = [json.dumps(rec.as_dict(), sort_keys=True) + "\n" for rec in self.all()]
+        records, left_out = [], []
+        for rec in self.all():
+            why = refusal(rec) if refusal is not None else None
+            if why is None:
+                records.append(rec)
+            else:
+                left_out.append(why)
+        lines = [json.dumps(rec.as_dict(), sort_keys=True) + "\n" for rec in records]
         text = "".join(lines).encode()
         # a name ending in .gz says gzip (import reads both); the timestamp left out, so the same
         # records export to the same bytes
         packed = gzip.compress(text, mtime=0) if str(path).endswith(".gz") else text
         write_new_file(path, packed, force, DatabaseError)
-        return len(lines)
+        return len(lines), left_out
 
     def _refuse_own_file(self, path: Path) -> None:
         """A DatabaseError where ``path`` is this database or a journal SQLite keeps beside it

@@ -82,7 +82,7 @@ def test_export_import_round_trip(tmp_path_factory, n, cands):
     with open_database(tmp / "a.db") as a:
         for i in range(n):
             a.put(_record(i, cands))
-        assert a.export_jsonl(tmp / "x.jsonl") == n
+        assert a.export_jsonl(tmp / "x.jsonl") == (n, [])
     with open_database(tmp / "b.db") as b:
         b.put(_record(0, cands))  # already there: kept, not duplicated
         added, present = b.import_jsonl(tmp / "x.jsonl")
@@ -99,8 +99,8 @@ def test_an_export_named_gz_is_gzipped_and_imports(tmp_path):
 
     with open_database(tmp_path / "a.db") as a:
         a.put(_record(1))
-        assert a.export_jsonl(tmp_path / "x.jsonl.gz") == 1
-        assert a.export_jsonl(tmp_path / "y.jsonl.gz") == 1
+        assert a.export_jsonl(tmp_path / "x.jsonl.gz") == (1, [])
+        assert a.export_jsonl(tmp_path / "y.jsonl.gz") == (1, [])
     packed = (tmp_path / "x.jsonl.gz").read_bytes()
     assert packed == (tmp_path / "y.jsonl.gz").read_bytes()
     assert json.loads(gzip.decompress(packed))["target"] == "haswell"
@@ -741,17 +741,14 @@ def test_import_refuses_ranks_with_a_gap(tmp_path, capsys):
     assert "field candidates is [1, 2, 5]" in err and "rank the candidates 1 to their number" in err
 
 
-def test_import_checks_configs_against_the_space_of_a_spec_known_here(tmp_path, capsys):
-    """A record for a built-in spec whose config that spec's space refuses is named (by its
-    place in the file) and nothing of the file is imported; records whose configs fit are
-    imported, and one for a spec known only by its hash (a calibrated file) is counted as not
-    checked, to be checked when tune reads it."""
+def _fitting_haswell_record() -> TuneRecord:
+    """A record of matmul 2x8x8 on the built-in haswell whose two configs fit its space."""
     from aotune.search.database import spec_hash
     from aotune.targets import target_for
 
-    hw, w = load_target("haswell"), matmul(2, 8, 8)
-    fits = target_for(hw).build_space(w).sample(2, seed=1)
-    good = dataclasses.replace(
+    hw = load_target("haswell")
+    fits = target_for(hw).build_space(matmul(2, 8, 8)).sample(2, seed=1)
+    return dataclasses.replace(
         _record(1),
         spec_hash=spec_hash(hw),
         candidates=tuple(
@@ -759,6 +756,14 @@ def test_import_checks_configs_against_the_space_of_a_spec_known_here(tmp_path, 
             for r, c in enumerate(fits)
         ),
     )
+
+
+def test_import_checks_configs_against_the_space_of_a_spec_known_here(tmp_path, capsys):
+    """A record for a built-in spec whose config that spec's space refuses is named (by its
+    place in the file) and nothing of the file is imported; records whose configs fit are
+    imported, and one for a spec known only by its hash (a calibrated file) is counted as not
+    checked, to be checked when tune reads it."""
+    good = _fitting_haswell_record()
     bad = dataclasses.replace(
         good,
         candidates=(
@@ -784,6 +789,33 @@ def test_import_checks_configs_against_the_space_of_a_spec_known_here(tmp_path, 
     assert main(["db", "import", str(x), "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "imported 2 records" in out and "1 of the 2 records are for a spec not known" in out
+
+
+def test_export_leaves_out_records_import_would_refuse(tmp_path, capsys):
+    """A stored record whose config its spec's space refuses (a database edited by hand, or a
+    space that changed since) is left out of an export, by its id and why, and the database
+    keeps it: the file written is one ``db import`` takes whole (it had been refused whole)."""
+    good = _fitting_haswell_record()
+    config = {**good.candidates[1].config, "mr": 30}
+    bad = dataclasses.replace(
+        good,
+        options=good.options.replace('"seed":0', '"seed":1'),  # another key
+        candidates=(good.candidates[0], dataclasses.replace(good.candidates[1], config=config)),
+    )
+    assert bad.key != good.key
+    db_path, x = tmp_path / "t.db", tmp_path / "x.jsonl"
+    with open_database(db_path) as db:
+        for r in (good, bad, _record(3)):
+            db.put(r)
+    assert main(["db", "export", str(x), "--db", str(db_path)]) == 0
+    out = capsys.readouterr().out
+    assert "exported 2 records" in out and "left out 1 records that 'db import' would refuse" in out
+    assert "record 2 (matmul 2x8x8" in out and "'mr': 30" in out and "choose mr from {1, 2}" in out
+    assert len(x.read_text().splitlines()) == 2
+    with open_database(db_path) as db:
+        assert db.count() == 3  # the database keeps it
+    assert main(["db", "import", str(x), "--db", str(tmp_path / "u.db")]) == 0
+    assert "imported 2 records" in capsys.readouterr().out
 
 
 def _edited(d: dict, path: tuple, value: object) -> dict:

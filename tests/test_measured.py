@@ -568,6 +568,52 @@ def test_a_sample_larger_than_the_space_says_so(host):
     assert [s for s in said if "--sample 30: the sampler's draws found only" in s]
 
 
+def test_a_sample_past_the_files_kernels_says_tier_2_compiles_them_all(tmp_path: Path):
+    """``--sample`` (or ``--candidates``) above a large file's distinct kernels compiles every
+    one of them in tier 2: a warning says so, and how much longer than the defaults, before the
+    compiling starts; the defaults say nothing."""
+    import itertools
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_tier_2(text: str) -> None:
+        if text.startswith("tier 2: compiling"):
+            raise Stop
+
+    configs = []
+    for mwg, nwg, kwg, mdc, ndc, vwm, vwn, sa, sb in itertools.product(
+        (32, 64, 128),
+        (32, 64, 128),
+        (16, 32),
+        (8, 16),
+        (8, 16),
+        (1, 2, 4),
+        (1, 2, 4),
+        (0, 1),
+        (0, 1),
+    ):
+        if mwg % (mdc * vwm) == 0 and nwg % (ndc * vwn) == 0:
+            ab = dict(MDIMC=mdc, NDIMC=ndc, MDIMA=mdc, NDIMB=ndc, SA=sa, SB=sb)
+            params = dict(BASE, MWG=mwg, NWG=nwg, KWG=kwg, VWM=vwm, VWN=vwn, **ab)
+            configs.append((params, 1.0 + 1e-3 * len(configs)))
+    path = tmp_path / "gemm_big.json"
+    path.write_text(kernel_tuner_text(configs))
+    for sample, candidates, expected in ((5000, 320, "--sample 5000"), (1000, 320, None),
+                                         (1000, 3000, "--candidates 3000")):  # fmt: skip
+        said: list[str] = []
+        with pytest.raises(Stop):
+            measured_accuracy(
+                path, "rtx-2080-ti", sample, candidates, log=stop_at_tier_2, warn=said.append
+            )
+        everything = [s for s in said if "distinct kernels" in s]
+        if expected is None:
+            assert not everything
+        else:
+            assert len(everything) == 1 and everything[0].startswith(f"{expected}: the file has ")
+            assert "kernels, so tier 2 compiles every one, about 2x as long" in everything[0]
+
+
 def test_given_configs_are_timed_side_by_side_with_their_predictions(host):
     """``accuracy WORKLOAD --config C ...``: each config checked, predicted and timed, in order,
     with the model's terms; the runs go through the counted path."""

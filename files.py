@@ -106,8 +106,14 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
         # os.access says yes to root everywhere, /proc and read-only mounts too: try it
         with tempfile.TemporaryFile(dir=parent):
             pass
+        link = p.is_symlink()
+        target = Path(os.path.realpath(p)) if link else p
     except OSError as e:
         raise error(f"cannot write {_shown(p)}: {e.strerror}") from None
+    if link:  # written through: its target must be writable too (a dangling link's folder)
+        if target.is_symlink():  # realpath stops where links loop
+            raise error(f"{_shown(p)} is a symbolic link that loops; name a file to write")
+        check_writable(target, True, error)
 
 
 def write_new_file(

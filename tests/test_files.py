@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from aotune.errors import ConfigError
-from aotune.files import read_user_file, write_new_file
+from aotune.files import check_writable, read_user_file, write_new_file
 
 
 def test_force_never_replaces_a_device_or_a_pipe(tmp_path: Path):
@@ -34,6 +34,25 @@ def test_a_link_is_written_through_and_kept(tmp_path: Path):
     write_new_file(link, "new", True, ConfigError)
     assert link.is_symlink() and target.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.s", "real.s"]  # no temp left
+
+
+def test_the_early_check_follows_a_link_to_its_target(tmp_path: Path):
+    """``check_writable``, run before the long work, refuses a link whose target lies in a
+    missing folder, or links that loop, as the write after it would; a dangling link into an
+    existing folder passes, and the write makes its target."""
+    dangling = tmp_path / "d.s"
+    dangling.symlink_to("nowhere/y.s")
+    with pytest.raises(ConfigError, match=r"nowhere/y.s: .*nowhere does not exist"):
+        check_writable(dangling, True, ConfigError)
+    (tmp_path / "l1").symlink_to("l2")
+    (tmp_path / "l2").symlink_to("l1")
+    with pytest.raises(ConfigError, match="is a symbolic link that loops"):
+        check_writable(tmp_path / "l1", True, ConfigError)
+    fresh = tmp_path / "f.s"
+    fresh.symlink_to("made.s")
+    check_writable(fresh, True, ConfigError)
+    write_new_file(fresh, "x", True, ConfigError)
+    assert fresh.is_symlink() and (tmp_path / "made.s").read_text() == "x"
 
 
 def test_a_new_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_own(tmp_path: Path):

@@ -126,9 +126,8 @@ def write_new_file(
     the mode of the file it replaces."""
     p = Path(path)
     check_writable(p if str(path) else "", force, error)
-    if p.is_symlink():
+    if p.is_symlink():  # check_writable checked its target too
         p = Path(os.path.realpath(p))
-        check_writable(p, True, error)  # the link's target: a file in a folder we may write
     raw = data.encode() if isinstance(data, str) else data
     parent = p.parent if str(p.parent) else Path(".")
     mode = _new_file_mode(p)

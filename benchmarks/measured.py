@@ -415,8 +415,8 @@ def measured_accuracy(
     # tier 2: the candidates, the sample, and the measured top 10 (for the plot)
     rng = np.random.default_rng(seed)
     defaults = DEFAULT_SAMPLE + DEFAULT_CANDIDATES
-    asked = [f"{f} {n}" for f, n in (("--sample", sample), ("--candidates", candidates))]
-    asked = [a for a, n in zip(asked, (sample, candidates)) if n > len(configs) > defaults]
+    given = (("--sample", sample), ("--candidates", candidates))
+    asked = [f"{flag} {n}" for flag, n in given if n > len(configs) > defaults]
     if warn and asked:  # tier 2 then compiles every kernel: many minutes, not a few
         warn(
             f"{' and '.join(asked)}: the file has {len(configs)} distinct kernels, so tier 2 "

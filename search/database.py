@@ -738,14 +738,13 @@ class TuningDatabase:
         export leaves nothing behind."""
         self._refuse_own_file(Path(path))  # first: --force must not make that a question
         check_writable(path, force, DatabaseError)  # before the reading, which may take a while
-        records, left_out = [], []
+        lines, left_out = [], []
         for rec in self.all():
             why = refusal(rec) if refusal is not None else None
             if why is None:
-                records.append(rec)
+                lines.append(json.dumps(rec.as_dict(), sort_keys=True) + "\n")
             else:
                 left_out.append(why)
-        lines = [json.dumps(rec.as_dict(), sort_keys=True) + "\n" for rec in records]
         text = "".join(lines).encode()
         # a name ending in .gz says gzip (import reads both); the timestamp left out, so the same
         # records export to the same bytes

@@ -140,6 +140,16 @@ def _c_library_function(name: str) -> bool:
     return any(hasattr(lib, name) for lib in _c_libraries())
 
 
+# BLAS's Fortran names (sgemm_, idamax_), and the C interfaces' prefixes (cblas_sgemm, LAPACKE_)
+BLAS_SYMBOL = re.compile(
+    r"(?:[sdcz](?:gemm|gemv|gbmv|symm|hemm|syrk|herk|syr2k|her2k|trmm|trsm|ger|geru|gerc|symv|"
+    r"hemv|sbmv|hbmv|spmv|hpmv|trmv|trsv|tbmv|tbsv|tpmv|tpsv|syr|her|syr2|her2|spr|hpr|spr2|"
+    r"hpr2|axpy|dot|dotu|dotc|scal|copy|swap|nrm2|asum|rot|rotg|rotm|rotmg)|sc(?:nrm2|asum)|"
+    r"dz(?:nrm2|asum)|cs(?:scal|rot)|zd(?:scal|rot)|i[sdcz]amax|xerbla|lsame)_|"
+    r"(?:cblas|lapacke?|openblas)_\w*",
+    re.IGNORECASE,
+)
+
 # a kernel's files are named after it (NAME.o, NAME.ptx, NAME.cubin) and file names stop at 255
 # bytes on Linux and macOS; C compilers take longer identifiers
 MAX_NAME_LENGTH = 200
@@ -168,8 +178,13 @@ def reserved_name_reason(name: str) -> str | None:
         return "is the entry point of every C program the library is linked into"
     if _c_library_function(name):
         return (
-            "is a function of the C library (libc or libm); a library exporting it would replace "
-            "it in every program it is linked into"
+            "is defined by the C library (libc or libm: a function or variable); a library "
+            "exporting it would replace it in every program it is linked into"
+        )
+    if BLAS_SYMBOL.fullmatch(name):
+        return (
+            "is a symbol of BLAS or LAPACK (its Fortran or C interface); a library exporting it "
+            "would replace BLAS's in every program linked with both (numpy's, for one)"
         )
     if name in LIBRARY_ATTRIBUTES:
         return (

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 import time
 import tomllib
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -612,7 +614,7 @@ def _cpu_model() -> str:
 
 def spec_name_for(path: str | None, name: str | None) -> str:
     """The name a calibrated spec gets: ``name`` if given, else the output file's name without
-    ``.toml`` when that is a valid spec name, else ``calibrated``."""
+    ``.toml``, made a valid spec name (``my cpu ü.toml``: ``my-cpu-u``), else ``calibrated``."""
     taken = {*builtin_names(), "host"}  # a record made with the spec shows under its name
     if name is not None:
         if not _NAME.fullmatch(name):
@@ -629,6 +631,9 @@ def spec_name_for(path: str | None, name: str | None) -> str:
     if path:
         stem = os.path.basename(path)
         stem = stem[: -len(".toml")] if stem.endswith(".toml") else stem
+        # letters with marks as their base letter, every other run of characters as one '-'
+        ascii_stem = unicodedata.normalize("NFKD", stem).encode("ascii", "ignore").decode()
+        stem = re.sub(r"[^A-Za-z0-9._-]+", "-", ascii_stem).lstrip("._-")[:64].rstrip("-")
         if stem in taken:
             stem += "-calibrated"
         if _NAME.fullmatch(stem):

@@ -207,7 +207,9 @@ def test_every_schema_field_has_one_probe_or_one_source(monkeypatch):
 
 def test_spec_names_come_from_the_option_or_the_file_name():
     assert cal.spec_name_for("out/my-cpu.toml", None) == "my-cpu"
-    assert cal.spec_name_for("weird name.toml", None) == "calibrated"
+    assert cal.spec_name_for("weird name.toml", None) == "weird-name"
+    assert cal.spec_name_for("cal/my spec ü.toml", None) == "my-spec-u"
+    assert cal.spec_name_for("cal/日本.toml", None) == "calibrated"
     assert cal.spec_name_for(None, None) == "calibrated"
     assert cal.spec_name_for("x.toml", "zen5-lab") == "zen5-lab"
     with pytest.raises(CalibrationError, match="--name"):

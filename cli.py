@@ -32,7 +32,7 @@ from aotune.artifact.commands import (
     command_inputs,
     open_db,
 )
-from aotune.errors import AotuneError, ConfigError, UnsatisfiableError
+from aotune.errors import AotuneError, ConfigError, DatabaseError, UnsatisfiableError
 from aotune.files import (
     check_writable,
     file_identity,
@@ -55,8 +55,21 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line, like every other aotune error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        extra = message.partition("unrecognized arguments: ")[2].split()
+        spec = next((a for a in extra if "->" in a), None)
+        if spec:  # argparse takes the optional spec only right after the operator
+            message = (
+                f"{spec!r} looks like an einsum spec, which goes right after the operator "
+                f"einsum (einsum '{spec}' --dims ...); other operators take none"
+            )
         sys.stderr.write(f"error: {_one_line(message)} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_ERROR)
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        """argparse's, without its silence on a failed write: help printed to a full disk is an
+        error, not a success."""
+        if message:
+            (file or sys.stderr).write(message)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -463,7 +476,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 if numpy_gflops is not None:  # timed here beside numpy, not emulated
                     shared = machine_load.sharing(use_before, machine_load.cpu_use())
                 if db is not None and record is not None:
-                    cached.store_check(db, record, verified, numpy_gflops)
+                    try:
+                        cached.store_check(db, record, verified, numpy_gflops)
+                    except DatabaseError as e:  # a stored record reused from a read-only file
+                        sys.stderr.write(f"warning: the final check's times were not kept: {e}\n")
         finally:
             if db is not None:
                 db.close()
@@ -957,7 +973,10 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
             kind = result.origin[path].split(":", 1)[0]
             print(f"  {path:<38} {value_at(result.spec, path)!s:<14.14} {kind}")
         print(f"  core model: {result.spec.core_model_from}")
-        print(f"wrote {args.output}: use it with --target {shlex.quote(args.output)}")
+        print(
+            f"wrote {args.output}, a spec named {name}: use it with --target "
+            f"{shlex.quote(args.output)}"
+        )
     return 0
 
 
@@ -1253,7 +1272,17 @@ def _run(argv: Sequence[str] | None) -> int:
     argv = _join_values(list(sys.argv[1:] if argv is None else argv))
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         argv = ["tune", *argv]  # tune is the command run without one: its options come alone
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        if e.code in (0, None):  # --help, --version: printed, unless stdout is a full disk
+            try:
+                sys.stdout.flush()
+            except OSError:
+                return report_error()
+        raise
+    except OSError:  # the help or version text could not be written
+        return report_error()
     if args.command == "hw" and args.hw_command is None:
         args.hw_command = "list"
     try:

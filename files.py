@@ -14,6 +14,7 @@ import errno
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 import unicodedata
@@ -83,6 +84,15 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
     p = Path(path)
     if not str(path):
         raise error("an empty file name was given; name the file to write")
+    if str(path).endswith(("/", os.sep)):  # Path drops the slash: x.s/ would write x.s
+        raise error(f"{_shown(p)}/ ends in '/', which names a folder; name a file to write")
+    stream = _stream_named(p)
+    if stream:  # followed to the file the stream is redirected to, --force would replace it
+        via = f" (through {stream})" if stream != os.path.abspath(p) else ""
+        raise error(
+            f"{_shown(p)} names an open stream{via}, not a file; aotune writes a named file (a "
+            "new one, renamed into place), so give a file path"
+        )
     try:
         exists = p.exists() or p.is_symlink()
         if exists and p.is_dir():
@@ -116,6 +126,42 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
         check_writable(target, True, error)
 
 
+# a process's open files by number: /dev/stdout and the like lead there
+_STREAM_PATH = re.compile(
+    r"/(dev/(stdin|stdout|stderr|fd/\d+)|proc/(self|thread-self|\d+)(/task/\d+)?/fd/\d+)"
+)
+
+
+def _stream_named(p: Path) -> str:
+    """The path by which ``p``, or a link on the way to its file, names one of the process's open
+    files by number (/dev/stdout, /proc/self/fd/1) rather than a file; '' where it does not."""
+    current = os.path.abspath(p)
+    for _ in range(40):  # the kernel's own limit on links followed
+        try:  # its folder's real path: /dev/fd is a link to /proc/self/fd
+            current = os.path.join(
+                os.path.realpath(os.path.dirname(current)), os.path.basename(current)
+            )
+        except ValueError:  # an embedded NUL byte: the checks after say so
+            return ""
+        if _STREAM_PATH.fullmatch(current):
+            return current
+        try:
+            current = os.path.join(os.path.dirname(current), os.readlink(current))
+        except (OSError, ValueError):
+            return ""
+    return ""
+
+
+def folder_takes_new_files(folder: str | Path) -> bool:
+    """Whether a new file can be made in ``folder`` (tried: ``os.access`` says yes to root on
+    read-only mounts and immutable folders)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 def write_new_file(
     path: str | Path, data: str | bytes, force: bool, error: type[AotuneError]
 ) -> None:
@@ -125,7 +171,7 @@ def write_new_file(
     (its target replaced, the link kept); the file gets the mode a new file gets (the umask), or
     the mode of the file it replaces."""
     p = Path(path)
-    check_writable(p if str(path) else "", force, error)
+    check_writable(path, force, error)
     if p.is_symlink():  # check_writable checked its target too
         p = Path(os.path.realpath(p))
     raw = data.encode() if isinstance(data, str) else data

@@ -475,6 +475,9 @@ def _build(
                 SearchTask("\0".join(key), labels[key], ks[0].workload, hw, options.search)
             )
 
+    if tasks:
+        db.check_writable()  # now: results the database then refused would be lost
+
     def started(t: SearchTask) -> None:
         event(t.label, "searching")
 

@@ -244,6 +244,7 @@ def tune(
     found = None if retune else db.find(key)  # type: ignore[arg-type]
     if found is not None:
         return result_of(found, workload, hw), found, True
+    db.check_writable()  # now: a result the database then refused would be lost
     result = driver.tune(workload, hw, options, progress)
     stored = db.put(record_of(result), replace=retune)
     if [c.config for c in stored.candidates] != [c.config.as_dict() for c in result.candidates]:

@@ -49,6 +49,7 @@ from aotune.files import (
     check_writable,
     decode_utf8,
     first_control_character,
+    folder_takes_new_files,
     read_user_file,
     write_new_file,
 )
@@ -544,6 +545,27 @@ class TuningDatabase:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def check_writable(self) -> None:
+        """A DatabaseError now, before a search whose result is to be stored, where this
+        database cannot be written (a read-only file or folder): a write that changes nothing,
+        rolled back."""
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
+            finally:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+        except sqlite3.DatabaseError as e:
+            raise self._write_error(e) from None
+
+    def _write_error(self, e: sqlite3.DatabaseError) -> DatabaseError:
+        """The error for a write this database refused, with what would let it write."""
+        return DatabaseError(
+            f"cannot write to {self.path}: {e}; make the file and its folder writable, or pass "
+            "--db with another file ('aotune tune' also takes --no-db, which stores nothing)"
+        )
+
     def _rows(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         try:
             return self._conn.execute(sql, args).fetchall()
@@ -667,7 +689,7 @@ class TuningDatabase:
                         ],
                     )
         except sqlite3.DatabaseError as e:
-            raise DatabaseError(f"cannot write to {self.path}: {e}") from None
+            raise self._write_error(e) from None
         stored = self.find(record.key)
         assert stored is not None  # inserted now, or by another writer before us
         return stored
@@ -695,7 +717,7 @@ class TuningDatabase:
                     ],
                 )
         except sqlite3.DatabaseError as e:
-            raise DatabaseError(f"cannot write to {self.path}: {e}") from None
+            raise self._write_error(e) from None
 
     def get_object(self, key: str) -> tuple[bytes, dict[str, Any]] | None:
         """A compiled object stored under ``key`` (a content hash of everything it was made
@@ -723,7 +745,7 @@ class TuningDatabase:
                     (key, data, json.dumps(meta), time.time()),  # key order kept
                 )
         except sqlite3.DatabaseError as e:
-            raise DatabaseError(f"cannot write to {self.path}: {e}") from None
+            raise self._write_error(e) from None
 
     def export_jsonl(
         self,
@@ -809,6 +831,20 @@ def _gunzip(data: bytes, path: Path) -> bytes:
     return unpacked
 
 
+class _RepeatedKey(ValueError):
+    """A JSON object that names one key twice (``json`` keeps the last without a word)."""
+
+
+def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, or ``_RepeatedKey`` naming a key it gives twice."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _RepeatedKey(key)
+        obj[key] = value
+    return obj
+
+
 def read_export(path: Path) -> list[TuneRecord]:
     """The records of a ``db export`` file, plain or gzipped, every line checked (a DatabaseError
     names the first that is wrong); nothing is written, so a refused file leaves no database
@@ -834,7 +870,12 @@ def read_export(path: Path) -> list[TuneRecord]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_object_without_repeats)
+        except _RepeatedKey as e:
+            raise DatabaseError(
+                f"{path} line {i} gives {e.args[0]!r} twice in one object (which one is meant?); "
+                "keep one, or import a file 'aotune db export' wrote"
+            ) from None
         except RecursionError:
             raise DatabaseError(
                 f"{path} line {i} is not JSON (nested too deeply); import a file "
@@ -871,8 +912,15 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
     if not str(path if path is not None else p):
         raise DatabaseError("--db was given an empty path; name the database file")
     try:
+        if p.is_symlink() and not p.exists():
+            raise DatabaseError(
+                f"--db {p} is a symbolic link to {os.readlink(p)}, which does not exist; give "
+                "--db the database file itself, or make the link point at one"
+            )
         if p.is_dir():
             raise DatabaseError(f"--db {p} is a directory; give a file path such as {p}/tuning.db")
+        if str(path).endswith(("/", os.sep)):  # Path drops the slash: x.db/ would open x.db
+            raise DatabaseError(f"--db {path} ends in '/', which names a folder; give a file path")
         if p.exists() and not p.is_file():
             raise DatabaseError(
                 f"--db {p} is not a regular file (a device, pipe or socket); give a database file"
@@ -905,7 +953,7 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
         uri = f"{p.absolute().as_uri()}?mode={'rwc' if create else 'rw'}"
         conn = sqlite3.connect(uri, timeout=60.0, isolation_level=None, uri=True)
     except sqlite3.Error as e:
-        raise DatabaseError(f"cannot open database {p}: {e}") from None
+        raise DatabaseError(f"cannot open database {p}: {e}{_why_not_opened(p)}") from None
     conn.row_factory = sqlite3.Row
     try:
         conn.execute("PRAGMA busy_timeout = 60000")
@@ -932,11 +980,23 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
             raise DatabaseError(
                 f"{p} is not an aotune tuning database ({e}); pass --db with another path"
             ) from None
-        raise DatabaseError(f"cannot open database {p}: {e}") from None
+        raise DatabaseError(f"cannot open database {p}: {e}{_why_not_opened(p)}") from None
     except DatabaseError:
         conn.close()
         raise
     return TuningDatabase(p, conn)
+
+
+def _why_not_opened(p: Path) -> str:
+    """What SQLite's 'unable to open database file' means for ``p``, where it can be told: a
+    folder that takes no new files, where SQLite must make the journals it keeps beside it."""
+    if p.parent.is_dir() and not folder_takes_new_files(p.parent):
+        return (
+            f"; its folder {p.parent} takes no new files, and SQLite makes its journals "
+            f"({p.name}-wal, {p.name}-shm) beside the database: make the folder writable, or "
+            "copy the database to a writable folder and give --db the copy"
+        )
+    return ""
 
 
 @functools.lru_cache(maxsize=1)
@@ -981,6 +1041,11 @@ def _schema_version(conn: sqlite3.Connection, p: Path, create: bool) -> int | No
         raise DatabaseError(
             f"{p}: its schema version is not a number; the file is damaged{_DAMAGED_FIX}"
         ) from None
+    if version < 1:  # versions count from 1
+        raise DatabaseError(
+            f"{p}: its schema version is {version}, which no aotune writes; the file is "
+            f"damaged{_DAMAGED_FIX}"
+        )
     if version > SCHEMA_VERSION:
         raise DatabaseError(
             f"{p} was written by a newer aotune (database schema {version}, this aotune reads "

@@ -7,11 +7,13 @@ import dataclasses
 import json
 import math
 import multiprocessing
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -928,3 +930,76 @@ def test_import_says_how_many_more_candidates_differ_from_the_majority(tmp_path)
     _import_refused(
         tmp_path, json.dumps(d) + "\n", r"candidates\[1\].config .*it adds zz; .*\(1 more"
     )
+
+
+def test_a_database_that_cannot_be_written_is_refused_before_the_search(tmp_path, monkeypatch):
+    from aotune.search import cached, driver
+
+    hw, w = load_target("haswell"), matmul(24, 40, 16)
+    opts = SearchOptions(budget=16, top_k=1, compile_top=1)
+    with open_database(tmp_path / "t.db") as db:
+        db._conn.execute("PRAGMA query_only = ON")  # refuses writes as a read-only file does
+        searched = driver.tune
+        monkeypatch.setattr(driver, "tune", lambda *a, **k: pytest.fail("searched first"))
+        with pytest.raises(DatabaseError, match="cannot write to .*readonly.*--no-db"):
+            cached.tune(w, hw, opts, db)
+        monkeypatch.setattr(driver, "tune", searched)
+        db._conn.execute("PRAGMA query_only = OFF")
+        _, stored, reused = cached.tune(w, hw, opts, db)
+        db._conn.execute("PRAGMA query_only = ON")  # a stored record is read, not written
+        assert cached.tune(w, hw, opts, db)[1:] == (stored, True) and not reused
+
+
+def _folder_refusing_new_files(folder: Path) -> Callable[[], None]:
+    """Make ``folder`` take no new files (chmod; for root, which chmod does not stop, the
+    immutable flag); the function that undoes it. Skips where neither works."""
+    from aotune.files import folder_takes_new_files
+
+    folder.chmod(0o555)
+    if not folder_takes_new_files(folder):
+        return lambda: folder.chmod(0o755)
+    folder.chmod(0o755)
+    chattr = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False)
+    if chattr.returncode or folder_takes_new_files(folder):
+        pytest.skip("cannot make a folder refuse new files here")
+    return lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_a_database_that_cannot_be_opened_says_why(tmp_path, capsys):
+    assert main(["tune", "matmul", "--shape", "8x8x8", *FAST, "--db", str(tmp_path / "a.db")]) == 0
+    capsys.readouterr()
+    (tmp_path / "dangling.db").symlink_to(tmp_path / "missing" / "x.db")
+    for db in (tmp_path / "dangling.db", f"{tmp_path / 'a.db'}/"):
+        for cmd in (["db", "list"], ["tune", "matmul", "--shape", "8x8x8", *FAST]):
+            assert main([*cmd, "--db", str(db)]) == 2
+            assert re.search("symbolic link to .*missing|ends in '/'", capsys.readouterr().err)
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    (tmp_path / "a.db").rename(folder / "a.db")
+    undo = _folder_refusing_new_files(folder)
+    try:
+        assert main(["db", "list", "--db", str(folder / "a.db")]) == 2
+        assert f"its folder {folder} takes no new files" in capsys.readouterr().err
+    finally:
+        undo()
+
+
+def test_import_refuses_a_key_given_twice_in_one_object(tmp_path, capsys):
+    db, x = str(tmp_path / "t.db"), tmp_path / "x.jsonl"
+    line = json.dumps(_record(1).as_dict())
+    x.write_text(line + "\n" + line.replace('{"', '{"target": "haswell", "', 1) + "\n")
+    assert main(["db", "import", str(x), "--db", db]) == 2
+    assert "x.jsonl line 2 gives 'target' twice in one object" in _error_line(capsys)
+    with open_database(db) as d:
+        assert d.count() == 0
+
+
+@pytest.mark.parametrize("version", ["0", "-1"])
+def test_a_schema_version_no_aotune_writes_is_damage(tmp_path, capsys, version):
+    db = _filled_db(tmp_path / "t.db")
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+    conn.commit()
+    conn.close()
+    assert main(["db", "list", "--db", str(db)]) == 2
+    assert f"its schema version is {version}, which no aotune writes" in _error_line(capsys)

@@ -24,6 +24,27 @@ def test_force_never_replaces_a_device_or_a_pipe(tmp_path: Path):
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and link.is_symlink()
 
 
+def test_an_open_stream_is_refused_not_the_file_it_is_redirected_to(tmp_path: Path):
+    kept = tmp_path / "all.jsonl"
+    kept.write_text("PREVIOUS\n")
+    fd = os.open(kept, os.O_WRONLY | os.O_APPEND)  # as `>> all.jsonl` opens it
+    try:
+        link = tmp_path / "out.jsonl"
+        link.symlink_to(f"/dev/fd/{fd}")
+        for path in (f"/proc/self/fd/{fd}", f"/dev/fd/{fd}", link, "/dev/stdout"):
+            with pytest.raises(ConfigError, match="names an open stream"):
+                write_new_file(path, "new\n", True, ConfigError)
+    finally:
+        os.close(fd)
+    assert kept.read_text() == "PREVIOUS\n" and link.is_symlink()
+
+
+def test_a_name_ending_in_a_slash_is_a_folder_not_the_file_before_it(tmp_path: Path):
+    with pytest.raises(ConfigError, match="ends in '/'"):
+        write_new_file(f"{tmp_path}/x.s/", "x", True, ConfigError)
+    assert not (tmp_path / "x.s").exists()
+
+
 def test_a_link_is_written_through_and_kept(tmp_path: Path):
     target = tmp_path / "real.s"
     target.write_text("old")

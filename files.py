@@ -114,8 +114,11 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
         if not os.access(parent, os.W_OK):
             raise error(f"cannot write {_shown(p)}: folder {_shown(parent)} is not writable")
         # os.access says yes to root everywhere, /proc and read-only mounts too: try it
-        with tempfile.TemporaryFile(dir=parent):
-            pass
+        if not folder_takes_new_files(parent):
+            raise error(
+                f"cannot write {_shown(p)}: its folder {_shown(parent)} takes no new files (a "
+                "read-only or virtual file system); name a file in a folder you can write"
+            )
         link = p.is_symlink()
         target = Path(os.path.realpath(p)) if link else p
     except OSError as e:

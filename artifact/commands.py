@@ -311,7 +311,11 @@ def _print_report(report: Any, out: Any) -> None:
     )
     for line in spec_origin_lines(hw):
         out.print(escape(line))
-    table = Table(title="kernels (predicted without running; measured on this host)")
+    measured = any(k.as_dict()["measured_gflops"] for k in report.kernels)
+    table = Table(
+        title="kernels (predicted without running; "
+        + ("measured on this host)" if measured else "none measured here)")
+    )
     for col in (
         "kernel",
         "workload",

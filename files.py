@@ -84,8 +84,6 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
     p = Path(path)
     if not str(path):
         raise error("an empty file name was given; name the file to write")
-    if str(path).endswith(("/", os.sep)):  # Path drops the slash: x.s/ would write x.s
-        raise error(f"{_shown(p)}/ ends in '/', which names a folder; name a file to write")
     stream = _stream_named(p)
     if stream:  # followed to the file the stream is redirected to, --force would replace it
         via = f" (through {stream})" if stream != os.path.abspath(p) else ""
@@ -97,6 +95,8 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
         exists = p.exists() or p.is_symlink()
         if exists and p.is_dir():
             raise error(f"{_shown(p)} is a directory; name a file to write")
+        if str(path).endswith(("/", os.sep)):  # Path drops the slash: x.s/ would write x.s
+            raise error(f"{_shown(path)} ends in '/', which names a folder; name a file to write")
         if p.exists() and not p.is_file():  # --force replaces files, never a device or a pipe
             raise error(
                 f"{_shown(p)} is not a regular file (a device, pipe or socket); name a file to "
@@ -320,7 +320,7 @@ def _new_file_mode(p: Path) -> int:
         return 0o666 & ~umask
 
 
-def _shown(p: Path) -> str:
+def _shown(p: str | Path) -> str:
     """A path for a one-line message: long ones shortened in the middle."""
     text = str(p)
     return text if len(text) <= 120 else f"{text[:50]}...{text[-50:]}"

@@ -430,8 +430,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.force and not emits:
         raise ConfigError("--force lets an --emit-* option replace its file, and none is given")
     # the same file however it is spelt (./F, an absolute path, a symlink to it, a hard link)
-    if len({file_identity(p) for p in emits.values()}) < len(emits):
-        raise ConfigError("two --emit-* options name the same file; give each its own")
+    seen: dict[object, str] = {}
+    for name, path in emits.items():
+        first = seen.setdefault(file_identity(path), name)
+        if first != name:
+            raise ConfigError(
+                f"--emit-{first} {emits[first]} and --emit-{name} {path} name the same file; "
+                "give each its own"
+            )
     _refuse_emits_over_inputs(args, emits)
     for name, path in emits.items():
         if name not in target.emit():

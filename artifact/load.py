@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -366,16 +367,21 @@ class LibraryKernel:
                 f"{what} is a masked array, whose mask the kernel cannot honour; pass "
                 "x.filled(0) (masked elements as zeros) or np.asarray(x) (their stored values)"
             )
+        # a copy made for the output would take the results, not the caller's array
+        out_fix = (
+            f"pass np.empty({shape}, np.float32) and copy it into yours, or leave out out= and "
+            "use the array returned"
+        )
         if x.dtype != np.float32:
-            raise LibraryError(
-                f"{what} has dtype {x.dtype}; the kernel takes float32 (use x.astype(np.float32))"
-            )
+            fix = out_fix if writable else "use x.astype(np.float32)"
+            raise LibraryError(f"{what} has dtype {x.dtype}; the kernel takes float32 ({fix})")
         if x.shape != shape:
             raise LibraryError(f"{what} has shape {x.shape}; the kernel was built for {shape}")
         if not x.flags.c_contiguous:
+            fix = out_fix if writable else "pass np.ascontiguousarray(x)"
+            does = "writes" if writable else "reads"
             raise LibraryError(
-                f"{what} is not C-contiguous; pass np.ascontiguousarray(x) (the kernel reads "
-                "row-major arrays)"
+                f"{what} is not C-contiguous; {fix} (the kernel {does} row-major arrays)"
             )
         if writable and not x.flags.writeable:
             raise LibraryError(f"{what} is read-only; pass a writeable output array")
@@ -398,9 +404,10 @@ class LibraryKernel:
             )
         if len(inputs) != len(self.inputs):
             names = ", ".join(p["name"] for p in self.inputs)
+            extra = len(inputs) == len(self.inputs) + 1 and out is None
             raise LibraryError(
                 f"{self.name} takes {len(self.inputs)} input arrays ({names}) and out=, "
-                f"got {len(inputs)}"
+                f"got {len(inputs)}" + ("; pass the output as out=" if extra else "")
             )
         ptrs = [self._check(p, x) for p, x in zip(self.inputs, inputs)]
         if out is None:
@@ -431,10 +438,14 @@ class Library:
                 f"cannot look at {str(p)[:80]!r} ({why}); give the directory 'aotune build -o "
                 "DIR' wrote"
             ) from None
-        if not found:
+        if not str(path):
             raise LibraryError(
-                f"{p} holds no manifest.json; give the directory 'aotune build -o DIR' wrote"
+                "aotune.load was given an empty path; give the directory "
+                "'aotune build -o DIR' wrote"
             )
+        if not found:
+            what = "holds no manifest.json" if p.exists() else "does not exist"
+            raise LibraryError(f"{p} {what}; give the directory 'aotune build -o DIR' wrote")
         try:  # a regular file of bounded size: a FIFO would block for ever, /dev/zero never end
             self.manifest = json.loads(
                 read_user_file(manifest, "library manifest", LibraryError, MANIFEST_LIMIT)
@@ -514,6 +525,9 @@ class Library:
                     "manifest was changed after the build; restore it or rebuild the library"
                 )
         self._dll = _dlopen_fresh(so_path, so_bytes)
+        # each load is a copy of its own with its own worker threads, and ctypes never unloads
+        # one: a dropped library stops them (a kernel keeps its library, so none is running)
+        weakref.finalize(self, self._dll.aotune_shutdown).atexit = False  # exit ends them anyway
         try:
             self._dll.aotune_strerror.restype = ctypes.c_char_p
             self._dll.aotune_strerror.argtypes = [ctypes.c_int]

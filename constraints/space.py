@@ -56,6 +56,11 @@ class DecisionVar:
                 f"config value {self.name}={text[:12]}... ({len(text)} characters) is outside "
                 f"{self.name}'s values; use one of {self.domain_text()}"
             )
+        if re.search(r"[;\s]\w+=", text):  # mr=8;nr=16 or mr=8 nr=16: one value of it all
+            raise ConfigError(
+                f"config value {self.name}={text!r} holds more than one decision; separate "
+                "them with ',' (mr=8,nr=16,...)"
+            )
         raise ConfigError(
             f"config value {self.name}={text!r} is not valid; use an integer in digits 0-9"
         )
@@ -302,9 +307,13 @@ class Space:
         }
         missing = [n for n in self.names if n not in values]
         if missing:
+            # a decision with a default (added after configs were first written) may be left out
+            given = [
+                n if self.var(n).default is None else f"{n} (optional, {self.var(n).default})"
+                for n in self.names
+            ]
             raise ConfigError(
-                f"config is missing {', '.join(missing)}; "
-                f"give every decision: {', '.join(self.names)}"
+                f"config is missing {', '.join(missing)}; give every decision: {', '.join(given)}"
             )
         return Config(tuple((n, int(values[n])) for n in self.names))
 

@@ -50,3 +50,28 @@ def test_a_build_with_nothing_measured_does_not_say_measured(tmp_path, capsys):
     assert main([*argv, "--no-verify", "--budget", "16", "--top-k", "1", "--target", "t4"]) == 0
     out = capsys.readouterr().out
     assert "none measured here" in out and "measured on this host" not in out
+
+
+@pytest.mark.parametrize("config", ["mr=6;nr=16;kc=16", "mr=6 nr=16 kc=16"])
+def test_a_config_split_by_another_separator_says_to_use_commas(capsys, config):
+    """It was "config value mr='6;nr=16;...' is not valid; use an integer in digits 0-9"."""
+    argv = ["validate", "matmul", "--shape", "32x48x16", "--target", "znver4", "--config"]
+    assert main([*argv, config]) == 2
+    assert "holds more than one decision; separate them with ','" in capsys.readouterr().err
+
+
+def test_a_missing_decision_marks_those_with_a_default_optional(capsys):
+    """A GPU config may leave out ahead (0), which the message had listed as required."""
+    config = "bm=8,bn=16,bk=16,tx=8,ty=4,vm=1,vn=4,strm=0,strn=0,sa=1,sb=1,la=8,lb=8,va=1,vb=2"
+    argv = ["predict", "matmul", "--shape", "64x64x64", "--target", "a100", "--config"]
+    assert main([*argv, config + ",unroll=8,pad_a=2"]) == 2
+    err = capsys.readouterr().err
+    assert "missing pad_b; give every decision:" in err and "pad_b, ahead (optional, 0)" in err
+
+
+def test_two_emits_of_one_file_are_named(tmp_path, capsys):
+    """It was 'two --emit-* options name the same file', naming neither."""
+    out = str(tmp_path / "k.s")
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--target", "znver4", "--no-db"]
+    assert main([*argv, "--no-verify", "--emit-asm", out, "--emit-ir", out]) == 2
+    assert f"--emit-asm {out} and --emit-ir {out} name the same file" in capsys.readouterr().err

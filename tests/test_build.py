@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -168,6 +169,36 @@ def test_aotune_load_calls_every_kernel(built):
     lib.shutdown()
 
 
+def test_a_dropped_library_stops_its_worker_threads(built):
+    """Each load is a private copy with its own worker threads, which ctypes never unloads: 20
+    loads had left 20 idle pools using CPU."""
+    import gc
+
+    import aotune
+
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("counts threads in Linux's /proc")
+    threads = lambda: len(os.listdir("/proc/self/task"))  # noqa: E731
+    work, _, _ = built
+    from aotune.artifact.inputs import read_toml
+
+    requests = read_toml(work / "kernels.toml").kernels
+    gc.collect()
+    before, most = threads(), 0
+    for _ in range(3):
+        lib = aotune.load(work / "out")
+        lib.set_num_threads(2)
+        for req in requests:
+            k = lib.kernels[req.name]
+            k(*[np.ones(p["shape"], np.float32) for p in k.inputs])
+        most = max(most, threads())
+        del lib, k
+    if most == before:
+        pytest.skip("no kernel of the list started a worker thread")
+    gc.collect()
+    assert threads() == before < most
+
+
 def test_aotune_load_checks_arguments(built):
     import aotune
 
@@ -181,6 +212,8 @@ def test_aotune_load_checks_arguments(built):
         ((a[:, :50], b), {}, "shape (61, 50)"),
         ((np.asfortranarray(a), b), {}, "not C-contiguous"),
         ((a,), {}, "takes 2 input arrays"),
+        ((a, b, np.zeros((61, 97), np.float32)), {}, "got 3; pass the output as out="),
+        ((a, b), {"out": np.zeros((61, 97))}, "(pass np.empty((61, 97), np.float32) and copy"),
         ((a.tolist(), b), {}, "must be a numpy array"),
         ((a, b), {"out": np.zeros((97, 61), np.float32)}, "shape (97, 61)"),
         # the mask was dropped: 53.0 where np.ma.dot gives 52.0

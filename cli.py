@@ -554,6 +554,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "predicted_seconds": best.prediction.seconds,
             "bottleneck": best.prediction.bottleneck,
             "breakdown": dict(best.prediction.breakdown),
+            # what --emit-* wrote of it: {"asm": "k.s"}; {} where nothing was asked
+            "emitted": dict(emits),
         },
         "verify": [
             {

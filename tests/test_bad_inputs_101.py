@@ -75,3 +75,16 @@ def test_two_emits_of_one_file_are_named(tmp_path, capsys):
     argv = ["tune", "matmul", "--shape", "16x16x16", "--target", "znver4", "--no-db"]
     assert main([*argv, "--no-verify", "--emit-asm", out, "--emit-ir", out]) == 2
     assert f"--emit-asm {out} and --emit-ir {out} name the same file" in capsys.readouterr().err
+
+
+def test_the_json_names_the_files_emit_wrote(tmp_path, capsys):
+    """Text output said 'asm of rank 1 written to ...'; the JSON said nothing of it."""
+    import json
+
+    out = str(tmp_path / "k.s")
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--target", "znver4", "--no-db", "--json"]
+    assert main([*argv, "--no-verify", "--budget", "16", "--top-k", "1", "--emit-asm", out]) == 0
+    assert json.loads(capsys.readouterr().out)["best"]["emitted"] == {"asm": out}
+    assert Path(out).read_text().strip()
+    assert main([*argv, "--no-verify", "--budget", "16", "--top-k", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["best"]["emitted"] == {}

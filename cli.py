@@ -34,9 +34,11 @@ from aotune.artifact.commands import (
 )
 from aotune.errors import AotuneError, ConfigError, DatabaseError, UnsatisfiableError
 from aotune.files import (
+    BIDI_CONTROLS,
     check_writable,
     file_identity,
     json_text,
+    printable,
     refuse_outputs_over_inputs,
     write_new_file,
 )
@@ -597,7 +599,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         out.print(escape(line))
     if reused:
         out.print(
-            f"search: reused record {record.id} of {db.path} (searched earlier in "
+            f"search: reused record {record.id} of {printable(str(db.path))} (searched earlier in "
             f"{result.search_seconds:.1f} s); --retune searches again"
         )
     else:
@@ -814,6 +816,8 @@ def cmd_space(args: argparse.Namespace) -> int:
         else f"at least (enumeration stopped after {args.count_seconds:g} s; a lower bound)"
     )
     out.print(f"valid configs: {qual} {n}")
+    if n == 0 and not exact:  # not an empty space: none was reached in the time given
+        out.print("none found before the time ran out; give --count-seconds more to count them")
     if empty_because:
         out.print(escape(f"why none: {empty_because}"))
     return 0
@@ -982,7 +986,7 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
             print(f"  {path:<38} {value_at(result.spec, path)!s:<14.14} {kind}")
         print(f"  core model: {result.spec.core_model_from}")
         print(
-            f"wrote {args.output}, a spec named {name}: use it with --target "
+            f"wrote {printable(args.output)}, a spec named {name}: use it with --target "
             f"{shlex.quote(args.output)}"
         )
     return 0
@@ -1294,11 +1298,35 @@ def _run(argv: Sequence[str] | None) -> int:
     if args.command == "hw" and args.hw_command is None:
         args.hw_command = "list"
     try:
+        _check_places_to_work()
         return COMMANDS[args.command](args)
     except Exception:
         if _interrupt_seen:
             raise KeyboardInterrupt from None
         return report_error()
+
+
+def _check_places_to_work() -> None:
+    """A ConfigError now where the current folder is gone (relative paths mean nothing) or no
+    temporary folder takes files (compiling and loading kernels write them), not an internal
+    error after a search."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise ConfigError(
+            "the current folder no longer exists (it was removed while the shell was in it); "
+            "cd to a folder that exists"
+        ) from None
+    import tempfile
+
+    try:
+        tempfile.gettempdir()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"no temporary folder takes new files (TMPDIR={os.environ.get('TMPDIR', '')!r}, "
+            "/tmp, /var/tmp, /usr/tmp and the current folder were tried); point TMPDIR at a "
+            "writable folder"
+        ) from None
 
 
 def report_error() -> int:
@@ -1375,8 +1403,14 @@ def _one_line(text: str) -> str:
         w if len(w) <= LONGEST_WORD_SHOWN else f"{w[:60]}...{w[-60:]} ({len(w)} characters)"
         for w in text.split()
     )
-    # a control character left in a path (ESC, ...) is shown, not sent to the terminal
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in line)
+    # a control character left in a path (ESC, ...) or a bidirectional override is shown, not
+    # sent to the terminal
+    return "".join(
+        f"\\x{ord(c):02x}"
+        if ord(c) < 32 or 127 <= ord(c) < 160
+        else (f"\\u{ord(c):04x}" if c in BIDI_CONTROLS else c)
+        for c in line
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from aotune.errors import BuildError, ConfigError, DatabaseError
-from aotune.files import json_text, refuse_inputs_inside
+from aotune.files import json_text, printable, refuse_inputs_inside
 from aotune.search.options import SearchOptions
 
 EXIT_ERROR = 2
@@ -306,8 +306,8 @@ def _print_report(report: Any, out: Any) -> None:
     triple = target_for(hw).describe()["triple"]
     out.print(
         f"[bold]{len(report.kernels)} kernels[/] for [bold]{hw.name}[/] ({triple}) from "
-        f"{escape(report.source)}: {report.searched} searched, {report.reused} from the "
-        f"database ({escape(report.database)}), {report.seconds:.1f} s"
+        f"{escape(printable(report.source))}: {report.searched} searched, {report.reused} from the "
+        f"database ({escape(printable(report.database))}), {report.seconds:.1f} s"
     )
     for line in spec_origin_lines(hw):
         out.print(escape(line))
@@ -360,7 +360,7 @@ def _print_report(report: Any, out: Any) -> None:
         out.print(f"final check skipped: {escape(report.check_skipped)}")
     if report.library_check:
         out.print(f"library check: {escape(report.library_check)}")
-    out.print(f"wrote {escape(str(report.out_dir))}/: {', '.join(report.files)}")
+    out.print(f"wrote {escape(printable(str(report.out_dir)))}/: {', '.join(report.files)}")
 
 
 def named_spec_hashes(names: set[str]) -> dict[str, str | None]:
@@ -500,7 +500,10 @@ def cmd_db(args: argparse.Namespace) -> int:
         if args.json:
             print(json_text({"database": str(db.path), "records": lines}, indent=1))
             return 0
-        print(f"{db.path}: {len(lines)} records (spec and model: short hashes; 'db show ID')")
+        print(
+            f"{printable(str(db.path))}: {len(lines)} records (spec and model: short hashes; "
+            "'db show ID')"
+        )
         others = sorted({ln["target"] for ln in lines if ln["target_loads_this_spec"] is False})
         for ln in lines:
             meas = (

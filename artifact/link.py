@@ -1,6 +1,6 @@
 """Linking objects into ``lib<name>.so`` and ``lib<name>.a`` with the system's tools.
 
-The C compiler (``--cc``, else ``$CC``, else cc/gcc/clang) links the shared object; ``ar``
+The C compiler (``--cc``, else cc/gcc/clang on PATH) links the shared object; ``ar``
 makes the archive. For a target that is not this machine's architecture, the GNU cross tools
 ``<arch>-linux-gnu-gcc`` / ``-ar`` are used where installed; without them the build still
 produces the objects and the header, and says so (a program links them on the target).
@@ -41,6 +41,16 @@ class Linker:
         """A line for the report when something cannot be made, else None."""
         if self.cc and self.ar:
             return None
+        if self.cc:  # the shared object is linked; only the archive needs ar
+            how = (
+                "install binutils (apt-get install binutils)"
+                if self.native
+                else (f"install the {arch} cross tools (apt-get install binutils-{arch}-linux-gnu)")
+            )
+            return (
+                f"no ar for {arch}: wrote the shared object, the objects and the header, not the "
+                f"archive (.a); {how} and build again for it"
+            )
         missing = " and ".join(
             what for what, tool in (("a C compiler", self.cc), ("ar", self.ar)) if not tool
         )

@@ -466,6 +466,10 @@ def run_suite(
     only = "gpu" if gpu_only else only
     if only is not None and only not in GROUPS:
         raise ConfigError(f"bench group {only!r} unknown; use one of {', '.join(GROUPS)}")
+    if quick and only == "unseen":  # the quick suite has no unseen rows: it would time nothing
+        raise ConfigError(
+            "the quick suite has no unseen rows; drop --quick, or pick matmul, operators or gpu"
+        )
     hw = load_target(target)
     if hw.kind != "cpu" and only != "gpu":
         raise ConfigError(

@@ -751,6 +751,11 @@ def _user_spec_file(path: str) -> Any:
     which (a CPU spec in its origins, ``spec_toml.mark_builtin_copy``; a GPU spec in its
     ``spec_from``, ``gpu_spec.mark_builtin_gpu_copy``), and one named ``host`` says it is not the
     detected host, so its output is not taken for theirs."""
+    if not os.path.lexists(path):
+        raise HwSpecError(
+            f"no spec file {path} (no such file); check the path, or give --target host "
+            "or a built-in name ('aotune hw list' lists them)"
+        )
     spec = load_spec_file(path)
     if not isinstance(spec, HwSpec) and spec.name == "host":  # a GPU file named like the CPU
         return dataclasses.replace(spec, spec_from="the spec file, not the detected host")

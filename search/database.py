@@ -525,6 +525,12 @@ def default_path() -> Path:
     """``$XDG_CACHE_HOME/aotune/tuning.db``, or ``~/.cache/aotune/tuning.db``."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):  # the XDG spec: a relative value is invalid and ignored
+        home = os.environ.get("HOME")
+        if home is not None and not os.path.isabs(home):  # '' or relative: not a place
+            raise DatabaseError(
+                f"HOME is {home!r}, not an absolute folder, so the default database has no "
+                "place; set HOME or XDG_CACHE_HOME to an absolute folder, or give --db a file"
+            )
         base = str(Path.home() / ".cache")
     return Path(base) / "aotune" / "tuning.db"
 
@@ -987,9 +993,18 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
     return TuningDatabase(p, conn)
 
 
+# SQLite's SQLITE_MAX_PATHNAME as built (its default): a longer path does not open
+SQLITE_LONGEST_PATH = 512
+
+
 def _why_not_opened(p: Path) -> str:
     """What SQLite's 'unable to open database file' means for ``p``, where it can be told: a
     folder that takes no new files, where SQLite must make the journals it keeps beside it."""
+    if len(str(p.absolute())) > SQLITE_LONGEST_PATH:
+        return (
+            f"; its full path is {len(str(p.absolute()))} characters, more than the "
+            f"{SQLITE_LONGEST_PATH} SQLite opens: give --db a shorter path"
+        )
     if p.parent.is_dir() and not folder_takes_new_files(p.parent):
         return (
             f"; its folder {p.parent} takes no new files, and SQLite makes its journals "

@@ -88,3 +88,77 @@ def test_the_json_names_the_files_emit_wrote(tmp_path, capsys):
     assert Path(out).read_text().strip()
     assert main([*argv, "--no-verify", "--budget", "16", "--top-k", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["best"]["emitted"] == {}
+
+
+def test_a_current_folder_that_was_removed_is_named(tmp_path):
+    """It was 'internal error (FileNotFoundError ...)', exit 70, for a relative output path."""
+    script = (
+        f"mkdir gone && cd gone && rmdir ../gone && {' '.join(AOTUNE)} tune matmul --shape "
+        "8x8x8 --no-db --no-verify --budget 16 --emit-asm k.s"
+    )
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 2 and "the current folder no longer exists" in done.stderr
+
+
+def test_no_usable_temporary_folder_is_the_users_to_fix(capsys, monkeypatch):
+    """It was 'internal error' (exit 70) after the search, where the kernel was loaded."""
+    import tempfile
+
+    def nowhere() -> str:
+        raise FileNotFoundError("No usable temporary directory found")
+
+    monkeypatch.setattr(tempfile, "gettempdir", nowhere)
+    assert main(["tune", "matmul", "--shape", "8x8x8", "--no-db", "--budget", "16"]) == 2
+    assert "no temporary folder takes new files" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("home", ["", "relhome"])
+def test_a_home_that_is_no_absolute_folder_gives_no_default_database(
+    tmp_path, capsys, monkeypatch, home
+):
+    """HOME='' put the database at /.cache, and a relative HOME below the current folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", home)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert main(["tune", "matmul", "--shape", "8x8x8", "--no-verify", "--budget", "16"]) == 2
+    assert f"HOME is {home!r}, not an absolute folder" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_database_path_longer_than_sqlite_opens_says_so(tmp_path, capsys):
+    folder = tmp_path
+    for c in "abc":
+        folder = folder / (c * 200)
+    folder.mkdir(parents=True)
+    argv = ["tune", "matmul", "--shape", "8x8x8", "--no-verify", "--budget", "16"]
+    assert main([*argv, "--db", str(folder / "t.db")]) == 2
+    assert "more than the 512 SQLite opens" in capsys.readouterr().err
+
+
+def test_the_quick_bench_of_the_unseen_group_is_refused(capsys):
+    """It printed nothing and exited 0: the quick suite has no unseen rows."""
+    assert main(["bench", "--quick", "--only", "unseen"]) == 2
+    assert "the quick suite has no unseen rows" in capsys.readouterr().err
+
+
+def test_without_ar_the_note_says_only_the_archive_is_missing():
+    from aotune.artifact.link import Linker
+
+    note = Linker("cc", None, True).note("x86_64")
+    assert note and "wrote the shared object" in note and "binutils" in note
+
+
+def test_paths_a_terminal_would_act_on_are_shown_not_sent(tmp_path, capsys):
+    assert main(["hw", "show", str(tmp_path / "nope\u202e\x1b[31m.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "\\u202e" in err and "\\x1b" in err and "\u202e" not in err and "\x1b" not in err
+    folder = tmp_path / "e\x1b[31m"
+    folder.mkdir()
+    db = str(folder / "t.db")
+    argv = ["tune", "matmul", "--shape", "8x8x8", "--no-verify", "--budget", "16", "--db", db]
+    assert main(argv) == 0
+    assert "\x1b" not in capsys.readouterr().out
+    assert main(argv) == 0  # reused: 'search: reused record 1 of PATH'
+    capsys.readouterr()
+    assert main(["db", "list", "--db", db]) == 0
+    assert "\x1b" not in capsys.readouterr().out

@@ -64,7 +64,7 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
         ),
         (
             ["space", "matmul", "--shape", "8x8x8", "--target", "nonexistent/file.toml"],
-            ["cannot read hwspec"],
+            ["no spec file nonexistent/file.toml (no such file); check the path"],
         ),
         (["tune", "--top-k", "0"], ["--top-k must be in 1..1000", "got 0"]),
         (["tune", "--top-k", "1000000000"], ["--top-k must be in 1..1000"]),
@@ -194,7 +194,7 @@ def test_bad_input_gets_one_line_error(args, needles):
 def test_a_control_character_in_a_path_is_shown_escaped_not_sent_to_the_terminal(tmp_path):
     path = str(tmp_path / "\x1b[31mred.toml")
     proc = run_cli("space", "matmul", "--shape", "8x8x8", "--target", path)
-    assert_one_line_error(proc, "\\x1b[31mred.toml", "No such file")
+    assert_one_line_error(proc, "\\x1b[31mred.toml", "(no such file)")
     assert "\x1b" not in proc.stderr
 
 

@@ -34,9 +34,9 @@ from aotune.artifact.commands import (
 )
 from aotune.errors import AotuneError, ConfigError, DatabaseError, UnsatisfiableError
 from aotune.files import (
-    BIDI_CONTROLS,
     check_writable,
     file_identity,
+    has_control_character,
     json_text,
     printable,
     refuse_outputs_over_inputs,
@@ -1406,9 +1406,9 @@ def _one_line(text: str) -> str:
     # a control character left in a path (ESC, ...) or a bidirectional override is shown, not
     # sent to the terminal
     return "".join(
-        f"\\x{ord(c):02x}"
-        if ord(c) < 32 or 127 <= ord(c) < 160
-        else (f"\\u{ord(c):04x}" if c in BIDI_CONTROLS else c)
+        (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        if has_control_character(c)
+        else c
         for c in line
     )
 

@@ -341,6 +341,15 @@ def _file_of(directory: Path, manifest: dict[str, Any], name: Any, what: str) ->
     return path, data
 
 
+def _out_fix(shape: tuple[int, ...]) -> str:
+    """The fix for an output array the kernel cannot write: a copy made of it would take the
+    results, not the caller's array."""
+    return (
+        f"pass np.empty({shape}, np.float32) and copy it into yours, or leave out out= and use "
+        "the array returned"
+    )
+
+
 class LibraryKernel:
     """One kernel of a loaded library, callable as ``kernel(in0, in1, [bias], out=None)``."""
 
@@ -367,18 +376,13 @@ class LibraryKernel:
                 f"{what} is a masked array, whose mask the kernel cannot honour; pass "
                 "x.filled(0) (masked elements as zeros) or np.asarray(x) (their stored values)"
             )
-        # a copy made for the output would take the results, not the caller's array
-        out_fix = (
-            f"pass np.empty({shape}, np.float32) and copy it into yours, or leave out out= and "
-            "use the array returned"
-        )
         if x.dtype != np.float32:
-            fix = out_fix if writable else "use x.astype(np.float32)"
+            fix = _out_fix(shape) if writable else "use x.astype(np.float32)"
             raise LibraryError(f"{what} has dtype {x.dtype}; the kernel takes float32 ({fix})")
         if x.shape != shape:
             raise LibraryError(f"{what} has shape {x.shape}; the kernel was built for {shape}")
         if not x.flags.c_contiguous:
-            fix = out_fix if writable else "pass np.ascontiguousarray(x)"
+            fix = _out_fix(shape) if writable else "pass np.ascontiguousarray(x)"
             does = "writes" if writable else "reads"
             raise LibraryError(
                 f"{what} is not C-contiguous; {fix} (the kernel {does} row-major arrays)"

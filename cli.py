@@ -67,6 +67,25 @@ class Parser(argparse.ArgumentParser):
         sys.stderr.write(f"error: {_one_line(message)} (see '{self.prog} --help')\n")
         raise SystemExit(EXIT_ERROR)
 
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """argparse's, but arguments left over are reported by the subcommand that was given,
+        so the hint names its help (`aotune tune --help`), not the top level's."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self._chosen_subcommand(parsed).error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+    def _chosen_subcommand(self, parsed: argparse.Namespace) -> Parser:
+        """The innermost parser of the subcommands named in `parsed` (self if none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if isinstance(chosen, Parser):
+                    return chosen._chosen_subcommand(parsed)
+        return self
+
     def _print_message(self, message: str, file: Any = None) -> None:
         """argparse's, without its silence on a failed write: help printed to a full disk is an
         error, not a success."""

@@ -17,7 +17,8 @@
                manifest.json last
     verify     backend.check: every function of the written library against numpy
     install    install_output: the staged files moved into the output directory (a new one is
-               the staging directory renamed), then the earlier build's other files removed
+               the staging directory renamed), then the earlier build's other files removed,
+               under a lock on the folder (two builds into one install one after the other)
 
 A build stopped at any point leaves a database with every finished search and no partial
 record; running the same command again resumes from there. A build that fails (or is stopped)
@@ -26,13 +27,15 @@ leaves the output directory as it was: nothing is moved there before everything 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,10 +324,7 @@ def _remove_dirs(dirs: list[Path]) -> None:
 
 
 def install_output(
-    staging: Staging,
-    written: list[str],
-    old_files: list[Path],
-    inputs: tuple[tuple[str, str], ...] = (),
+    staging: Staging, written: list[str], inputs: tuple[tuple[str, str], ...] = ()
 ) -> None:
     """Move the staged files (``written``, relative paths, the manifest last) into the output
     directory, then remove the earlier build's files that the new build did not replace;
@@ -338,22 +338,37 @@ def install_output(
             os.chmod(staging.dir, 0o777 & ~umask)  # mkdtemp makes 0700
             os.rename(staging.dir, out)
             return
-        for rel in written:
-            dst = out / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging.dir / rel, dst)
-        emptied: set[Path] = set()
-        for p in old_files:  # an earlier build's files: none of them left stale
-            if str(p.relative_to(out)) not in written:
-                p.unlink(missing_ok=True)
-                emptied |= {d for d in p.parents if d != out and out in d.parents}
-        _remove_dirs(sorted(emptied, key=lambda d: len(d.parts)))
+        with _installing_into(out):
+            # read now, not when the build began: another build may have installed since
+            old_files = _earlier_files(out, force=True)
+            for rel in written:
+                dst = out / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging.dir / rel, dst)
+            emptied: set[Path] = set()
+            for p in old_files:  # an earlier build's files: none of them left stale
+                if str(p.relative_to(out)) not in written:
+                    p.unlink(missing_ok=True)
+                    emptied |= {d for d in p.parents if d != out and out in d.parents}
+            _remove_dirs(sorted(emptied, key=lambda d: len(d.parts)))
         shutil.rmtree(staging.dir, ignore_errors=True)
     except OSError as e:
         raise BuildError(
             f"cannot move the built library into {out} ({e.strerror}); was it changed while "
             "aotune built? build again"
         ) from None
+
+
+@contextlib.contextmanager
+def _installing_into(out: Path) -> Iterator[None]:
+    """An exclusive lock on the directory ``out`` while a build installs into it: two builds
+    into one folder install one after the other, and the second replaces all of the first."""
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
 
 
 def _check_destinations(
@@ -424,11 +439,11 @@ def build(
     """
     start = time.perf_counter()
     event = event or (lambda names, state: None)
-    old_files = check_output_dir(options.out_dir, options.force)
+    check_output_dir(options.out_dir, options.force)
     staging = stage_output_dir(options.out_dir)
     try:
         report, written = _build(kernels, hw, options, db, event, start, staging)
-        install_output(staging, written, old_files, options.inputs)
+        install_output(staging, written, options.inputs)
     except BaseException:  # failed or interrupted (Ctrl-C): the output directory stays as it was
         discard_staging(staging)
         raise

@@ -1110,7 +1110,9 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
       Those broadcasts refill one set, one after another; the k steps whose FMAs wait in the
       schedulers overlap theirs (Zen 4, 12 to 28 rows 4 KiB apart, 16 columns, kc = 32: 25, 47,
-      76, 115 and 161 cycles per k step measured, 22, 44, 75, 113 and 159 predicted). The
+      76, 115 and 161 cycles per k step measured, 22, 44, 75, 113 and 159 predicted). Rows
+      whose lines fall in several sets refill each set in turn, the sets side by side (rows 4.5
+      pages apart, two sets: 28 rows ran 2.25x faster than 4 pages apart, stop 102). The
       refills come an L2 round trip apart where the set's pace is not measured (Zen 4), at that
       pace where it is: Golden Cove's, at most 4 cycles, ran tall tiles at 0.37-0.45 of the
       round trips' prediction (Emerald Rapids, kept samples of 2026-12-02; tested). Zen 5's
@@ -1174,13 +1176,14 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         joins_b = a_stride % page == 0
         thrash = max(_l1_miss_fraction(a_stride, s.mr, isz, hw), shared if joins_b else 0.0)
         if thrash > 0:
-            # a k step's misses refill one set in turn, at the set's measured pace (else an L2
-            # round trip each); those of the k steps whose FMAs the schedulers hold (and the
-            # window reaches) overlap, bound by the lines' transfer
+            # a k step's misses refill each set in turn, at the set's measured pace (else an L2
+            # round trip each), the sets side by side; those of the k steps whose FMAs the
+            # schedulers hold (and the window reaches) overlap, bound by the lines' transfer
             transfer = s.mr * line / l2.bandwidth_bytes_per_cycle
             steps_waiting = max(1.0, min(rows_in_flight, held))
             pace = refill if refill > 0 else l2.latency_cycles
-            a_extra = thrash * max(transfer, s.mr * pace / steps_waiting)
+            sets = 1 if joins_b else _overflowing_sets(a_stride, s.mr, isz, hw)
+            a_extra = thrash * max(transfer, s.mr / sets * pace / steps_waiting)
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
             a_extra = s.mr * isz / line * l2.latency_cycles
     return _overlapped_terms((b_extra, a_extra), _miss_overlap_power(s, hw))
@@ -1628,6 +1631,13 @@ def _l1_miss_fraction(
     l1 = hw.cache(1)
     held = _l1_set_capacity(hw) if capacity is None else capacity
     return _set_overflow_share(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1), held)
+
+
+def _overflowing_sets(stride_bytes: int, rows: int, row_bytes: int, hw: HwSpec) -> int:
+    """L1 sets in which such rows' lines overflow what a tile may keep (at least 1)."""
+    l1, held = hw.cache(1), _l1_set_capacity(hw)
+    per_set = _lines_per_set(stride_bytes, rows, row_bytes, l1.line_bytes, _sets(l1))
+    return max(1, sum(n > held for n in per_set))
 
 
 def _panel_sets(stride_bytes: int, rows: int, row_bytes: int, line: int, sets: int) -> int:

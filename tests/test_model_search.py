@@ -1955,6 +1955,30 @@ def test_a_rows_thrashing_one_set_refill_it_one_after_another(rows, measured_rat
     assert 0.65 * measured_ratio < seconds[0] / seconds[1] < 1.35 * measured_ratio
 
 
+_A_ROWS_IN_ONE_OR_TWO_SETS = [  # Zen 4 slice, 2026-12-05 (stop 102): M, K, tile rows, ms
+    (504, 4608, 28, 5.18),  # rows 18 KiB apart: two L1 sets, 14 rows each
+    (480, 4608, 24, 3.66),
+    (480, 4608, 20, 2.68),
+    (504, 4096, 28, 11.67),  # 16 KiB apart: one set
+    (480, 4096, 20, 7.05),
+]
+
+
+@pytest.mark.parametrize(("m", "k", "rows", "measured_ms"), _A_ROWS_IN_ONE_OR_TWO_SETS)
+def test_a_rows_thrashing_two_sets_refill_them_side_by_side(m, k, rows, measured_ms):
+    """Tiles reading A in place, B packed, kc = 128, one thread, timed one after another with
+    `aotune accuracy`: with A's rows 4.5 pages apart their lines fall in two L1 sets, and 28 rows
+    ran 2.25x faster than 4 pages apart (one set), where summing both sets' refills as one set's
+    had predicted 9.07, 6.40 and 4.23 ms for the three two-set tiles (1.6-1.75x): each set takes
+    its own refills, the two side by side."""
+    hw = load_target("znver4")
+    space = build_cpu_space(matmul(m, 64, k), hw)
+    text = f"mr={rows},nr=16,kc=128,mc={rows},nc=64,order=nkm,pack_a=0,pack_b=1,unroll=2"
+    s = schedule_from_config(space, space.parse_config(text + ",par=m,threads=1"))
+    predicted = AnalyticalCpuModel(hw).estimate_batch([s])[0].seconds
+    assert 0.8 < measured_ms * 1e-3 / predicted < 1.25
+
+
 _GOLDEN_COVE_A_IN_ONE_SET = [  # Emerald Rapids slice, kept bench samples of 2026-12-02
     (
         (2048, 2048, 2048),

@@ -23,6 +23,9 @@ def kernel_declaration(entry: dict[str, Any]) -> str:
             f" *   {p['role']:<4} {p['name']:<6} float{_dims(p['shape'])}  row-major, "
             f"{'written' if p['role'] == 'out' else 'read'}"
         )
+    out = next(p["name"] for p in entry["params"] if p["role"] == "out")
+    # the workload's notation reads `+=` over the reduction; the call does not add to `out`
+    lines.append(f" * Every element of {out} is overwritten, not added to.")
     cfg = ",".join(f"{k}={v}" for k, v in entry["config"].items())
     lines.append(f" * Tuned for {entry['target']['name']}:")
     lines += [f" *   {cfg[i : i + 90]}" for i in range(0, len(cfg), 90)]

@@ -67,14 +67,19 @@ C_HEADER_NAMES = frozenset(
     RAND_MAX MB_CUR_MAX errno stdin stdout stderr assert offsetof va_start va_arg va_end
     va_copy INFINITY NAN HUGE_VAL HUGE_VALF CHAR_BIT INT_MAX INT_MIN UINT_MAX LONG_MAX LONG_MIN
     ULONG_MAX SIZE_MAX CLOCKS_PER_SEC EDOM ERANGE EILSEQ SIGABRT SIGFPE SIGILL SIGINT SIGSEGV
-    SIGTERM SIGKILL SIGHUP SIGQUIT SIGPIPE SIGALRM SIGUSR1 SIGUSR2 SIGCHLD SIGBUS""".split()
-)
+    SIGTERM SIGKILL SIGHUP SIGQUIT SIGPIPE SIGALRM SIGUSR1 SIGUSR2 SIGCHLD SIGBUS
+    linux unix uint ulong ushort u_char u_short u_int u_long alloca fd_set jmp_buf sigjmp_buf
+    complex imaginary I isfinite isinf isnan isnormal fpclassify signbit isgreater
+    isgreaterequal isless islessequal islessgreater isunordered noreturn once_flag
+    ONCE_FLAG_INIT MAXFLOAT std""".split()
+)  # the last lines: gcc's GNU mode (linux, unix), POSIX (uint, ...), C11 (complex, ...), C++ (std)
 # the families of constants limits.h, stdint.h, float.h, math.h (M_PI), inttypes.h and pthread.h
 # define (INT32_MAX, FLT_MAX, M_PI, PRId64, PTHREAD_MUTEX_INITIALIZER): upper case, a prefix, an _
 C_HEADER_MACRO = re.compile(
     r"(M|FLT|DBL|LDBL|U?INT(8|16|32|64|PTR|MAX)?|U?INT_(LEAST|FAST)\d+|S?CHAR|UCHAR|U?SHRT"
     r"|U?LONG|U?LLONG|PTRDIFF|SIZE|WCHAR|WINT|SIG_ATOMIC|FP|MATH|PTHREAD|SIG)_[A-Z0-9_]+"
-    r"|PRI[diouxX]\w*|SCN[diouxX]\w*"
+    r"|PRI[diouxX]\w*|SCN[diouxX]\w*|[A-Z][A-Z0-9_]*_(MAX|MIN)"
+    r"|\w+_t"  # POSIX reserves names ending in _t for its types (pid_t, pthread_t, mbstate_t)
 )
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # key -> (type(s) TOML may give, the build_workload keyword it feeds)
@@ -135,6 +140,23 @@ def _c_libraries() -> tuple[Any, ...]:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=1)
+def _posix_macro_names() -> frozenset[str]:
+    """The upper-case constants of the C and POSIX headers this platform has, as Python's mirrors
+    of them name them (errno's EINVAL, signal's SIGTRAP, os's WNOHANG and O_RDONLY, time's
+    CLOCK_MONOTONIC, locale's LC_ALL): macros a program including those headers would expand."""
+    import errno
+    import locale
+    import os
+    import signal
+    import time
+
+    names = set(errno.errorcode.values())
+    for module in (os, signal, time, locale):
+        names |= {n for n in dir(module) if n.isupper() and isinstance(getattr(module, n), int)}
+    return frozenset(names)
+
+
 def _c_library_function(name: str) -> bool:
     """Whether the C library (libc, libm) defines ``name`` (malloc, expf, sysconf, ...)."""
     return any(hasattr(lib, name) for lib in _c_libraries())
@@ -149,6 +171,9 @@ BLAS_SYMBOL = re.compile(
     r"(?:cblas|lapacke?|openblas)_\w*",
     re.IGNORECASE,
 )
+
+# the runtimes a numerical program links beside a library: OpenMP (omp_, kmp_), MPI, MKL
+RUNTIME_SYMBOL = re.compile(r"(?:omp|kmp|mpi|pmpi|mkl)_\w*", re.IGNORECASE)
 
 # a kernel's files are named after it (NAME.o, NAME.ptx, NAME.cubin) and file names stop at 255
 # bytes on Linux and macOS; C compilers take longer identifiers
@@ -169,7 +194,7 @@ def reserved_name_reason(name: str) -> str | None:
         return "is a C keyword"
     if name in CPP_KEYWORDS:
         return "is a C++ keyword, and the header is included from C++ too"
-    if name in C_HEADER_NAMES or C_HEADER_MACRO.fullmatch(name):
+    if name in C_HEADER_NAMES or C_HEADER_MACRO.fullmatch(name) or name in _posix_macro_names():
         return (
             "is a type or macro of the C standard headers, which a program includes beside the "
             "library's header"
@@ -185,6 +210,11 @@ def reserved_name_reason(name: str) -> str | None:
         return (
             "is a symbol of BLAS or LAPACK (its Fortran or C interface); a library exporting it "
             "would replace BLAS's in every program linked with both (numpy's, for one)"
+        )
+    if RUNTIME_SYMBOL.fullmatch(name):
+        return (
+            "is in the namespace of OpenMP, MPI or MKL; a library exporting it would replace "
+            "theirs in every program linked with both"
         )
     if name in LIBRARY_ATTRIBUTES:
         return (

@@ -13,7 +13,11 @@ SHA-256 its build recorded: a changed file would be called with shapes it was no
 Each kernel the manifest lists must be a function the shared object defines (not one of libc's,
 which the dynamic loader would find too), and an x86 library's code is read for instructions
 this CPU lacks, whatever the manifest lists. Only regular files are read (a FIFO would block).
-A Library or a kernel pickles as its directory (loaded again on the other side).
+A Library or a kernel pickles as its absolute directory and its files' hashes (loaded again on
+the other side, and refused there if the library was built again in between). What a load
+describes (``lib.manifest``, ``kernel.inputs``, ``kernel.output``) is read-only: the checks
+trust it. Loads of the same shared object in one process share one copy of it, its worker
+threads and its thread count.
 The call runs in the library's native code with the GIL released. A GPU library's kernels are
 launched through cuda-python where a GPU of its kind is present (inputs copied in, the output
 copied back); elsewhere loading it raises a LibraryError that says why it cannot run here.
@@ -27,9 +31,11 @@ import json
 import math
 import os
 import re
+import threading
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -174,25 +180,67 @@ def _aligned_empty(shape: tuple[int, ...], align: int = 64) -> np.ndarray:
     return raw[offset : offset + n].reshape(shape)
 
 
+# the private copies loaded in this process, by their bytes' SHA-256 (ctypes never unloads one)
+_COPIES: dict[str, ctypes.CDLL] = {}
+_COPIES_LOCK = threading.Lock()
+
+
 def _dlopen_fresh(path: Path, data: bytes) -> ctypes.CDLL:
     """The shared object at ``path`` (whose bytes ``data`` are) loaded as a library of its own,
     even where this process loaded a library of that name before (the dynamic loader would hand
     back the old one, and a rebuilt library would keep the old kernels): a private copy is
-    loaded and its name removed at once."""
+    loaded and its name removed at once. Loads of the same bytes share one copy, so a process
+    that loads (or unpickles) a library again and again maps it once."""
+    key = hashlib.sha256(data).hexdigest()
+    with _COPIES_LOCK:
+        if key not in _COPIES:
+            _COPIES[key] = _dlopen_copy(path, data)
+        return _COPIES[key]
+
+
+def _dlopen_copy(path: Path, data: bytes) -> ctypes.CDLL:
     import tempfile
 
-    fd, tmp = tempfile.mkstemp(prefix="aotune-", suffix=".so")
+    folder = tempfile.gettempdir()
     try:
-        with os.fdopen(fd, "wb") as dst:
-            dst.write(data)
-        return ctypes.CDLL(tmp, mode=ctypes.RTLD_LOCAL)
+        fd, tmp = tempfile.mkstemp(prefix="aotune-", suffix=".so")
     except OSError as e:
-        why = str(e).replace(f"{tmp}: ", "")  # the private copy's name means nothing to a user
         raise LibraryError(
-            f"cannot load {path}: the dynamic loader refuses it ({why}); rebuild the library"
+            f"cannot load {path}: no private copy can be made in the temporary folder {folder} "
+            f"({e.strerror}); set TMPDIR to a folder you can write"
         ) from None
+    try:
+        try:
+            with os.fdopen(fd, "wb") as dst:
+                dst.write(data)
+        except OSError as e:
+            raise LibraryError(
+                f"cannot load {path}: its private copy could not be written to the temporary "
+                f"folder {folder} ({e.strerror}); set TMPDIR to a folder with room"
+            ) from None
+        try:
+            return ctypes.CDLL(tmp, mode=ctypes.RTLD_LOCAL)
+        except OSError as e:
+            if _mounted_noexec(folder):
+                raise LibraryError(
+                    f"cannot load {path}: the temporary folder {folder} is mounted noexec, so "
+                    "the private copy loaded from there cannot run; set TMPDIR to a folder on "
+                    "a file system that allows it"
+                ) from None
+            why = str(e).replace(f"{tmp}: ", "")  # the private copy's name means nothing to a user
+            raise LibraryError(
+                f"cannot load {path}: the dynamic loader refuses it ({why}); rebuild the library"
+            ) from None
     finally:
         os.unlink(tmp)  # the mapping stays until the process ends
+
+
+def _mounted_noexec(folder: str) -> bool:
+    """Whether ``folder`` is on a file system mounted noexec (False where it cannot be told)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & getattr(os, "ST_NOEXEC", 0))
+    except OSError:
+        return False
 
 
 # a kernel's name: a C identifier of at most 200 characters (artifact/inputs.py's limit)
@@ -356,7 +404,7 @@ class LibraryKernel:
     def __init__(self, lib: Library, entry: dict[str, Any], fn: Any) -> None:
         self.library, self.entry, self._fn = lib, entry, fn
         self.name = entry["name"]
-        self.inputs = [p for p in entry["params"] if p["role"] != "out"]
+        self.inputs = tuple(p for p in entry["params"] if p["role"] != "out")
         self.output = next(p for p in entry["params"] if p["role"] == "out")
         self._out_shape = tuple(self.output["shape"])
 
@@ -470,8 +518,11 @@ class Library:
                 f"{manifest} is not a manifest this aotune can load: {problem}; rebuild the "
                 "library with 'aotune build'"
             )
+        # read-only from here: the calls trust its shapes with raw pointers
+        self.manifest = _frozen(self.manifest)
         target, entries = self.manifest["target"], self.manifest["kernels"]
-        self.directory = manifest.parent
+        # absolute: a pickled library is loaded again from here whatever the folder of the load
+        self.directory = Path(os.path.abspath(manifest.parent))
         self.target = target
         self.kernels: dict[str, LibraryKernel] = {}
         if target.get("kind") == "gpu":
@@ -572,9 +623,10 @@ class Library:
             )
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        """Pickled (to another process, by copy) as its directory: loaded again from there, with
-        every check (a loaded shared object cannot travel)."""
-        return load, (str(self.directory),)
+        """Pickled (to another process, by copy) as its directory and the files' hashes: loaded
+        again from there, with every check (a loaded shared object cannot travel), and refused
+        where the library there is no longer the one pickled."""
+        return _load_again, (str(self.directory), dict(self.manifest["files"]))
 
     def __getattr__(self, name: str) -> LibraryKernel:
         kernels = self.__dict__.get("kernels", {})
@@ -761,3 +813,24 @@ class GpuLauncher:
 def load(path: str | Path) -> Library:
     """Load the library ``aotune build`` wrote to ``path`` (see the module docstring)."""
     return Library(path)
+
+
+def _load_again(directory: str, files: dict[str, str]) -> Library:
+    """A pickled library loaded again: the one at ``directory``, if its files are still those
+    the pickled one was loaded from (their SHA-256s, ``files``)."""
+    lib = Library(directory)
+    if dict(lib.manifest["files"]) != files:
+        raise LibraryError(
+            f"{directory} was built again since this library was pickled; its kernels may differ "
+            "from the pickled ones: load it afresh with aotune.load"
+        )
+    return lib
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` (parsed JSON) read-only: objects as mapping proxies, lists as tuples."""
+    if isinstance(value, dict):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value

@@ -303,11 +303,18 @@ class _Runtime:
         b = ir.IRBuilder(get_n.append_basic_block("entry"))
         b.ret(b.trunc(self.threads_now(b), I32))
 
-        shutdown = ir.Function(m, ir.FunctionType(ir.VoidType(), []), name="aotune_shutdown")
-        b = ir.IRBuilder(shutdown.append_basic_block("entry"))
+        # internal: the destructor below must stop this library's workers, not those of another
+        # aotune library loaded first, whose public aotune_shutdown would interpose on this one's
+        stop_all = ir.Function(m, ir.FunctionType(ir.VoidType(), []), name="aotune.stop_all")
+        stop_all.linkage = "internal"
+        b = ir.IRBuilder(stop_all.append_basic_block("entry"))
         b.call(self.lock, [])
         b.call(stop, [c64(0)])
         b.call(self.unlock, [])
+        b.ret_void()
+        shutdown = ir.Function(m, ir.FunctionType(ir.VoidType(), []), name="aotune_shutdown")
+        b = ir.IRBuilder(shutdown.append_basic_block("entry"))
+        b.call(stop_all, [])
         b.ret_void()
 
         # the library stops its workers when unloaded (dlclose, exit), before its code goes away
@@ -316,7 +323,7 @@ class _Runtime:
         dtors.linkage = "appending"
         dtors.initializer = ir.Constant(
             ir.ArrayType(dtor_ty, 1),
-            [ir.Constant(dtor_ty, [ir.Constant(I32, 65535), shutdown, ir.Constant(P8, None)])],
+            [ir.Constant(dtor_ty, [ir.Constant(I32, 65535), stop_all, ir.Constant(P8, None)])],
         )
 
         texts = [text for _, text in ERRORS] + [UNKNOWN_ERROR]

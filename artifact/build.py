@@ -341,10 +341,7 @@ def install_output(
         with _installing_into(out):
             # read now, not when the build began: another build may have installed since
             old_files = _earlier_files(out, force=True)
-            for rel in written:
-                dst = out / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(staging.dir / rel, dst)
+            _replace_all_or_none(staging, written)
             emptied: set[Path] = set()
             for p in old_files:  # an earlier build's files: none of them left stale
                 if str(p.relative_to(out)) not in written:
@@ -353,10 +350,46 @@ def install_output(
             _remove_dirs(sorted(emptied, key=lambda d: len(d.parts)))
         shutil.rmtree(staging.dir, ignore_errors=True)
     except OSError as e:
+        kept = "" if staging.new_out else "; nothing in it was changed"
         raise BuildError(
-            f"cannot move the built library into {out} ({e.strerror}); was it changed while "
-            "aotune built? build again"
+            f"cannot move the built library into {out} ({e.strerror}){kept}: was it changed "
+            "while aotune built, or is a file there read-only? fix that and build again"
         ) from None
+
+
+def _replace_all_or_none(staging: Staging, written: list[str]) -> None:
+    """Move the staged files into the output directory, each file it replaces set aside first:
+    a failure or a Ctrl-C part-way puts every one back, so the directory holds the earlier
+    library whole or the new one whole, never a mix of the two."""
+    out = staging.out
+    aside = Path(tempfile.mkdtemp(prefix=f"{STAGING}replaced-", dir=out))
+    moved: list[tuple[Path, Path | None]] = []  # (destination, where its earlier file went)
+    try:
+        for rel in written:
+            dst = out / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            saved = None
+            if dst.exists() or dst.is_symlink():
+                saved = aside / rel
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(dst, saved)
+            moved.append((dst, saved))
+            os.replace(staging.dir / rel, dst)
+    except BaseException:
+        try:
+            for dst, saved in reversed(moved):
+                if saved is None or saved.exists() or saved.is_symlink():
+                    dst.unlink(missing_ok=True)  # the new file, where it got there
+                if saved is not None and (saved.exists() or saved.is_symlink()):
+                    os.replace(saved, dst)
+        except OSError as e:
+            raise BuildError(
+                f"the install into {out} failed part-way and the earlier files could not all be "
+                f"put back ({e.strerror}); those not back are in {aside}"
+            ) from None
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -393,6 +426,12 @@ def _check_destinations(
             )
         for parent in dst.relative_to(out).parents:
             p = out / parent
+            if parent != Path(".") and p.is_symlink() and p.is_dir():
+                raise BuildError(
+                    f"{out} holds {parent}, a symbolic link to {os.readlink(p)}, where the build "
+                    f"makes a directory for {rel}: its files would land outside -o; remove the "
+                    "link or choose another -o (nothing was moved)"
+                )
             if parent != Path(".") and (p.is_file() or p.is_symlink() and not p.is_dir()):
                 raise BuildError(
                     f"{out} holds a file {parent}, where the build makes a directory for {rel}; "

@@ -283,7 +283,8 @@ def c_name(text: str, taken: set[str]) -> str:
     if name[0].isdigit() or reserved_name_reason(name) is not None:
         name = f"k_{name}"
     base, i = name, 2
-    while name in taken:
+    # unique ignoring case too: the kernels' files (FC.o, fc.o) would clash on macOS's disks
+    while name.lower() in {t.lower() for t in taken}:
         name = f"{base}_{i}"
         i += 1
     taken.add(name)

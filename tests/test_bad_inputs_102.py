@@ -305,3 +305,12 @@ def test_an_install_stopped_part_way_leaves_the_earlier_library_whole(tmp_path, 
     monkeypatch.setattr(os, "replace", real_replace)
     assert files() == before
     assert not list(out.glob(".aotune-partial-replaced-*"))  # the files set aside went back
+
+
+def test_onnx_node_names_differing_in_case_give_distinct_kernel_names():
+    """Nodes FC and fc made kernels FC and fc, whose files clash where names ignore case (the
+    TOML path refuses such a pair)."""
+    from aotune.artifact.onnx_import import c_name
+
+    taken: set[str] = set()
+    assert [c_name(n, taken) for n in ("FC", "fc", "Fc")] == ["FC", "fc_2", "Fc_3"]

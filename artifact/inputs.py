@@ -79,8 +79,9 @@ C_HEADER_MACRO = re.compile(
     r"(M|FLT|DBL|LDBL|U?INT(8|16|32|64|PTR|MAX)?|U?INT_(LEAST|FAST)\d+|S?CHAR|UCHAR|U?SHRT"
     r"|U?LONG|U?LLONG|PTRDIFF|SIZE|WCHAR|WINT|SIG_ATOMIC|FP|MATH|PTHREAD|SIG)_[A-Z0-9_]+"
     r"|PRI[diouxX]\w*|SCN[diouxX]\w*|[A-Z][A-Z0-9_]*_(MAX|MIN)"
-    r"|\w+_t"  # POSIX reserves names ending in _t for its types (pid_t, pthread_t, mbstate_t)
 )
+# POSIX reserves names ending in _t for its types (pid_t, pthread_t, mbstate_t)
+POSIX_TYPE_NAME = re.compile(r"\w+_t")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # key -> (type(s) TOML may give, the build_workload keyword it feeds)
 TOML_KEYS: dict[str, tuple[tuple[type, ...], str]] = {
@@ -198,6 +199,11 @@ def reserved_name_reason(name: str) -> str | None:
         return (
             "is a type or macro of the C standard headers, which a program includes beside the "
             "library's header"
+        )
+    if POSIX_TYPE_NAME.fullmatch(name):
+        return (
+            "ends in _t, which POSIX reserves for the types of its headers (pid_t, pthread_t), "
+            "which a program includes beside the library's header"
         )
     if name == "main":
         return "is the entry point of every C program the library is linked into"

@@ -104,6 +104,13 @@ def test_ordinary_names_stay_allowed(name):
     assert check_c_name(name, "kernel 1") == name
 
 
+def test_a_name_ending_in_t_is_refused_for_what_it_is():
+    """ein_t was called "a type or macro of the C standard headers", which it is not."""
+    from aotune.artifact.inputs import reserved_name_reason
+
+    assert reserved_name_reason("ein_t").startswith("ends in _t, which POSIX reserves")
+
+
 LIBRARY_TOML = """
 [[kernel]]
 name = "mm"

@@ -533,6 +533,11 @@ class _Importer:
                     f"{'2' if GENERATED_INPUTS[op] == 2 else f'2 or {GENERATED_INPUTS[op]}'}: the "
                     "model is invalid, fix or re-export it"
                 )
+            if op in GENERATED_INPUTS and not (node.output and node.output[0]):
+                raise BuildError(
+                    f"{self.source}: node {self.label(node)} ({op}) has no output: the model is "
+                    "invalid, fix or re-export it"
+                )
             if op not in ("MatMul", "Gemm", "Conv"):
                 self.skip(
                     node,
@@ -559,6 +564,11 @@ class _Importer:
                     got = self.conv(node)
             except WorkloadError as e:  # a size of 0 (an empty weight) or past 2^31 - 1
                 got = str(e)
+            except (TypeError, ValueError, IndexError) as e:  # an attribute of the wrong type
+                raise BuildError(
+                    f"{self.source}: node {self.label(node)} ({op}) has an attribute of the wrong "
+                    f"type or form ({e}); the model is invalid, fix or re-export it"
+                ) from None
             if op == "Conv" and not isinstance(got, str):
                 if len(node.input) > 2 and node.input[2]:
                     fusable = False  # the bias comes before any activation: neither is fused

@@ -321,3 +321,23 @@ def test_onnx_node_names_differing_in_case_give_distinct_kernel_names():
 
     taken: set[str] = set()
     assert [c_name(n, taken) for n in ("FC", "fc", "Fc")] == ["FC", "fc_2", "Fc_3"]
+
+
+@pytest.mark.parametrize(("op", "attrs"), [("Gemm", {"transA": "x"}), ("Gemm", {"alpha": [1, 2]})])
+def test_an_onnx_attribute_of_the_wrong_type_is_an_error_not_a_crash(tmp_path, capsys, op, attrs):
+    """transA = 'x' or alpha = [1, 2] ended in an internal error (exit 70)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(op, ["a", "b"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 4]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+    )
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(model))
+    argv = ["build", str(model), "-o", str(tmp_path / "lib"), "--db", str(tmp_path / "t.db")]
+    assert main([*argv, "--target", "haswell", "--no-verify", "--objects-only"]) == 2
+    assert "has an attribute of the wrong type or form" in capsys.readouterr().err

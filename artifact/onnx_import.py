@@ -284,7 +284,8 @@ def c_name(text: str, taken: set[str]) -> str:
         name = f"k_{name}"
     base, i = name, 2
     # unique ignoring case too: the kernels' files (FC.o, fc.o) would clash on macOS's disks
-    while name.lower() in {t.lower() for t in taken}:
+    lowered = {t.lower() for t in taken}
+    while name.lower() in lowered:
         name = f"{base}_{i}"
         i += 1
     taken.add(name)

@@ -385,8 +385,14 @@ def read_toml(path: Path, raw: bytes | None = None) -> KernelList:
 def read_input(path: Path, shapes: dict[str, tuple[int, ...]] | None = None) -> KernelList:
     """A TOML kernel list or an ONNX model, by suffix, else by content (``shapes``: ONNX dynamic
     inputs); read once, as a regular file of at most the size its kind may have."""
-    if not path.exists() and not path.is_symlink():
-        raise BuildError(f"{path} does not exist; give a TOML kernel list or an ONNX model")
+    try:
+        path.lstat()
+    except FileNotFoundError:
+        raise BuildError(
+            f"{path} does not exist; give a TOML kernel list or an ONNX model"
+        ) from None
+    except OSError:  # a name too long, a folder not searchable: the read below names it
+        pass
     suffix = path.suffix.lower()
     if suffix == ".toml":
         raw = read_user_file(path, "TOML kernel list", BuildError, TOML_LIMIT)

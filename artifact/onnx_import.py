@@ -233,7 +233,7 @@ class _Tensors:
     consts: frozenset[str]  # initializers and Constant nodes' outputs
 
 
-def _tensors(model: Any) -> tuple[_Tensors, str | None]:
+def _tensors(model: Any, source: str) -> tuple[_Tensors, str | None]:
     """Shapes and element types of the model's tensors after shape inference, and what strict
     inference said was wrong (None: nothing); the shapes are then the lenient inference's, for
     the importer's own checks to name the node and its shapes, which onnx's message does not."""
@@ -260,8 +260,13 @@ def _tensors(model: Any) -> tuple[_Tensors, str | None]:
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
             shapes[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
     consts = {t.name: t for t in g.initializer}
-    for node in g.node:  # Constant nodes are initializers too
+    for i, node in enumerate(g.node):  # Constant nodes are initializers too
         if node.op_type == "Constant":
+            if not (node.output and node.output[0]):
+                raise BuildError(
+                    f"{source}: the Constant node {node.name or f'at position {i + 1}'} has no "
+                    "output: the model is invalid, fix or re-export it"
+                )
             for a in node.attribute:
                 if a.name == "value":
                     consts[node.output[0]] = a.t
@@ -271,9 +276,24 @@ def _tensors(model: Any) -> tuple[_Tensors, str | None]:
     return _Tensors(shapes, dtypes, frozenset(consts)), failed
 
 
-def _attrs(node: Any) -> dict[str, Any]:
+def _attrs(node: Any, source: str) -> dict[str, Any]:
+    """A node's attributes, each of the type the ONNX operator's schema gives it: onnx reads a
+    float ``group`` or a text ``beta`` as written, and a cast would build another kernel."""
     import onnx
 
+    schema = (
+        onnx.defs.get_schema(node.op_type, node.domain)
+        if onnx.defs.has(node.op_type, node.domain)
+        else None
+    )
+    for a in node.attribute:
+        want = schema.attributes.get(a.name) if schema is not None else None
+        if want is not None and a.type != want.type:
+            got, need = (onnx.AttributeProto.AttributeType.Name(t) for t in (a.type, want.type))
+            raise BuildError(
+                f"{source}: node {_label(node)} ({node.op_type}) has {a.name} of type {got}; "
+                f"ONNX defines it as {need}: the model is invalid, fix or re-export it"
+            )
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -340,7 +360,7 @@ class _Importer:
                     nxt = self.onnx_reader(tensor)
         activation = "none"
         if nxt is not None:
-            a = _attrs(nxt)
+            a = _attrs(nxt, self.source)
             if nxt.op_type in ACTIVATIONS:
                 activation = ACTIVATIONS[nxt.op_type]
             elif nxt.op_type == "Gelu" and a.get("approximate", b"none") in (b"tanh", "tanh"):
@@ -402,7 +422,7 @@ class _Importer:
 
     def gemm(self, node: Any) -> tuple[Workload, bool, bool] | str:
         """(workload, C fused as the bias, C left out) of a Gemm, or why it is not generated."""
-        at = _attrs(node)
+        at = _attrs(node, self.source)
         a, b = (self.shape(n) for n in node.input[:2])
         if a is None or b is None:
             return self.unknown_shape(node)
@@ -412,6 +432,8 @@ class _Importer:
         if float(at.get("alpha", 1.0)) != 1.0:
             return f"alpha = {at['alpha']} (only alpha = 1 is generated)"
         ta, tb = int(at.get("transA", 0)), int(at.get("transB", 0))
+        if {ta, tb} - {0, 1}:
+            raise ValueError(f"transA = {ta}, transB = {tb}: each is 0 or 1")
         M, K = (a[1], a[0]) if ta else a
         N, K2 = b if tb else (b[1], b[0])
         if K != K2:
@@ -454,7 +476,7 @@ class _Importer:
         return w, bias, left_out
 
     def conv(self, node: Any) -> Workload | str:
-        at = _attrs(node)
+        at = _attrs(node, self.source)
         x, wt = (self.shape(n) for n in node.input[:2])
         if x is None or wt is None:
             return self.unknown_shape(node)
@@ -496,6 +518,8 @@ class _Importer:
         pads = list(at.get("pads", [0, 0, 0, 0]))
         auto = at.get("auto_pad", b"NOTSET")
         auto = auto.decode() if isinstance(auto, bytes) else auto
+        if auto not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+            raise ValueError(f"auto_pad = {auto!r}: NOTSET, VALID, SAME_UPPER or SAME_LOWER")
         if auto == "VALID":
             pads = [0, 0, 0, 0]
         elif auto in ("SAME_UPPER", "SAME_LOWER") and min(strides, default=1) > 0:
@@ -601,7 +625,7 @@ def read_onnx(
     :func:`~aotune.artifact.inputs.read_input` has read them already)."""
     model = _load(path, data)
     _fix_inputs(model, shapes, path)
-    tensors, inference_failed = _tensors(model)
+    tensors, inference_failed = _tensors(model, path.name)
     imp = _Importer(model, tensors, path.name)
     found = imp.run()  # names the node and both shapes where it sees what is wrong
     if inference_failed:

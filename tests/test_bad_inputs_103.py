@@ -1,0 +1,86 @@
+"""Bad input found by the stop-102 CLI probe, fixed at stop 103: each test failed before."""
+
+from __future__ import annotations
+
+import pytest
+from aotune.cli import main
+
+
+def _onnx_model(tmp_path, nodes, inputs=("a", "b")):
+    """A float32 model of ``nodes`` with 4 x 4 inputs and output y, saved; its path."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 4]) for n in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    return path
+
+
+def _build(tmp_path, model):
+    argv = ["build", str(model), "-o", str(tmp_path / "lib"), "--db", str(tmp_path / "t.db")]
+    return main([*argv, "--target", "haswell", "--no-verify", "--objects-only", "--budget", "20"])
+
+
+def test_an_onnx_constant_without_an_output_is_an_error_not_a_crash(tmp_path, capsys):
+    """A Constant node with no output ended in an internal error (IndexError, exit 70)."""
+    from onnx import TensorProto, helper
+
+    const = helper.make_node(
+        "Constant", [], [], value=helper.make_tensor("v", TensorProto.FLOAT, [4], [0.0] * 4)
+    )
+    model = _onnx_model(tmp_path, [const, helper.make_node("MatMul", ["a", "b"], ["y"])])
+    assert _build(tmp_path, model) == 2
+    assert "the Constant node at position 1 has no output" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "said"),
+    [
+        ("Conv", {"group": 2.5}, "group of type FLOAT; ONNX defines it as INT"),
+        ("Conv", {"auto_pad": 3}, "auto_pad of type INT; ONNX defines it as STRING"),
+        ("Conv", {"auto_pad": "MIDDLE"}, "auto_pad = 'MIDDLE'"),
+        ("Gemm", {"transB": 0.5}, "transB of type FLOAT; ONNX defines it as INT"),
+        ("Gemm", {"beta": "1"}, "beta of type STRING; ONNX defines it as FLOAT"),
+        ("Gemm", {"transA": 2}, "transA = 2, transB = 0: each is 0 or 1"),
+    ],
+)
+def test_an_onnx_attribute_is_read_as_its_schema_types_it(tmp_path, capsys, op, attrs, said):
+    """group = 2.5 built a kernel of group 2, transB = 0.5 one of transB 0, auto_pad 'MIDDLE'
+    one without padding: each a kernel of another operator than the model's."""
+    from onnx import helper
+
+    if op == "Conv":
+        node = helper.make_node(op, ["x", "w"], ["y"], **attrs)
+        import onnx
+        from onnx import TensorProto
+
+        graph = helper.make_graph(
+            [node],
+            "g",
+            [
+                helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]),
+                helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 4, 3, 3]),
+            ],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        )
+        model = tmp_path / "m.onnx"
+        onnx.save(helper.make_model(graph), str(model))
+    else:
+        model = _onnx_model(tmp_path, [helper.make_node(op, ["a", "b"], ["y"], **attrs)])
+    assert _build(tmp_path, model) == 2
+    err = capsys.readouterr().err
+    assert said in err and "internal error" not in err
+
+
+def test_a_build_input_name_too_long_is_named_not_a_crash(tmp_path, capsys, monkeypatch):
+    """A kernel list named with 300 bytes ended in an internal error (ENAMETOOLONG, exit 70)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["build", "a" * 300 + ".toml", "--target", "haswell"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read TOML kernel list" in err and "File name too long" in err

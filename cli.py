@@ -42,6 +42,7 @@ from aotune.files import (
     refuse_outputs_over_inputs,
     write_new_file,
 )
+from aotune.files import output_console as _console
 from aotune.search.options import LIMITS, SearchOptions
 
 if TYPE_CHECKING:
@@ -372,15 +373,6 @@ def _progress_log() -> Callable[[str], None]:
     return lambda line: err.print(line, markup=False)
 
 
-def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
-
-    console = Console(stderr=stderr, highlight=False)
-    if not console.is_terminal:  # piped output: do not squeeze tables to 80 columns
-        console = Console(stderr=stderr, highlight=False, width=200)
-    return console
-
-
 def _problem(args: argparse.Namespace) -> tuple[Any, Any]:
     from aotune.analysis.workload import build_workload
     from aotune.hwspecs.spec import load_target
@@ -632,7 +624,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         out.print(f"top-k: {escape(shortfall)}")
     table = Table(title="top candidates (predicted without running)")
     for col in ("rank", "config", "predicted", "bottleneck", "measured", "GFLOP/s", "correct"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     by_rank = {v.candidate.rank: v for v in verified}
     for c in result.candidates:
         v = by_rank.get(c.rank)
@@ -653,7 +645,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 "spill B", "smem B", "blocks/SM", "waves", "emulated"]  # fmt: skip
         timed = any(not v.emulated for v in verified)  # checked on the GPU itself
         for col in cols + (["measured", "TFLOP/s meas.", "correct"] if timed else []):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for t, c in zip(top, result.candidates):
             r = t["resources"]
             e = t["emulated"]

@@ -341,3 +341,22 @@ def finite_for_json(x: Any) -> Any:
 def json_text(doc: Any, **kw: Any) -> str:
     """``doc`` as strict JSON (``json.dumps`` keywords in ``kw``)."""
     return json.dumps(finite_for_json(doc), allow_nan=False, **kw)
+
+
+# a terminal narrower than this gets tables as wide as this (its lines wrap): narrower, rich
+# leaves a table's cells empty
+NARROWEST_TABLE_COLUMNS = 60
+# piped output is read by programs and people at leisure: tables are not squeezed to 80 columns
+PIPED_COLUMNS = 200
+
+
+def output_console(stderr: bool = False) -> Any:
+    """The rich console aotune prints its lines and tables on (stdout, or ``stderr``)."""
+    from rich.console import Console
+
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        return Console(stderr=stderr, highlight=False, width=PIPED_COLUMNS)
+    if console.width < NARROWEST_TABLE_COLUMNS:
+        return Console(stderr=stderr, highlight=False, width=NARROWEST_TABLE_COLUMNS)
+    return console

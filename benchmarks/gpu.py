@@ -102,7 +102,7 @@ def print_gpu_table(rows: list[dict[str, Any]], console: Any) -> None:
         "ptxas ok, no spills",
         "emulated correct",
     ):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(
             r["workload"],

@@ -668,7 +668,7 @@ def print_bench_rows(rows: list[dict[str, Any]], console: Any) -> None:
     table = Table(title="aotune's own GPU kernels timed on a real GPU, predicted by today's model")
     for col in ("device", "row", "sample", "Spearman", "Kendall", "top-1", "top-5", "median err",
                 "shipped pick TFLOP/s", "library TFLOP/s"):  # fmt: skip
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
 
     def num(x: float | None) -> str:
         return "-" if x is None else f"{x:.2f}"

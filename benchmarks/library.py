@@ -143,7 +143,7 @@ def print_library_table(result: dict[str, Any], console: Any) -> None:
     table = Table(title=f"aotune bench --library on {result['machine']}")
     for col in ("workload", "tune GFLOP/s", "runner", "library (aotune.load)", "ratio",
                 "core-to-core ns"):  # fmt: skip
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in result["library_rows"]:
         table.add_row(
             r["workload"],

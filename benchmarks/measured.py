@@ -858,7 +858,7 @@ def print_bench_rows(rows: list[dict[str, Any]], console: Any) -> None:
     table = Table(title="GPU model against measured kernels (aotune accuracy --measured)")
     for col in ("file", "target", "configs", "Spearman", "Kendall", "top-1", "top-5", "top-10",
                 "median error", "seconds"):  # fmt: skip
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in rows:
         if "skipped" in r:
             table.add_row(r["file"], r["target"], "-", "-", "-", "-", "-", "-", r["skipped"], "-")

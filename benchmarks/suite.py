@@ -577,7 +577,7 @@ def print_table(result: dict[str, Any], console: Any) -> None:
         "clock GHz",
         "FMA/cycle",
     ):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in result["rows"]:
         a = r["accuracy"]
         eff = r.get("efficiency_vs_matmul_1024")

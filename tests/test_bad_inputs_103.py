@@ -84,3 +84,31 @@ def test_a_build_input_name_too_long_is_named_not_a_crash(tmp_path, capsys, monk
     assert main(["build", "a" * 300 + ".toml", "--target", "haswell"]) == 2
     err = capsys.readouterr().err
     assert "cannot read TOML kernel list" in err and "File name too long" in err
+
+
+def _config_column(out: str) -> str:
+    """The text of a result table's config column (its second), folds joined."""
+    import re
+
+    out = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    rows = [line.split("│") for line in out.splitlines() if line.startswith("│")]
+    return "".join(r[2].strip() for r in rows if len(r) > 2)
+
+
+def test_a_gpu_config_is_shown_whole_in_the_table(capsys):
+    """GPU rows ended at '...,vb=1,unr…' even written to a file: unroll, the pads and the
+    prefetch depth never showed."""
+    argv = ["tune", "matmul", "--shape", "256x256x256", "--target", "a100", "--no-verify"]
+    assert main([*argv, "--no-db", "--top-k", "1"]) == 0
+    config = _config_column(capsys.readouterr().out)
+    assert config.startswith("bm=") and config.endswith(",ahead=0") and ",unroll=" in config
+
+
+def test_a_narrow_terminal_still_shows_the_configs(capsys, monkeypatch):
+    """At COLUMNS=20 every cell of the table was empty; at 100 the config was cut."""
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich takes stdout for a terminal
+    monkeypatch.setenv("COLUMNS", "20")
+    argv = ["tune", "matmul", "--shape", "64x64x64", "--target", "haswell", "--no-verify"]
+    assert main([*argv, "--no-db", "--top-k", "1"]) == 0
+    config = _config_column(capsys.readouterr().out)
+    assert config.startswith("mr=") and ",threads=" in config

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import errno
+import functools
 import json
 import math
 import os
@@ -84,6 +85,11 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
     p = Path(path)
     if not str(path):
         raise error("an empty file name was given; name the file to write")
+    if str(path) == "-":  # other tools' name for standard output: never a file named '-' here
+        raise error(
+            "'-' is not a file: aotune writes named files, not to standard output; give a file "
+            "path (./- for a file named '-')"
+        )
     stream = _stream_named(p)
     if stream:  # followed to the file the stream is redirected to, --force would replace it
         via = f" (through {stream})" if stream != os.path.abspath(p) else ""
@@ -350,9 +356,24 @@ NARROWEST_TABLE_COLUMNS = 60
 PIPED_COLUMNS = 200
 
 
+@functools.cache
+def _console_class() -> Any:
+    from rich.console import Console
+
+    class QuietOnClosedPipe(Console):
+        """rich's console, but a reader that went away (``aotune space ... | head -1``) ends the
+        command as the CLI's error report says (quietly, status 0), not with rich's exit 1."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return QuietOnClosedPipe
+
+
 def output_console(stderr: bool = False) -> Any:
     """The rich console aotune prints its lines and tables on (stdout, or ``stderr``)."""
-    from rich.console import Console
+    Console = _console_class()  # noqa: N806 -- a class
 
     console = Console(stderr=stderr, highlight=False)
     if not console.is_terminal:

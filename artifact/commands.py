@@ -182,6 +182,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     for flag, value in (("the kernel list", args.input), ("-o", args.out), ("--cc", args.cc)):
         if value is not None and not value.strip():
             raise BuildError(f"{flag} is an empty name; give a path")
+    if args.out == "-":  # other tools' name for standard output
+        raise BuildError(
+            "-o -: a build writes a folder (objects, a header and a manifest), not to standard "
+            "output; give a folder (./- for one named '-')"
+        )
     if args.cluster is not None and not args.cluster.strip():
         raise BuildError(
             "--cluster is an empty address; give the scheduler's, e.g. tcp://host:8786"

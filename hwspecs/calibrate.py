@@ -664,6 +664,11 @@ def spec_text(cal: Calibration) -> str:
 def check_output(path: str, force: bool) -> None:
     """Fail now, before a minute of measuring, if the spec could not be written to ``path`` or
     would replace one of aotune's own specs (which the calibration starts from)."""
+    if path == "-":
+        raise CalibrationError(
+            "-o -: without -o, calibrate prints the spec on standard output; -o names a file "
+            "(./- for one named '-')"
+        )
     refuse_outputs_over_inputs({"-o": path}, builtin_spec_inputs(), CalibrationError)
     check_writable(path, force, CalibrationError)
 

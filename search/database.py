@@ -567,6 +567,11 @@ class TuningDatabase:
 
     def _write_error(self, e: sqlite3.DatabaseError) -> DatabaseError:
         """The error for a write this database refused, with what would let it write."""
+        name = getattr(e, "sqlite_errorname", "")
+        # a damaged file (or tables that disagree: candidates left of a lost record, where a new
+        # record's take its id), not a permission: making it writable would not help
+        if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or name.startswith("SQLITE_CONSTRAINT"):
+            return DatabaseError(f"{self.path}: {e}; the database is damaged{_DAMAGED_FIX}")
         return DatabaseError(
             f"cannot write to {self.path}: {e}; make the file and its folder writable, or pass "
             "--db with another file ('aotune tune' also takes --no-db, which stores nothing)"

@@ -112,3 +112,50 @@ def test_a_narrow_terminal_still_shows_the_configs(capsys, monkeypatch):
     assert main([*argv, "--no-db", "--top-k", "1"]) == 0
     config = _config_column(capsys.readouterr().out)
     assert config.startswith("mr=") and ",threads=" in config
+
+
+@pytest.mark.parametrize("damage", ["free block", "records lost"])
+def test_a_database_damaged_inside_is_called_damaged_not_unwritable(tmp_path, capsys, damage):
+    """tune said 'cannot write to t.db: database disk image is malformed; make the file and its
+    folder writable', which would not help: the file is damaged."""
+    db = tmp_path / "t.db"
+    argv = ["tune", "matmul", "--target", "haswell", "--no-verify", "--db", str(db), "--shape"]
+    assert main([*argv, "32x32x32"]) == 0
+    data = bytearray(db.read_bytes())
+    if damage == "free block":  # the records table's page (4): its first free block past the end
+        data[4096 * 3 + 1] = 0xFF
+    else:  # the records page emptied: a new record takes the id of one whose candidates stay
+        data[4096 * 3 + 8 : 4096 * 4] = bytes(4096 - 8)
+    db.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main([*argv, "48x32x32"]) == 2
+    err = capsys.readouterr().err
+    assert "the database is damaged" in err and "writable" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["hw", "calibrate", "-o", "-"], "without -o, calibrate prints the spec"),
+        (["build", "k.toml", "-o", "-"], "a build writes a folder"),
+    ],
+)
+def test_dash_as_an_output_is_not_taken_for_a_file_named_dash(tmp_path, monkeypatch, capsys,
+                                                               argv, said):  # fmt: skip
+    """'-o -' wrote a spec file (or a library folder) named '-' in the current folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.toml").write_text('[[kernel]]\nname = "a"\nop = "matmul"\nshape = [4, 4, 4]\n')
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err and not (tmp_path / "-").exists()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(monkeypatch, capsys):
+    """'aotune space ... | head -1' exited 1: rich turned the closed pipe into SystemExit(1)."""
+    import io
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    closed = io.TextIOWrapper(os.fdopen(write_end, "wb"), write_through=True)
+    monkeypatch.setattr("sys.stdout", closed)
+    assert main(["space", "matmul", "--shape", "64x64x64", "--target", "haswell"]) == 0

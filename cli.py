@@ -8,6 +8,7 @@ prints exactly one JSON object on stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import errno
 import math
@@ -1199,10 +1200,21 @@ _running_command = False
 # set by Ctrl-C: an error that follows it (an extension module whose import it broke, a compiler
 # child process it killed) is the interrupt, not a failure of its own
 _interrupt_seen = False
-# the signal that stopped the command: SIGTERM (``kill``, a job scheduler's time limit) unwinds
-# as Ctrl-C does, so a build's staging folder and temporary files go; it exits 128 + its number
+# the signal that stopped the command: SIGTERM (``kill``, a job scheduler's time limit) or SIGHUP
+# (its terminal closed) unwinds as Ctrl-C does, so a build's staging folder and temporary files
+# go; it exits 128 + its number
 _interrupt_signal = signal.SIGINT
-_STOPPED_LINE = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+_STOPPED_LINE = {
+    signal.SIGINT: "interrupted",
+    signal.SIGTERM: "terminated",
+    signal.SIGHUP: "hung up (its terminal closed)",
+}
+
+
+def stopped_how() -> str:
+    """How the running command was stopped ("interrupted", "terminated", "hung up ..."), for a
+    command that reports its own stop."""
+    return _STOPPED_LINE.get(_interrupt_signal, "interrupted")
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
@@ -1256,8 +1268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _on_sigint)
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _on_sigint)
+        for stop in (signal.SIGTERM, signal.SIGHUP):  # a SIGHUP ignored (nohup) stays ignored
+            if signal.getsignal(stop) is signal.SIG_DFL:
+                previous[stop] = signal.signal(stop, _on_sigint)
     if sys.stderr is None:  # started with stderr closed (``2>&-``): errors go nowhere, codes stay
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the whole process
     previous_unraisable = sys.unraisablehook
@@ -1271,7 +1284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a command that reported its own interruption (build) exits as the signal says
         return _stopped(argv) if code == EXIT_INTERRUPTED and _interrupt_seen else code
     except KeyboardInterrupt:
-        sys.stderr.write(f"error: {_STOPPED_LINE.get(_interrupt_signal, 'interrupted')}\n")
+        with contextlib.suppress(OSError, ValueError):  # a terminal that hung up takes no line
+            sys.stderr.write(f"error: {_STOPPED_LINE.get(_interrupt_signal, 'interrupted')}\n")
         return _stopped(argv)
     finally:
         _running_command = False

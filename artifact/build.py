@@ -276,6 +276,7 @@ class Staging:
     out: Path  # the output directory
     dir: Path  # the staging directory: beside a new ``out``, inside an existing one
     new_out: bool  # ``out`` did not exist: ``dir`` is renamed to it
+    held: int = -1  # the descriptor of the lock on ``dir`` (_hold), closed once ``dir`` is gone
 
 
 def stage_output_dir(out: Path) -> Staging:
@@ -290,9 +291,11 @@ def stage_output_dir(out: Path) -> Staging:
 
 
 def _stage(out: Path) -> Staging:
+    _clear_abandoned(out)
     if out.exists():
         try:
-            return Staging(out, Path(tempfile.mkdtemp(prefix=STAGING, dir=out)), False)
+            tmp = Path(tempfile.mkdtemp(prefix=STAGING, dir=out))
+            return Staging(out, tmp, False, _hold(tmp))
         except OSError as e:
             raise BuildError(
                 f"-o {out}: cannot write in this directory ({e.strerror}); choose a directory "
@@ -306,12 +309,62 @@ def _stage(out: Path) -> Staging:
             f"-o {out}: cannot create it in {out.parent} ({e.strerror}); choose a directory you "
             "can write"
         ) from None
-    return Staging(out, Path(tmp), True)
+    return Staging(out, Path(tmp), True, _hold(Path(tmp)))
+
+
+HELD = ".held"  # in a staging directory: locked while its build runs
+
+
+def _hold(staging_dir: Path) -> int:
+    """A lock on ``staging_dir`` for as long as its build runs: the kernel drops it when the
+    process ends, however it ends (killed, the machine down), so a later build can tell an
+    abandoned staging directory from a running build's. Its descriptor."""
+    made = staging_dir / f"{HELD}-new"
+    fd = os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(made, staging_dir / HELD)  # only a lock already held is ever seen under HELD
+    return fd
+
+
+def _release(staging: Staging) -> None:
+    """Close the lock of a staging directory that is gone (removed, or renamed to the output)."""
+    if staging.held >= 0:
+        with contextlib.suppress(OSError):
+            os.close(staging.held)
+
+
+def _clear_abandoned(out: Path) -> None:
+    """Remove the staging directories of builds into ``out`` that ended without cleaning up
+    (SIGKILL, a crash, the machine down): those whose lock no process holds. One without a
+    lock (being made this moment, or an older aotune's) is left alone."""
+    beside = f".{out.name[:40]}{STAGING}"
+    found: list[Path] = []
+    for folder, prefix in ((out, STAGING), (out.parent, beside)):
+        with contextlib.suppress(OSError):  # a folder we cannot list: the staging step says why
+            found += [
+                p
+                for p in folder.iterdir()
+                if p.name.startswith(prefix) and not p.name.startswith(f"{STAGING}replaced-")
+            ]
+    for d in found:
+        try:
+            fd = os.open(d / HELD, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while its build runs
+            if os.path.samestat(os.fstat(fd), os.stat(d / HELD)):  # not renamed away meanwhile
+                shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def discard_staging(staging: Staging) -> None:
     """Undo a build that failed: its staging directory is removed."""
     shutil.rmtree(staging.dir, ignore_errors=True)
+    _release(staging)
 
 
 def _remove_dirs(dirs: list[Path]) -> None:
@@ -337,6 +390,8 @@ def install_output(
             os.umask(umask)
             os.chmod(staging.dir, 0o777 & ~umask)  # mkdtemp makes 0700
             os.rename(staging.dir, out)
+            (out / HELD).unlink(missing_ok=True)
+            _release(staging)
             return
         with _installing_into(out):
             # read now, not when the build began: another build may have installed since
@@ -349,6 +404,7 @@ def install_output(
                     emptied |= {d for d in p.parents if d != out and out in d.parents}
             _remove_dirs(sorted(emptied, key=lambda d: len(d.parts)))
         shutil.rmtree(staging.dir, ignore_errors=True)
+        _release(staging)
     except OSError as e:
         kept = "" if staging.new_out else "; nothing in it was changed"
         raise BuildError(

@@ -7,6 +7,7 @@ progress on stderr only when it is a terminal, every AotuneError one ``error:`` 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -272,12 +273,15 @@ def cmd_build(args: argparse.Namespace) -> int:
         with bar:
             report = build(kernels, hw, options, db, event)
     except KeyboardInterrupt:
+        from aotune.cli import stopped_how
+
         finished = sum(1 for s in states.values() if s in ("searched", "database", "done"))
-        sys.stderr.write(
-            f"interrupted after {time.perf_counter() - start:.0f} s: {finished} of {len(states)} "
-            f"workloads are searched and kept in {db.path}; run the same command again to "
-            "resume\n"
-        )
+        with contextlib.suppress(OSError):  # a terminal that hung up takes no line
+            sys.stderr.write(
+                f"{stopped_how()} after {time.perf_counter() - start:.0f} s: {finished} of "
+                f"{len(states)} workloads are searched and kept in {db.path}; run the same "
+                "command again to resume\n"
+            )
         return EXIT_INTERRUPTED
     finally:
         db.close()

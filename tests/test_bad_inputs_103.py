@@ -159,3 +159,60 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(monkeypatch, capsys):
     closed = io.TextIOWrapper(os.fdopen(write_end, "wb"), write_through=True)
     monkeypatch.setattr("sys.stdout", closed)
     assert main(["space", "matmul", "--shape", "64x64x64", "--target", "haswell"]) == 0
+
+
+def test_a_build_whose_terminal_hangs_up_leaves_no_staging_folder(tmp_path):
+    """A SIGHUP (the terminal closed) killed the build where it stood: its staging folder
+    '.lib.aotune-partial-*' stayed beside the output for good."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "k.toml").write_text(
+        '[[kernel]]\nname = "a"\nop = "matmul"\nshape = [512, 512, 512]\n'
+    )
+    argv = ["build", "k.toml", "-o", "lib", "--target", "haswell", "--no-verify",
+            "--objects-only", "--db", "t.db", "--budget", "5000"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aotune", *argv],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".lib.aotune-partial-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".lib.aotune-partial-*")), "the build made no staging folder"
+    proc.send_signal(signal.SIGHUP)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 128 + signal.SIGHUP, err
+    assert "hung up" in err and "Traceback" not in err
+    assert not list(tmp_path.glob(".lib.aotune-partial-*")) and not (tmp_path / "lib").exists()
+
+
+def test_a_staging_folder_no_build_holds_is_cleared_by_the_next_build(tmp_path):
+    """A build killed outright (SIGKILL, the machine down) left '.aotune-partial-*' in the
+    output folder, and every later build left it there too."""
+    import os
+
+    from aotune.artifact.build import discard_staging, stage_output_dir
+
+    out = tmp_path / "lib"
+    out.mkdir()
+    running = stage_output_dir(out)
+    abandoned = stage_output_dir(out)
+    os.close(abandoned.held)  # as the kernel does for a process that is gone
+    older = out / ".aotune-partial-older"  # an older aotune's: no lock to tell, so kept
+    older.mkdir()
+    beside = stage_output_dir(tmp_path / "new")
+    os.close(beside.held)
+    latest = stage_output_dir(out)
+    assert running.dir.exists() and older.exists() and latest.dir.exists()
+    assert not abandoned.dir.exists()
+    stage_output_dir(tmp_path / "new")
+    assert not beside.dir.exists()
+    for s in (running, latest):
+        discard_staging(s)
+    assert sorted(p.name for p in out.iterdir()) == [older.name]

@@ -17,6 +17,7 @@ import math
 import os
 import re
 import stat
+import sys
 import tempfile
 import unicodedata
 from pathlib import Path
@@ -127,12 +128,41 @@ def check_writable(path: str | Path, force: bool, error: type[AotuneError]) -> N
             )
         link = p.is_symlink()
         target = Path(os.path.realpath(p)) if link else p
+        if exists and not link and cannot_be_replaced(p):
+            raise error(
+                f"cannot replace {_shown(p)}: it is marked immutable or append-only (chattr); "
+                f"clear that (chattr -i -a {_shown(p)}) or choose another file"
+            )
     except OSError as e:
         raise error(f"cannot write {_shown(p)}: {e.strerror}") from None
     if link:  # written through: its target must be writable too (a dangling link's folder)
         if target.is_symlink():  # realpath stops where links loop
             raise error(f"{_shown(p)} is a symbolic link that loops; name a file to write")
         check_writable(target, True, error)
+
+
+_FS_IOC_GETFLAGS = 0x80086601  # Linux: a file's attribute flags (chattr)
+_IMMUTABLE_OR_APPEND_ONLY = 0x10 | 0x20  # FS_IMMUTABLE_FL | FS_APPEND_FL
+
+
+def cannot_be_replaced(path: Path) -> bool:
+    """Whether ``path`` carries a flag that stops any user, root too, from replacing it: a
+    write would fail only after the work (os.access says yes to root). False where the file
+    system keeps no such flags."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        flags = bytearray(8)
+        fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags)
+        return bool(int.from_bytes(flags[:4], sys.byteorder) & _IMMUTABLE_OR_APPEND_ONLY)
+    except OSError:  # not Linux, or a file system without the flags
+        return False
+    finally:
+        os.close(fd)
 
 
 # a process's open files by number: /dev/stdout and the like lead there

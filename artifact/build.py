@@ -45,7 +45,7 @@ from aotune.artifact.backends import LIBRARY, Check, Chosen, backend_for
 from aotune.artifact.fanout import SearchTask, run_searches
 from aotune.artifact.inputs import KernelList, SkippedOp
 from aotune.errors import BuildError, DatabaseError
-from aotune.files import file_identity
+from aotune.files import cannot_be_replaced, file_identity
 from aotune.hwspecs.spec import HwSpec
 from aotune.search import driver
 from aotune.search.cached import fitting_schedules, record_key, result_of, store_check
@@ -242,6 +242,13 @@ def _earlier_files(out: Path, force: bool) -> list[Path]:
             f"or pass --force to build there anyway (which replaces the files of the build's "
             f"own names: {LIBRARY}.h, lib{LIBRARY}.so or .a, objects/, ptx/, cubin/, {MANIFEST})"
         )
+    for p in ours:  # each is replaced or removed at the install, after the whole build
+        if cannot_be_replaced(p):
+            raise BuildError(
+                f"{out} holds {p.relative_to(out)}, an earlier build's file marked immutable or "
+                f"append-only (chattr), which the build must replace; clear that (chattr -i -a "
+                f"{p}) or choose another directory with -o"
+            )
     return ours
 
 

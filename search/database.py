@@ -227,6 +227,14 @@ class TuneRecord:
             raise _field_error("candidates", ranks, "two candidates have one rank")
         if sorted(ranks) != list(range(1, len(ranks) + 1)):  # a search ranks 1, 2, ... n
             raise _field_error("candidates", ranks, "rank the candidates 1 to their number")
+        best = ranks.index(1)
+        if not math.isfinite(checked[best].predicted_seconds):  # the search refuses such a best
+            raise _field_error(
+                f"candidates[{best}].predicted_seconds",
+                checked[best].predicted_seconds,
+                "give the best (rank 1) a finite time: a search keeps no record whose best "
+                "cannot run",
+            )
         _check_same_decisions(checked)
         workload = d["workload"]
         if not isinstance(workload, dict):
@@ -287,7 +295,11 @@ _IMPORT_LIMIT = 1 << 30  # bytes of a file to import: far beyond any real export
 _GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip file (RFC 1952)
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _LAST_CREATED = 4102444800.0
-_PREDICTED = "give a number of seconds above 0 (Infinity: the config cannot run)"
+PREDICTED_SECONDS_MAX = 1e12  # 31,700 years: no model predicts a kernel call this long
+_PREDICTED = (
+    f"give a number of seconds above 0, at most {PREDICTED_SECONDS_MAX:g} (Infinity: the config "
+    "cannot run)"
+)
 _CREATED_WANT = "give the seconds since 1970 it was made, from 0 to 4102444800 (the year 2100)"
 
 
@@ -516,7 +528,7 @@ _GFLOPS = f"give a finite number from 0 to {GFLOPS_MAX:g}"
 def _seconds_taken(c: dict[str, Any], name: str, where: str) -> float:
     """A predicted time: more than 0 seconds (no kernel takes none), or infinity."""
     seconds = _number(c, name, where, want=_PREDICTED, allow_inf=True)
-    if seconds == 0:
+    if seconds == 0 or PREDICTED_SECONDS_MAX < seconds < math.inf:
         raise _field_error(where + name, seconds, _PREDICTED)
     return float(seconds)
 

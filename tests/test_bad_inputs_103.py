@@ -216,3 +216,74 @@ def test_a_staging_folder_no_build_holds_is_cleared_by_the_next_build(tmp_path):
     for s in (running, latest):
         discard_staging(s)
     assert sorted(p.name for p in out.iterdir()) == [older.name]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"), [(float("inf"), "give the best (rank 1) a finite time"), (1e30, "1e+12")]
+)
+def test_an_imported_record_whose_best_cannot_run_is_refused(tmp_path, capsys, seconds, said):
+    """A record whose rank 1 predicts infinity (or 1e30 s) was imported, and tune then showed it
+    as the best of a search, ahead of a rank 2 of 0.007 ms."""
+    import json
+
+    db = tmp_path / "t.db"
+    argv = ["tune", "matmul", "--shape", "32x32x32", "--target", "haswell", "--no-verify"]
+    assert main([*argv, "--db", str(db)]) == 0
+    export = tmp_path / "x.jsonl"
+    assert main(["db", "export", str(export), "--db", str(db)]) == 0
+    record = json.loads(export.read_text())
+    best = next(c for c in record["candidates"] if c["rank"] == 1)
+    best["predicted_seconds"] = seconds
+    export.write_text(json.dumps(record) + "\n")
+    capsys.readouterr()
+    assert main(["db", "import", str(export), "--db", str(tmp_path / "other.db")]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_a_file_marked_immutable_is_refused_before_the_work(tmp_path):
+    """As root, --force over an immutable file (chattr +i) failed only after the work was done
+    (a calibration of minutes): os.access says yes to root."""
+    import shutil
+    import subprocess
+
+    from aotune.errors import ConfigError
+    from aotune.files import check_writable
+
+    path = tmp_path / "imm.s"
+    path.write_text("mine")
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(path)], capture_output=True).returncode:
+        pytest.skip("chattr +i needs root and a file system with the flag")
+    try:
+        with pytest.raises(ConfigError, match="immutable or append-only"):
+            check_writable(path, True, ConfigError)
+    finally:
+        subprocess.run([chattr, "-i", str(path)], check=True)
+    check_writable(path, True, ConfigError)  # without the flag: nothing to say
+    assert path.read_text() == "mine"
+
+
+def test_an_earlier_builds_immutable_file_is_refused_before_the_search(tmp_path, capsys):
+    """The install failed on it only after every search and check ('cannot move the built
+    library into lib ... is a file there read-only?')."""
+    import shutil
+    import subprocess
+
+    (tmp_path / "k.toml").write_text('[[kernel]]\nname = "a"\nop = "matmul"\nshape = [8, 8, 8]\n')
+    argv = ["build", str(tmp_path / "k.toml"), "-o", str(tmp_path / "lib"), "--target",
+            "haswell", "--no-verify", "--objects-only", "--db", str(tmp_path / "t.db")]  # fmt: skip
+    assert main(argv) == 0
+    header = tmp_path / "lib" / "aotune_kernels.h"
+    chattr = shutil.which("chattr")
+    if (
+        chattr is None
+        or subprocess.run([chattr, "+i", str(header)], capture_output=True).returncode
+    ):
+        pytest.skip("chattr +i needs root and a file system with the flag")
+    capsys.readouterr()
+    try:
+        assert main([*argv, "--retune"]) == 2
+    finally:
+        subprocess.run([chattr, "-i", str(header)], check=True)
+    err = capsys.readouterr().err
+    assert "marked immutable or append-only" in err and "search" not in err

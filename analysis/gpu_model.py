@@ -603,6 +603,8 @@ def cost(s: GpuSchedule, hw: GpuSpec, f: GpuFeatures, tier: str) -> Prediction:
     bottleneck = max(busy, key=lambda k: busy[k])
     if busy[bottleneck] < 0.5:
         bottleneck = "latency"
+    if hw.launch.overhead_seconds > seconds / 2:  # a small problem: the launch takes most of it
+        bottleneck = "launch"
     return Prediction(seconds, tuple(breakdown.items()), bottleneck, tier)
 
 

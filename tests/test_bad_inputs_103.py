@@ -287,3 +287,18 @@ def test_an_earlier_builds_immutable_file_is_refused_before_the_search(tmp_path,
         subprocess.run([chattr, "-i", str(header)], check=True)
     err = capsys.readouterr().err
     assert "marked immutable or append-only" in err and "search" not in err
+
+
+def test_a_gpu_kernel_mostly_launch_names_the_launch_as_its_bottleneck(capsys):
+    """A 16^3 matmul on the A100 is predicted 3.5 us, 3 of them the launch; its bottleneck
+    was called 'lsu' or 'latency', which no config could change."""
+    import json
+
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--target", "a100", "--no-verify"]
+    assert main([*argv, "--no-db", "--top-k", "1", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["best"]
+    launch = dict(best["breakdown"])["launch"]
+    assert launch > best["predicted_seconds"] / 2 and best["bottleneck"] == "launch"
+    assert main(["tune", "matmul", "--shape", "1024x1024x1024", "--target", "a100",
+                 "--no-verify", "--no-db", "--top-k", "1", "--json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["best"]["bottleneck"] != "launch"

@@ -126,8 +126,11 @@ def _int_arg(text: str) -> int:
 
 
 def _seconds_arg(text: str) -> float:
-    """A positive, finite number of seconds, at most an hour."""
+    """A positive, finite number of seconds, at most an hour, in ASCII digits (float() also
+    takes other scripts' digits, which the integer options refuse)."""
     try:
+        if not text.isascii():
+            raise ValueError
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None

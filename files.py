@@ -411,3 +411,15 @@ def output_console(stderr: bool = False) -> Any:
     if console.width < NARROWEST_TABLE_COLUMNS:
         return Console(stderr=stderr, highlight=False, width=NARROWEST_TABLE_COLUMNS)
     return console
+
+
+def toml_shown(value: object) -> str:
+    """A value read from a TOML file as TOML writes it (``true``, not Python's ``True``; a date
+    as ``1979-05-27``, not ``datetime.date(1979, 5, 27)``), cut to 60 characters."""
+    import datetime
+
+    if isinstance(value, datetime.date | datetime.time):  # datetime is a date
+        return f"{value.isoformat()} (a TOML date or time; quote it for text)"
+    else:
+        text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -404,6 +404,11 @@ def _config_label(name: str, value: int) -> str | int:
     return labels[value] if 0 <= value < len(labels) else value
 
 
+def _records(n: int) -> str:
+    """``n`` records, in words ("1 record", "2 records")."""
+    return f"{n} record{'' if n == 1 else 's'}"
+
+
 def cmd_db(args: argparse.Namespace) -> int:
     """``aotune db list|show|export|import``."""
     command = args.db_command
@@ -433,12 +438,12 @@ def cmd_db(args: argparse.Namespace) -> int:
         again = f"; {repeated} repeating an earlier line of the file, the first kept"
         again = again if repeated else ""
         print(
-            f"imported {added} records into {db.path} ({present - repeated} already there, "
+            f"imported {_records(added)} into {db.path} ({present - repeated} already there, "
             f"kept{again})"
         )
         if unchecked:
             print(
-                f"{unchecked} of the {len(records)} records are for a spec not known here (a "
+                f"{unchecked} of the {_records(len(records))} are for a spec not known here (a "
                 "calibrated file is known only by its hash): their configs are checked against "
                 "the space when tune reads them"
             )
@@ -457,10 +462,10 @@ def cmd_db(args: argparse.Namespace) -> int:
             n, left_out = db.export_jsonl(
                 Path(args.file), force=args.force, refusal=lambda r: import_refusal(r, specs)
             )
-            print(f"exported {n} records from {db.path} to {args.file}")
+            print(f"exported {_records(n)} from {db.path} to {args.file}")
             if left_out:  # one of them would make 'db import' refuse the whole file
                 print(
-                    f"left out {len(left_out)} records that 'db import' would refuse (the "
+                    f"left out {_records(len(left_out))} that 'db import' would refuse (the "
                     f"database keeps them; 'tune --retune' searches such a workload again):"
                 )
                 for why in left_out[:5]:
@@ -502,7 +507,7 @@ def cmd_db(args: argparse.Namespace) -> int:
             print(json_text({"database": str(db.path), "records": lines}, indent=1))
             return 0
         print(
-            f"{printable(str(db.path))}: {len(lines)} records (spec and model: short hashes; "
+            f"{printable(str(db.path))}: {_records(len(lines))} (spec and model: short hashes; "
             "'db show ID')"
         )
         others = sorted({ln["target"] for ln in lines if ln["target_loads_this_spec"] is False})

@@ -27,7 +27,6 @@ up to 1 MiB, a model up to 2 GiB.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from typing import Any
 
 from aotune.analysis.workload import DEFAULT_SHAPES, OPERATORS, Workload, build_workload
 from aotune.errors import AotuneError, BuildError
-from aotune.files import MIB, decode_utf8, read_user_file
+from aotune.files import MIB, decode_utf8, read_user_file, toml_shown
 
 TOML_LIMIT = MIB  # a kernel list is a few lines per kernel
 ONNX_LIMIT = 2 << 30  # protobuf's own limit on one message: a larger model cannot be parsed
@@ -235,8 +234,9 @@ def reserved_name_reason(name: str) -> str | None:
 def check_c_name(name: object, where: str) -> str:
     """``name`` if it can be a C function's name in the library, else a BuildError saying why."""
     if not isinstance(name, str) or not _IDENT.fullmatch(name):
+        shown = repr(name) if isinstance(name, str) else toml_shown(name)
         raise BuildError(
-            f"{where}: name {name!r} is not a C identifier; use letters, digits and _, "
+            f"{where}: name {shown} is not a C identifier; use letters, digits and _, "
             "not starting with a digit (e.g. bert_ffn1)"
         )
     if len(name) > MAX_NAME_LENGTH:
@@ -271,18 +271,12 @@ def check_unique(kernels: list[KernelRequest], source: str) -> None:
         seen[k.name.lower()] = (k.name, k.source)
 
 
-def _toml_shown(value: object) -> str:
-    """A value of the kernel list as TOML writes it (``true``, not Python's ``True``)."""
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _shape_text(value: str | list, where: str) -> str:
     if isinstance(value, str):
         return value
     bad = [v for v in value if not isinstance(v, int) or isinstance(v, bool)]
     if not value or bad:
-        which = f" ({_toml_shown(bad[0])} is not an integer size)" if bad else ""
+        which = f" ({toml_shown(bad[0])} is not an integer size)" if bad else ""
         raise BuildError(f'{where}: shape must be a string like "128x768x3072" or integers{which}')
     return ",".join(str(v) for v in value)
 
@@ -320,7 +314,7 @@ def kernel_from_table(table: Any, where: str) -> KernelRequest:
                 )
                 for t in types
             )
-            raise BuildError(f"{where}: {key} must be {wanted}, got {_toml_shown(value)}")
+            raise BuildError(f"{where}: {key} must be {wanted}, got {toml_shown(value)}")
     # tune's default sizes are for trying aotune out, never what a library was meant to hold
     shape_text = table.get("shape")
     if (

@@ -423,7 +423,7 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
             "<=",
             Const(budget(2)),
             f"L2 footprint(mc, nr, kc) = {footprint_expr(view, abc, tile['L2'])} B <= "
-            f"{hw.cache(2).usable_fraction:g} * {hw.cache_bytes_per_core(2) // 1024} KiB",
+            f"{hw.cache(2).usable_fraction:g} * {hw.cache_bytes_per_core(2) / 1024:g} KiB",
             "reduce mc or kc",
         ),
         Constraint("unroll within kc", Var("unroll"), "<=", kc, "unroll <= kc", "reduce unroll"),
@@ -455,7 +455,7 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
                 Const(budget(3)),
                 f"L3 footprint(mc, nc, kc) = {footprint_expr(view, abc, tile['L3'])} B <= "
                 f"{hw.cache(3).usable_fraction:g} * "
-                f"{hw.cache_bytes_per_core(3) // 1024} KiB per core",
+                f"{hw.cache_bytes_per_core(3) / 1024:g} KiB per core",
                 "reduce nc, mc or kc",
             )
         )

@@ -11,6 +11,7 @@ expected type.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import math
 import os
@@ -27,6 +28,7 @@ from aotune.files import (
     decode_utf8,
     first_control_character,
     read_user_file,
+    toml_shown,
 )
 
 SPEC_DIR = Path(__file__).resolve().parent
@@ -381,6 +383,8 @@ def _num(x: float) -> str:
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, datetime.date | datetime.time):  # a TOML date: as the file writes it
+        return toml_shown(value)
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -1043,6 +1043,15 @@ def _schema_columns() -> dict[str, set[str]]:
         conn.close()
 
 
+def _has_text(p: Path) -> bool:
+    """Whether the file ``p`` gives at least one byte when read."""
+    try:
+        with open(p, "rb") as f:
+            return bool(f.read(1))
+    except OSError:
+        return False
+
+
 def _schema_version(conn: sqlite3.Connection, p: Path, create: bool) -> int | None:
     """The schema version of the database open in ``conn``; None for a file with no tables yet
     (a new database, which only a command that may ``create`` one takes). A DatabaseError where
@@ -1052,6 +1061,11 @@ def _schema_version(conn: sqlite3.Connection, p: Path, create: bool) -> int | No
     if not tables:
         if create:
             return None
+        if _has_text(p):  # /proc/self/status: its size reads 0, so SQLite sees no tables
+            raise DatabaseError(
+                f"{p} is not a tuning database (a virtual file, whose size reads 0 though it "
+                "has text); pass --db a file of your own"
+            )
         raise DatabaseError(
             f"{p} holds no tuning database (an empty file): nothing is stored there yet; check "
             "--db, or run 'aotune tune' or 'aotune build' to make one"

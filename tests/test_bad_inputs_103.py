@@ -302,3 +302,56 @@ def test_a_gpu_kernel_mostly_launch_names_the_launch_as_its_bottleneck(capsys):
     assert main(["tune", "matmul", "--shape", "1024x1024x1024", "--target", "a100",
                  "--no-verify", "--no-db", "--top-k", "1", "--json"]) == 0  # fmt: skip
     assert json.loads(capsys.readouterr().out)["best"]["bottleneck"] != "launch"
+
+
+def test_one_record_is_counted_in_the_singular(tmp_path, capsys):
+    """'imported 1 records', 'exported 1 records', 't.db: 1 records'."""
+    db, export = tmp_path / "t.db", tmp_path / "x.jsonl"
+    argv = ["tune", "matmul", "--shape", "16x16x16", "--target", "haswell", "--no-verify"]
+    assert main([*argv, "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["db", "list", "--db", str(db)]) == 0
+    assert main(["db", "export", str(export), "--db", str(db)]) == 0
+    assert main(["db", "import", str(export), "--db", str(tmp_path / "new.db")]) == 0
+    out = capsys.readouterr().out
+    assert "1 records" not in out and out.count("1 record") == 3
+
+
+def test_a_cache_share_under_a_kib_is_not_shown_as_0_kib(tmp_path, capsys):
+    """An L3 of 1 KiB shared by 4 cores showed its share as '0 KiB per core'."""
+    import re
+
+    from aotune.hwspecs.spec import SPEC_DIR
+
+    text = (SPEC_DIR / "haswell.toml").read_text()  # every cache 1 KiB, direct-mapped
+    text = re.sub(r"size_kib = \d+", "size_kib = 1", text)
+    text = re.sub(r"associativity = \d+", "associativity = 1", text)
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(text)
+    argv = ["tune", "matmul", "--shape", "64x64x64", "--target", str(spec), "--no-verify"]
+    assert main([*argv, "--no-db"]) == 2
+    err = capsys.readouterr().err
+    assert "0.25 KiB per core" in err and " 0 KiB" not in err
+
+
+def test_a_toml_date_is_shown_as_toml_writes_it(tmp_path, capsys):
+    """'name datetime.date(1979, 5, 27) is not a C identifier': Python's repr, not the file's."""
+    (tmp_path / "k.toml").write_text('[[kernel]]\nname = 1979-05-27\nop = "matmul"\n')
+    assert main(["build", str(tmp_path / "k.toml"), "-o", str(tmp_path / "lib")]) == 2
+    err = capsys.readouterr().err
+    assert "name 1979-05-27 (a TOML date" in err and "datetime" not in err
+
+
+def test_a_virtual_file_as_the_database_is_not_called_empty(capsys):
+    """'/proc/self/status holds no tuning database (an empty file): nothing is stored there
+    yet'."""
+    assert main(["db", "list", "--db", "/proc/self/status"]) == 2
+    err = capsys.readouterr().err
+    assert "a virtual file" in err and "empty" not in err
+
+
+def test_count_seconds_takes_ascii_digits_only(capsys):
+    """--count-seconds took Arabic-Indic digits, which every integer option refuses."""
+    with pytest.raises(SystemExit):
+        main(["space", "matmul", "--shape", "4x4x4", "--count-seconds", "\u0661"])
+    assert "is not a number of seconds" in capsys.readouterr().err

@@ -169,7 +169,7 @@ def test_db_commands(tmp_path, capsys):
     capsys.readouterr()
     assert main(["db", "list", "--db", db]) == 0
     out = capsys.readouterr().out
-    assert "1 records" in out and "matmul 24x40x16" in out
+    assert "1 record (" in out and "matmul 24x40x16" in out
     assert main(["db", "show", "1", "--db", db]) == 0
     assert "#1 " in capsys.readouterr().out
     assert main(["db", "show", "1", "--db", db, "--json"]) == 0
@@ -182,7 +182,7 @@ def test_db_commands(tmp_path, capsys):
     assert "--force" in capsys.readouterr().err
     other = str(tmp_path / "other.db")
     assert main(["db", "import", str(export), "--db", other]) == 0
-    assert "imported 1 records" in capsys.readouterr().out
+    assert "imported 1 record " in capsys.readouterr().out
     assert main(["db", "list", "--db", other, "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["records"]) == 1
 
@@ -474,9 +474,9 @@ def test_read_only_commands_need_an_existing_database(tmp_path, capsys):
     assert "folder" in _error_line(capsys) and not missing.parent.exists()
     missing.parent.mkdir(parents=True)
     assert main(["db", "import", str(jsonl), "--db", str(missing)]) == 0
-    assert "imported 1 records" in capsys.readouterr().out
+    assert "imported 1 record " in capsys.readouterr().out
     assert main(["db", "list", "--db", str(missing)]) == 0
-    assert "1 records" in capsys.readouterr().out
+    assert "1 record (" in capsys.readouterr().out
 
 
 def _bad(field: str, value: object) -> dict:
@@ -811,7 +811,7 @@ def test_export_leaves_out_records_import_would_refuse(tmp_path, capsys):
             db.put(r)
     assert main(["db", "export", str(x), "--db", str(db_path)]) == 0
     out = capsys.readouterr().out
-    assert "exported 2 records" in out and "left out 1 records that 'db import' would refuse" in out
+    assert "exported 2 records" in out and "left out 1 record that 'db import' would refuse" in out
     assert "record 2 (matmul 2x8x8" in out and "'mr': 30" in out and "choose mr from {1, 2}" in out
     assert len(x.read_text().splitlines()) == 2
     with open_database(db_path) as db:

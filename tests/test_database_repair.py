@@ -75,7 +75,7 @@ def test_a_new_or_empty_file_gets_the_schema(tmp_path, capsys):
     other = tmp_path / "other.db"
     other.touch()
     assert main(["db", "import", str(export), "--db", str(other)]) == 0
-    assert "imported 1 records" in capsys.readouterr().out
+    assert "imported 1 record " in capsys.readouterr().out
     with open_database(other, create=False) as db:
         assert [r.key for r in db.all()] == [_record(0).key]
 

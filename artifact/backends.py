@@ -36,7 +36,8 @@ from aotune.artifact.cpu import compile_library_kernel, compile_runtime, params_
 from aotune.artifact.header import header_text
 from aotune.artifact.inputs import KernelRequest
 from aotune.artifact.link import LINK_LIBS, Linker, find_linker, link
-from aotune.artifact.load import RUNTIME_OBJECT, elf_symbol_bytes
+from aotune.artifact.load import elf_symbol_bytes
+from aotune.artifact.names import DEFAULT_PREFIX, Names
 from aotune.codegen.runner import apply_activation, conv2d_reference, tolerance
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
@@ -53,7 +54,7 @@ from aotune.search.database import (
 )
 from aotune.targets import target_for
 
-LIBRARY = "aotune_kernels"  # lib<LIBRARY>.so / .a, <LIBRARY>.h
+LIBRARY = Names().library  # lib<LIBRARY>.so / .a, <LIBRARY>.h, where no --prefix is given
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,10 @@ class Backend(Protocol):
         out_dir: Path,
         state: Any,
         cache: TuningDatabase | None = None,
+        names: Names = Names(),
     ) -> Emitted:
-        """Write the library's files for the chosen kernels into ``out_dir``."""
+        """Write the library's files for the chosen kernels into ``out_dir``, its global names
+        from ``names``."""
         ...
 
     def check(self, out_dir: Path, chosen: list[Chosen]) -> tuple[dict[str, Check], str | None]:
@@ -139,7 +142,13 @@ def numpy_reference(w: Any, inputs: list[np.ndarray]) -> np.ndarray:
     return apply_activation(ref, w.epilogue.activation)
 
 
-def _object_key(ch: Chosen, hw: HwSpec) -> str:
+def _prefixed(names: Names) -> tuple[str, ...]:
+    """A cache key's part for a library's prefix: none for the default, so that objects cached
+    before --prefix existed are still found."""
+    return () if names.prefix == DEFAULT_PREFIX else (f"prefix={names.prefix}",)
+
+
+def _object_key(ch: Chosen, hw: HwSpec, names: Names) -> str:
     """Everything a kernel's object is made from: its name, workload, config, the target and
     the code generators' sources."""
     return "|".join(
@@ -154,6 +163,7 @@ def _object_key(ch: Chosen, hw: HwSpec) -> str:
             hw.isa.llvm_features,
             model_version(),
             source_hash("artifact/cpu.py", "artifact/runtime.py"),
+            *_prefixed(names),
         )
     )
 
@@ -174,7 +184,7 @@ def _cached_kernel_is_whole(cached: tuple[bytes, dict[str, Any]], ch: Chosen) ->
     )
 
 
-def _runtime_key(hw: HwSpec) -> str:
+def _runtime_key(hw: HwSpec, names: Names) -> str:
     return "|".join(
         (
             "cpu-runtime",
@@ -182,6 +192,7 @@ def _runtime_key(hw: HwSpec) -> str:
             hw.isa.llvm_cpu,
             hw.isa.llvm_features,
             source_hash("artifact/runtime.py", "artifact/cpu.py", "codegen/compile.py"),
+            *_prefixed(names),
         )
     )
 
@@ -214,6 +225,7 @@ class CpuBackend:
         out_dir: Path,
         state: Linker | None,
         cache: TuningDatabase | None = None,
+        names: Names = Names(),
     ) -> Emitted:
         """Compile every kernel's object and the runtime (or take them from ``cache``, where an
         earlier build compiled the same ones), write the header, link."""
@@ -223,7 +235,7 @@ class CpuBackend:
         spaces: dict[str, Any] = {}
         for ch in chosen:
             path = objects_dir / f"{ch.request.name}.o"
-            key = _object_key(ch, hw)
+            key = _object_key(ch, hw, names)
             cached = cache.get_object(key) if cache is not None else None
             if cached is not None and not _cached_kernel_is_whole(cached, ch):
                 cached = None  # a damaged entry: compiled again and replaced
@@ -233,7 +245,7 @@ class CpuBackend:
                     spaces[ch.record.workload_key] = build_cpu_space(w, hw)
                 space = spaces[ch.record.workload_key]
                 sched = schedule_from_config(space, space.config(ch.candidate.config))
-                obj = compile_library_kernel(ch.request.name, w, sched, hw)
+                obj = compile_library_kernel(ch.request.name, w, sched, hw, names)
                 values = ch.candidate.config
                 meta = {
                     # in the space's order (the database keeps configs sorted by name)
@@ -259,20 +271,20 @@ class CpuBackend:
                 launch=meta["launch"],
             )
             entries.append(entry)
-        rt = out_dir / RUNTIME_OBJECT
-        rt_key = _runtime_key(hw)
+        rt = out_dir / names.runtime_object
+        rt_key = _runtime_key(hw, names)
         rt_cached = cache.get_object(rt_key) if cache is not None else None
-        if rt_cached is not None and elf_symbol_bytes(rt_cached[0], "aotune_strerror") is None:
+        if rt_cached is not None and elf_symbol_bytes(rt_cached[0], names.api("strerror")) is None:
             rt_cached = None  # cut short or damaged: compiled again and replaced
         if rt_cached is None:
-            rt_cached = (compile_runtime(hw), {})
+            rt_cached = (compile_runtime(hw, names), {})
             if cache is not None:
                 cache.put_object(rt_key, *rt_cached)
         rt.write_bytes(rt_cached[0])
         objects.append(rt)
         target = {"name": hw.name, "triple": hw.isa.triple}
-        header = out_dir / f"{LIBRARY}.h"
-        header.write_text(header_text(entries, target))
+        header = out_dir / f"{names.library}.h"
+        header.write_text(header_text(entries, target, names, linked=state is not None))
         files = [*objects, header]
         notes: list[str] = []
         linked: list[Path] = []
@@ -282,7 +294,7 @@ class CpuBackend:
             note = state.note(hw.isa.arch)
             if note:
                 notes.append(note)
-            linked = link(state, objects, out_dir, LIBRARY)
+            linked = link(state, objects, out_dir, names.library)
         files += linked
         so = next((p.name for p in linked if p.suffix == ".so"), None)
         ar = next((p.name for p in linked if p.suffix == ".a"), None)
@@ -297,6 +309,7 @@ class CpuBackend:
             "archive": ar,
             "runtime_object": str(rt.relative_to(out_dir)),
             "link_flags": " ".join(LINK_LIBS),
+            "prefix": names.prefix,
         }
         return Emitted(entries, files, fields, notes)
 

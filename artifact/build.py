@@ -44,6 +44,7 @@ import aotune
 from aotune.artifact.backends import LIBRARY, Check, Chosen, backend_for
 from aotune.artifact.fanout import SearchTask, run_searches
 from aotune.artifact.inputs import KernelList, SkippedOp
+from aotune.artifact.names import DEFAULT_PREFIX, PREFIX_PATTERN, Names
 from aotune.errors import BuildError, DatabaseError
 from aotune.files import cannot_be_replaced, file_identity
 from aotune.hwspecs.spec import HwSpec
@@ -82,6 +83,7 @@ class BuildOptions:
     objects_only: bool = False
     # what the build reads (a name for messages -> its path): never replaced by what it writes
     inputs: tuple[tuple[str, str], ...] = ()
+    prefix: str = DEFAULT_PREFIX  # the library's global names (check_prefix)
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,8 @@ def _earlier_files(out: Path, force: bool) -> list[Path]:
         raise BuildError(
             f"{out} holds {rel}, which {why}; choose a new or empty directory with -o, "
             f"or pass --force to build there anyway (which replaces the files of the build's "
-            f"own names: {LIBRARY}.h, lib{LIBRARY}.so or .a, objects/, ptx/, cubin/, {MANIFEST})"
+            f"own names: {LIBRARY}.h, lib{LIBRARY}.so or .a (or those of its --prefix), "
+            f"objects/, ptx/, cubin/, {MANIFEST})"
         )
     for p in ours:  # each is replaced or removed at the install, after the whole build
         if cannot_be_replaced(p):
@@ -250,6 +253,29 @@ def _earlier_files(out: Path, force: bool) -> list[Path]:
                 f"{p}) or choose another directory with -o"
             )
     return ours
+
+
+def check_prefix(prefix: str | None, hw: HwSpec, kernels: KernelList) -> str:
+    """``--prefix`` checked (None: the default), with the kernels' names it would clash with."""
+    if prefix is None:
+        return DEFAULT_PREFIX
+    if not PREFIX_PATTERN.fullmatch(prefix):
+        raise BuildError(
+            f"--prefix {prefix[:40]!r}: give lower-case letters, digits and _, a letter first, "
+            "32 at most (e.g. vision): it begins the library's C names and files"
+        )
+    if hw.kind != "cpu" and prefix != DEFAULT_PREFIX:
+        raise BuildError(
+            f"--prefix names a CPU library's runtime and files; a {hw.kind} library has neither "
+            "(its kernels are loaded by name): leave it out"
+        )
+    taken = [k.name for k in kernels.kernels if k.name.lower().startswith(f"{prefix}_")]
+    if taken:
+        raise BuildError(
+            f"kernel {taken[0]!r} begins with the prefix {prefix}_, which the library's own "
+            "functions take; rename the kernel or choose another --prefix"
+        )
+    return prefix
 
 
 def check_output_parent(out: Path) -> None:
@@ -632,7 +658,7 @@ def _build(
         cand = _pick(records[key])
         chosen += [Chosen(k, records[key], cand) for k in ks]
 
-    emitted = backend.emit(chosen, hw, out, state, db)
+    emitted = backend.emit(chosen, hw, out, state, db, Names(options.prefix))
     files = {str(p.relative_to(out)): _sha256(p) for p in emitted.files}
     manifest = {
         "aotune": {

@@ -92,6 +92,14 @@ def add_build_parser(sub: Any, int_arg: Callable[[str], int] = int) -> None:
     b.add_argument(
         "--objects-only", action="store_true", help="write objects and the header; link nothing"
     )
+    b.add_argument(
+        "--prefix",
+        default=None,
+        metavar="NAME",
+        help="the library's symbol and file prefix (default: aotune): NAME_set_num_threads, "
+        "NAME_kernels.h, libNAME_kernels.so; two libraries of different prefixes link into one "
+        "program",
+    )
     b.add_argument("--seed", type=int_arg, default=0)
     b.add_argument("--strategy", default="cga", help="cga (default) or random")
     b.add_argument(
@@ -173,7 +181,13 @@ def open_db(args: argparse.Namespace, create: bool = True) -> Any:
 
 def cmd_build(args: argparse.Namespace) -> int:
     """``aotune build``."""
-    from aotune.artifact.build import BuildOptions, build, check_output_parent, default_jobs
+    from aotune.artifact.build import (
+        BuildOptions,
+        build,
+        check_output_parent,
+        check_prefix,
+        default_jobs,
+    )
     from aotune.artifact.inputs import read_input
     from aotune.artifact.onnx_import import parse_shape_args
     from aotune.hwspecs.spec import load_target
@@ -227,6 +241,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         cc=args.cc,
         objects_only=args.objects_only,
         inputs=tuple(inputs.items()),
+        prefix=check_prefix(args.prefix, hw, kernels),
     )
     err = _console(stderr=True)
     states: dict[str, str] = {}

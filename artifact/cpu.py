@@ -30,6 +30,7 @@ import llvmlite.ir as ir
 from aotune.analysis.workload import Workload
 from aotune.artifact import runtime
 from aotune.artifact.load import INTERFACE_SYMBOL, interface_words
+from aotune.artifact.names import Names
 from aotune.codegen.compile import _LLVM_LOCK, optimize, target_machine
 from aotune.codegen.launch import launch_plan, page_rounded
 from aotune.codegen.llvm_cpu import generate_ir
@@ -95,7 +96,12 @@ class CpuKernelObject:
 
 
 def _wrapper_ir(
-    name: str, share: str, s: CpuSchedule, params: tuple[Param, ...], hw: HwSpec
+    name: str,
+    share: str,
+    s: CpuSchedule,
+    params: tuple[Param, ...],
+    hw: HwSpec,
+    names: Names,
 ) -> tuple[str, dict[str, Any]]:
     """(IR text of the wrapper module, launch facts for the manifest)."""
     mod = ir.Module(name=f"{name}.wrapper")
@@ -104,10 +110,10 @@ def _wrapper_ir(
     share_fn = ir.Function(mod, share_ty, name=share)
     pad_fn = ir.Function(mod, share_ty, name=f"{share}_pad") if s.pad_copy else None
     run = ir.Function(
-        mod, ir.FunctionType(ir.VoidType(), [I64, I64, I64.as_pointer()]), name=runtime.RUN
+        mod, ir.FunctionType(ir.VoidType(), [I64, I64, I64.as_pointer()]), name=names.run
     )
-    lock = ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name=runtime.LOCK)
-    unlock = ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name=runtime.UNLOCK)
+    lock = ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name=names.lock)
+    unlock = ir.Function(mod, ir.FunctionType(ir.VoidType(), []), name=names.unlock)
 
     plan = launch_plan(s)  # the shares and buffers HostKernel and the emulated check run
     ranges = list(plan.shares)
@@ -215,13 +221,18 @@ def _wrapper_ir(
 
 
 def compile_library_kernel(
-    name: str, workload: Workload, schedule: CpuSchedule, hw: HwSpec
+    name: str,
+    workload: Workload,
+    schedule: CpuSchedule,
+    hw: HwSpec,
+    names: Names = Names(),
 ) -> CpuKernelObject:
-    """Generate and assemble the object for ``name`` on ``hw`` (no execution, any host)."""
+    """Generate and assemble the object for ``name`` on ``hw`` (no execution, any host), calling
+    the runtime of ``names``."""
     params = params_of(workload)
     share = f"aotune.{name}.share"
     kernel_ir = generate_ir(schedule, share, hw.isa.triple)
-    wrapper_ir, launch = _wrapper_ir(name, share, schedule, params, hw)
+    wrapper_ir, launch = _wrapper_ir(name, share, schedule, params, hw, names)
     with _LLVM_LOCK:
         tm = target_machine(hw)
         try:
@@ -236,12 +247,12 @@ def compile_library_kernel(
     return CpuKernelObject(name, hw.isa.triple, params, bytes(obj), launch)
 
 
-def compile_runtime(hw: HwSpec) -> bytes:
+def compile_runtime(hw: HwSpec, names: Names = Names()) -> bytes:
     """The runtime's object for ``hw``; its internal entry points are hidden in a shared object."""
     with _LLVM_LOCK:
         tm = target_machine(hw)
-        mod = optimize(runtime.runtime_ir(hw.isa.triple), tm)
+        mod = optimize(runtime.runtime_ir(hw.isa.triple, names), tm)
         for f in mod.functions:
-            if f.name in (runtime.RUN, runtime.LOCK, runtime.UNLOCK):
+            if f.name in (names.run, names.lock, names.unlock):
                 f.visibility = "hidden"
         return bytes(tm.emit_object(mod))

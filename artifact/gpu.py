@@ -51,9 +51,16 @@ class GpuBackend:
             raise BuildError(f"a GPU library needs ptxas for its cubins: {e}") from None
 
     def emit(
-        self, chosen: list[Chosen], hw: Any, out_dir: Path, state: Any, cache: Any = None
+        self,
+        chosen: list[Chosen],
+        hw: Any,
+        out_dir: Path,
+        state: Any,
+        cache: Any = None,
+        names: Any = None,
     ) -> Emitted:
-        """Compile each kernel under its own name and write its PTX and cubin."""
+        """Compile each kernel under its own name and write its PTX and cubin (``names``: a CPU
+        library's; a GPU library has no runtime of its own to name)."""
         from aotune.artifact.load import GPU_INTERFACE_SYMBOL, gpu_record_words
         from aotune.codegen.gpu_compile import compile_gpu_kernel, launch_of
 

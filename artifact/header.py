@@ -7,15 +7,14 @@ from typing import Any
 
 import aotune
 from aotune.artifact import runtime
-
-GUARD = "AOTUNE_KERNELS_H"
+from aotune.artifact.names import Names
 
 
 def _dims(shape: Sequence[int]) -> str:
     return "".join(f"[{d}]" for d in shape)
 
 
-def kernel_declaration(entry: dict[str, Any]) -> str:
+def kernel_declaration(entry: dict[str, Any], names: Names = Names()) -> str:
     """The comment and prototype of one kernel, from its manifest entry."""
     lines = [f"/* {entry['name']}: {entry['workload']['describe']}"]
     for p in entry["params"]:
@@ -39,7 +38,10 @@ def kernel_declaration(entry: dict[str, Any]) -> str:
         )
         + "."
     )
-    lines.append(" * Returns AOTUNE_OK, or an AOTUNE_ERR_* code (see aotune_strerror). */")
+    lines.append(
+        f" * Returns {names.macro}_OK, or a {names.macro}_ERR_* code (see "
+        f"{names.api('strerror')}). */"
+    )
     args = ", ".join(
         f"{'float' if p['role'] == 'out' else 'const float'} *{p['name']}" for p in entry["params"]
     )
@@ -47,23 +49,38 @@ def kernel_declaration(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def header_text(entries: Sequence[dict[str, Any]], target: dict[str, Any]) -> str:
-    """The whole header for a library of ``entries`` built for ``target``."""
+def header_text(
+    entries: Sequence[dict[str, Any]],
+    target: dict[str, Any],
+    names: Names = Names(),
+    linked: bool = True,
+) -> str:
+    """The whole header for a library of ``entries`` built for ``target``, its global names from
+    ``names`` (``linked``: a .so and .a were linked, not only the objects written)."""
+    macro = names.macro
     codes = "\n".join(
-        f"#define {name:<20} {code}  /* {text} */"
+        f"#define {macro + name.removeprefix('AOTUNE'):<20} {code}  /* {text} */"
         for code, (name, text) in enumerate(runtime.ERRORS)
     )
-    kernels = "\n\n".join(kernel_declaration(e) for e in entries)
-    return f"""/* aotune_kernels.h: kernels generated ahead of time by aotune {aotune.__version__}
+    kernels = "\n\n".join(kernel_declaration(e, names) for e in entries)
+    guard = f"{macro}_KERNELS_H"
+    lib = names.library
+    link_how = (
+        f"Link the shared object with\n * -l{lib}, or the archive with lib{lib}.a -lpthread."
+        if linked
+        else f"Link the objects in objects/\n * (each kernel's and {names.prefix}_runtime.o) "
+        "with -lpthread."
+    )
+    api = names.api
+    return f"""/* {lib}.h: kernels generated ahead of time by aotune {aotune.__version__}
  * for {target["name"]} ({target["triple"]}). Do not edit: 'aotune build' writes this file.
  *
  * Every function computes one whole kernel call on float32 arrays, C order (row-major),
  * any alignment (64-byte aligned inputs are fastest). The library starts and owns its worker
- * threads; calls from several threads are safe and take turns. Link the shared object with
- * -laotune_kernels, or the archive with libaotune_kernels.a -lpthread.
+ * threads; calls from several threads are safe and take turns. {link_how}
  */
-#ifndef {GUARD}
-#define {GUARD}
+#ifndef {guard}
+#define {guard}
 
 #ifdef __cplusplus
 extern "C" {{
@@ -72,14 +89,14 @@ extern "C" {{
 {codes}
 
 /* Threads one call may use, the caller included (n >= 1; default: the CPUs online).
- * Returns AOTUNE_OK or AOTUNE_ERR_THREADS. */
-int aotune_set_num_threads(int n);
+ * Returns {macro}_OK or {macro}_ERR_THREADS. */
+int {api("set_num_threads")}(int n);
 /* The current setting. */
-int aotune_get_num_threads(void);
+int {api("get_num_threads")}(void);
 /* Stops and joins the worker threads; a later call starts them again. */
-void aotune_shutdown(void);
+void {api("shutdown")}(void);
 /* A sentence for a return code. */
-const char *aotune_strerror(int rc);
+const char *{api("strerror")}(int rc);
 
 {kernels}
 
@@ -87,5 +104,5 @@ const char *aotune_strerror(int rc);
 }}
 #endif
 
-#endif /* {GUARD} */
+#endif /* {guard} */
 """

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from aotune.analysis.elf import elf_sections, x86_code_sections
 from aotune.analysis.x86_features import VECTOR_FEATURES, x86_features_in_code
+from aotune.artifact.names import API, DEFAULT_PREFIX, PREFIX_PATTERN, Names
 from aotune.errors import AotuneError, LibraryError
 from aotune.files import read_user_file
 
@@ -283,6 +284,9 @@ def _manifest_problem(m: Any) -> str | None:
     files = m.get("files")
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         return "files (each file's SHA-256) is missing"
+    prefix = m.get("prefix", DEFAULT_PREFIX)  # (a library built before --prefix: aotune's)
+    if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
+        return "prefix must be the library's symbol prefix (lower-case letters, digits and _)"
     kernels = m.get("kernels")
     if not isinstance(kernels, list):
         return "kernels must be a list"
@@ -330,7 +334,9 @@ def _manifest_problem(m: Any) -> str | None:
     unlisted = [
         name
         for name in files
-        if name.startswith(_KERNEL_FILE_DIRS) and name != RUNTIME_OBJECT and name not in listed
+        if name.startswith(_KERNEL_FILE_DIRS)
+        and name != Names(prefix).runtime_object
+        and name not in listed
     ]
     if unlisted:
         return (
@@ -343,8 +349,6 @@ def _manifest_problem(m: Any) -> str | None:
 # the manifest entry's keys that name a kernel's own files, and the folders the build puts them in
 _KERNEL_FILE_KEYS = ("object", "cubin", "ptx")
 _KERNEL_FILE_DIRS = ("objects/", "cubin/", "ptx/")
-# the runtime's object, beside the kernels' (``artifact/backends.py`` writes it)
-RUNTIME_OBJECT = "objects/aotune_runtime.o"
 
 
 def _gpu_entry_ok(e: dict[str, Any]) -> bool:
@@ -582,15 +586,17 @@ class Library:
         self._dll = _dlopen_fresh(so_path, so_bytes)
         # each load is a copy of its own with its own worker threads, and ctypes never unloads
         # one: a dropped library stops them (a kernel keeps its library, so none is running)
-        weakref.finalize(self, self._dll.aotune_shutdown).atexit = False  # exit ends them anyway
+        names = Names(self.manifest.get("prefix", DEFAULT_PREFIX))
         try:
-            self._dll.aotune_strerror.restype = ctypes.c_char_p
-            self._dll.aotune_strerror.argtypes = [ctypes.c_int]
-            self._dll.aotune_set_num_threads.argtypes = [ctypes.c_int]
+            self._api = {what: getattr(self._dll, names.api(what)) for what in API}
         except AttributeError:
             raise LibraryError(
-                f"{so_path} is not an aotune library (it has no aotune_* runtime)"
+                f"{so_path} is not an aotune library (it has no {names.prefix}_* runtime)"
             ) from None
+        weakref.finalize(self, self._api["shutdown"]).atexit = False  # exit ends them anyway
+        self._api["strerror"].restype = ctypes.c_char_p
+        self._api["strerror"].argtypes = [ctypes.c_int]
+        self._api["set_num_threads"].argtypes = [ctypes.c_int]
         for e in entries:
             try:
                 fn = getattr(self._dll, e["name"])
@@ -648,7 +654,7 @@ class Library:
             raise LibraryError(f"strerror({rc!r}): a return code is a C int")
         if self._gpu is not None:
             return self._gpu.strerror(rc)
-        return self._dll.aotune_strerror(rc).decode()
+        return self._api["strerror"](rc).decode()
 
     def set_num_threads(self, n: int) -> None:
         """Threads each call may use, the caller included (CPU libraries)."""
@@ -656,14 +662,14 @@ class Library:
             raise LibraryError("set_num_threads applies to CPU libraries; this one runs on a GPU")
         if not _is_c_int(n):
             raise LibraryError(f"set_num_threads({n!r}): give a whole number of threads, 1 or more")
-        rc = self._dll.aotune_set_num_threads(n)
+        rc = self._api["set_num_threads"](n)
         if rc != 0:
             raise LibraryError(f"set_num_threads({n}): {self.strerror(rc)}")
 
     @property
     def num_threads(self) -> int:
         """The current thread setting (CPU libraries; 1 for a GPU library's host side)."""
-        return 1 if self._gpu is not None else int(self._dll.aotune_get_num_threads())
+        return 1 if self._gpu is not None else int(self._api["get_num_threads"]())
 
     def shutdown(self) -> None:
         """Stop the library's worker threads (a later call starts them again), or release a GPU
@@ -671,7 +677,7 @@ class Library:
         if self._gpu is not None:
             self._gpu.close()
         else:
-            self._dll.aotune_shutdown()
+            self._api["shutdown"]()
 
 
 def _check_gpu_record(directory: Path, manifest: dict[str, Any], entry: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ The workers stop by themselves when the library is unloaded (a destructor calls
 from __future__ import annotations
 
 import llvmlite.ir as ir
+from aotune.artifact.names import Names
 from aotune.codegen.llvm_cpu import c64, counted_loop
 from aotune.codegen.workers import join_share
 
@@ -50,16 +51,14 @@ ERROR_CODES = {name: code for code, (name, _) in enumerate(ERRORS)}
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 P8, P64 = I8.as_pointer(), I64.as_pointer()
 SHARE_TY = ir.FunctionType(ir.VoidType(), [I64] * ARGS)  # pointers as integers: one ABI everywhere
-# names the kernel objects link against (hidden in the shared object: not part of the C API)
-RUN, LOCK, UNLOCK = "__aotune_run", "__aotune_lock", "__aotune_unlock"
-PUBLIC = ("aotune_set_num_threads", "aotune_get_num_threads", "aotune_shutdown", "aotune_strerror")
 
 
 class _Runtime:
     """Builds the runtime module."""
 
-    def __init__(self, triple: str) -> None:
-        self.mod = ir.Module(name="aotune_runtime")
+    def __init__(self, triple: str, names: Names) -> None:
+        self.names = names
+        self.mod = ir.Module(name=f"{names.prefix}_runtime")
         self.mod.triple = triple
         m = self.mod
         self.usleep = ir.Function(m, ir.FunctionType(I32, [I32]), name="usleep")
@@ -170,7 +169,7 @@ class _Runtime:
 
     # ---- one call at a time ----------------------------------------------------------------------
     def lock_fns(self) -> None:
-        lock = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), []), name=LOCK)
+        lock = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), []), name=self.names.lock)
         b = ir.IRBuilder(lock.append_basic_block("entry"))
         spin = lock.append_basic_block("spin")
         done = lock.append_basic_block("done")
@@ -189,7 +188,7 @@ class _Runtime:
         b.branch(spin)
         b.position_at_end(done)
         b.ret_void()
-        unlock = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), []), name=UNLOCK)
+        unlock = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), []), name=self.names.unlock)
         b = ir.IRBuilder(unlock.append_basic_block("entry"))
         b.store_atomic(c64(0), self.mutex, "release", 8)
         b.ret_void()
@@ -235,7 +234,9 @@ class _Runtime:
     # ---- a parallel call -------------------------------------------------------------------------
     def run_fn(self, worker: ir.Function) -> None:
         """__aotune_run(fn, n, args): run fn once per share (args: n x ARGS i64), lock held."""
-        fn = ir.Function(self.mod, ir.FunctionType(ir.VoidType(), [I64, I64, P64]), name=RUN)
+        fn = ir.Function(
+            self.mod, ir.FunctionType(ir.VoidType(), [I64, I64, P64]), name=self.names.run
+        )
         fn_addr, n, args = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         # workers this call posts to: min(threads - 1, n - 1, MAX_WORKERS); start missing ones
@@ -287,7 +288,7 @@ class _Runtime:
     # ---- the public functions --------------------------------------------------------------------
     def api(self, stop: ir.Function) -> None:
         m = self.mod
-        set_n = ir.Function(m, ir.FunctionType(I32, [I32]), name="aotune_set_num_threads")
+        set_n = ir.Function(m, ir.FunctionType(I32, [I32]), name=self.names.api("set_num_threads"))
         b = ir.IRBuilder(set_n.append_basic_block("entry"))
         (n,) = set_n.args
         with b.if_then(b.icmp_signed("<", n, ir.Constant(I32, 1))):
@@ -299,7 +300,7 @@ class _Runtime:
         b.call(self.unlock, [])
         b.ret(ir.Constant(I32, 0))
 
-        get_n = ir.Function(m, ir.FunctionType(I32, []), name="aotune_get_num_threads")
+        get_n = ir.Function(m, ir.FunctionType(I32, []), name=self.names.api("get_num_threads"))
         b = ir.IRBuilder(get_n.append_basic_block("entry"))
         b.ret(b.trunc(self.threads_now(b), I32))
 
@@ -312,7 +313,9 @@ class _Runtime:
         b.call(stop, [c64(0)])
         b.call(self.unlock, [])
         b.ret_void()
-        shutdown = ir.Function(m, ir.FunctionType(ir.VoidType(), []), name="aotune_shutdown")
+        shutdown = ir.Function(
+            m, ir.FunctionType(ir.VoidType(), []), name=self.names.api("shutdown")
+        )
         b = ir.IRBuilder(shutdown.append_basic_block("entry"))
         b.call(stop_all, [])
         b.ret_void()
@@ -336,7 +339,7 @@ class _Runtime:
             g.global_constant = True
             g.initializer = ir.Constant(ty, data)
             strings.append(g)
-        strerror = ir.Function(m, ir.FunctionType(P8, [I32]), name="aotune_strerror")
+        strerror = ir.Function(m, ir.FunctionType(P8, [I32]), name=self.names.api("strerror"))
         b = ir.IRBuilder(strerror.append_basic_block("entry"))
         (rc,) = strerror.args
         unknown = strerror.append_basic_block("unknown")
@@ -355,6 +358,6 @@ def smin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
 
 
-def runtime_ir(triple: str) -> str:
+def runtime_ir(triple: str, names: Names = Names()) -> str:
     """LLVM IR text of the runtime for ``triple`` (a Linux target with pthreads in libc)."""
-    return str(_Runtime(triple).build())
+    return str(_Runtime(triple, names).build())

@@ -355,3 +355,13 @@ def test_count_seconds_takes_ascii_digits_only(capsys):
     with pytest.raises(SystemExit):
         main(["space", "matmul", "--shape", "4x4x4", "--count-seconds", "\u0661"])
     assert "is not a number of seconds" in capsys.readouterr().err
+
+
+def test_an_objects_only_header_says_to_link_the_objects(tmp_path):
+    """A --objects-only build's header said to link -laotune_kernels, which it did not write."""
+    (tmp_path / "k.toml").write_text('[[kernel]]\nname = "a"\nop = "matmul"\nshape = [8, 8, 8]\n')
+    argv = ["build", str(tmp_path / "k.toml"), "-o", str(tmp_path / "lib"), "--target",
+            "haswell", "--no-verify", "--objects-only", "--db", str(tmp_path / "t.db")]  # fmt: skip
+    assert main(argv) == 0
+    header = (tmp_path / "lib" / "aotune_kernels.h").read_text()
+    assert "-laotune_kernels" not in header and "aotune_runtime.o) with -lpthread" in header

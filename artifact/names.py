@@ -1,0 +1,56 @@
+"""The global names of a CPU library: its runtime's functions, header and files, from one prefix.
+
+The default prefix ``aotune`` gives ``aotune_set_num_threads``, ``AOTUNE_OK``,
+``aotune_kernels.h`` and ``libaotune_kernels.so``; ``build --prefix vision`` gives
+``vision_set_num_threads``, ``VISION_OK``, ``vision_kernels.h`` and ``libvision_kernels.so``, so
+two libraries link into one program. The loader reads the prefix from the manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "aotune"
+# a prefix: lower case (the header's macros are it in upper case, and the files named after it
+# must not clash on a disk that ignores case), a letter first, short enough for any linker
+PREFIX_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+@dataclass(frozen=True)
+class Names:
+    """The global names of one library, from its prefix (``build --prefix``): two libraries of
+    different prefixes link into one program, each with its own runtime and header."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def run(self) -> str:  # these three: what the kernel objects link against (hidden in a .so)
+        return f"__{self.prefix}_run"
+
+    @property
+    def lock(self) -> str:
+        return f"__{self.prefix}_lock"
+
+    @property
+    def unlock(self) -> str:
+        return f"__{self.prefix}_unlock"
+
+    def api(self, what: str) -> str:
+        """A public function's name: ``set_num_threads`` -> ``aotune_set_num_threads``."""
+        return f"{self.prefix}_{what}"
+
+    @property
+    def library(self) -> str:  # lib<library>.so / .a, <library>.h
+        return f"{self.prefix}_kernels"
+
+    @property
+    def runtime_object(self) -> str:  # relative to the library's folder
+        return f"objects/{self.prefix}_runtime.o"
+
+    @property
+    def macro(self) -> str:  # the header's macros: AOTUNE_OK, AOTUNE_KERNELS_H
+        return self.prefix.upper()
+
+
+API = ("set_num_threads", "get_num_threads", "shutdown", "strerror")  # the public functions

@@ -59,6 +59,11 @@ class BuildError(AotuneError):
 class LibraryError(AotuneError):
     """A built library cannot be loaded or a kernel of it was called with bad arguments."""
 
+    def __str__(self) -> str:
+        # a path or name from the library shows its control characters as '?': a traceback
+        # printed to a terminal must not act on them (an escape sequence in a folder's name)
+        return "".join(c if c.isprintable() else "?" for c in super().__str__())
+
 
 class CalibrationError(AotuneError):
     """``hw calibrate`` cannot measure this machine, or a measurement makes no physical sense."""

@@ -750,6 +750,11 @@ def build_workload(
         if shape is not None:
             raise WorkloadError("einsum takes its sizes from --dims, not --shape")
         return einsum(spec, parse_dims(dims))
+    if spec and not dims:  # ``tune -- matmul --shape 8x8x8``: '--shape' came as a second word
+        raise WorkloadError(
+            f"{op} takes no second argument ({spec[:40]!r}): only einsum takes a spec"
+            + ("; options go before '--', which ends them" if spec.startswith("-") else "")
+        )
     if spec or dims:
         raise WorkloadError(f"an einsum spec and --dims apply to einsum, not {op}")
     _, names = OPERATORS[op]

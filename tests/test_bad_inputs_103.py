@@ -365,3 +365,20 @@ def test_an_objects_only_header_says_to_link_the_objects(tmp_path):
     assert main(argv) == 0
     header = (tmp_path / "lib" / "aotune_kernels.h").read_text()
     assert "-laotune_kernels" not in header and "aotune_runtime.o) with -lpthread" in header
+
+
+def test_options_after_a_double_dash_are_not_taken_for_an_einsum_spec(capsys):
+    """'aotune tune -- matmul --shape 8x8x8' said 'an einsum spec and --dims apply to einsum'."""
+    assert main(["tune", "--", "matmul", "--shape", "8x8x8"]) == 2
+    err = capsys.readouterr().err
+    assert "matmul takes no second argument" in err and "go before '--'" in err
+
+
+def test_a_library_error_shows_no_control_characters():
+    """A folder named with an escape sequence printed it raw in the LibraryError (a traceback on
+    a terminal acts on it)."""
+    import aotune
+
+    with pytest.raises(aotune.LibraryError) as e:
+        aotune.load("/nonexistent/\x1b[31mred")
+    assert "\x1b" not in str(e.value) and "?[31mred" in str(e.value)

@@ -24,6 +24,7 @@ a final check when one ran. Roadmap of this module:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import gzip
 import hashlib
@@ -962,6 +963,11 @@ def open_database(path: Path | str | None = None, create: bool = True) -> Tuning
         if create:
             p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:  # the path itself, before any folder is made
+            raise DatabaseError(
+                f"--db {p}: {e.strerror} (a name may have 255 bytes, a path 4096); give a "
+                "shorter path"
+            ) from None
         fix = (
             "give --db a file in an existing folder, or create the folder first"
             if path is not None

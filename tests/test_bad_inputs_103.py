@@ -382,3 +382,11 @@ def test_a_library_error_shows_no_control_characters():
     with pytest.raises(aotune.LibraryError) as e:
         aotune.load("/nonexistent/\x1b[31mred")
     assert "\x1b" not in str(e.value) and "?[31mred" in str(e.value)
+
+
+def test_a_database_name_too_long_is_named_so(tmp_path, capsys, monkeypatch):
+    """--db with a 304-byte name said 'cannot create the directory of ...'."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["db", "list", "--db", "a" * 304 + ".db"]) == 2
+    err = capsys.readouterr().err
+    assert "File name too long (a name may have 255 bytes" in err and "directory" not in err

@@ -126,7 +126,40 @@ class _Runtime:
         stop = self.stop_fn()
         self.run_fn(worker)
         self.api(stop)
+        self.after_fork()
         return self.mod
+
+    def after_fork(self) -> None:
+        """A child forked while another thread was inside a kernel starts with the lock taken
+        and workers that do not exist in it: its first call (or the destructor at its exit)
+        would wait forever. A handler registered at load (pthread_atfork) resets the child to
+        a library with no call running and no workers; its next call starts them again."""
+        m = self.mod
+        hook = ir.FunctionType(ir.VoidType(), [])
+        child = ir.Function(m, hook, name="aotune.after_fork")
+        child.linkage = "internal"
+        b = ir.IRBuilder(child.append_basic_block("entry"))
+        with counted_loop(b, c64(0), c64(MAX_WORKERS), 1, "clear") as i:
+            b.store(c64(0), self.slot(b, i))  # free: no share posted to a worker
+        b.store(c64(0), self.started)
+        b.store(c64(0), self.mutex)
+        b.ret_void()
+        atfork = ir.Function(
+            m, ir.FunctionType(I32, [hook.as_pointer()] * 3), name="pthread_atfork"
+        )
+        register = ir.Function(m, hook, name="aotune.register_after_fork")
+        register.linkage = "internal"
+        b = ir.IRBuilder(register.append_basic_block("entry"))
+        none = ir.Constant(hook.as_pointer(), None)
+        b.call(atfork, [none, none, child])
+        b.ret_void()
+        ctor_ty = ir.LiteralStructType([I32, hook.as_pointer(), P8])
+        ctors = ir.GlobalVariable(m, ir.ArrayType(ctor_ty, 1), name="llvm.global_ctors")
+        ctors.linkage = "appending"
+        ctors.initializer = ir.Constant(
+            ir.ArrayType(ctor_ty, 1),
+            [ir.Constant(ctor_ty, [ir.Constant(I32, 65535), register, ir.Constant(P8, None)])],
+        )
 
     # ---- the worker ------------------------------------------------------------------------------
     def worker_fn(self) -> ir.Function:

@@ -390,3 +390,58 @@ def test_a_database_name_too_long_is_named_so(tmp_path, capsys, monkeypatch):
     assert main(["db", "list", "--db", "a" * 304 + ".db"]) == 2
     err = capsys.readouterr().err
     assert "File name too long (a name may have 255 bytes" in err and "directory" not in err
+
+
+def test_a_child_forked_during_a_kernel_call_can_call_kernels(tmp_path):
+    """A fork while another thread was inside a kernel gave the child the lock taken and
+    workers that do not exist there: its first call hung for good (about 16 of 20 forks here)."""
+    import os
+    import shutil
+    import threading
+    import time
+
+    import aotune
+    import numpy as np
+
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler to link the library")
+    (tmp_path / "k.toml").write_text(
+        '[[kernel]]\nname = "mm"\nop = "matmul"\nshape = [384, 384, 384]\n'
+    )
+    argv = ["build", str(tmp_path / "k.toml"), "-o", str(tmp_path / "lib"), "--no-verify",
+            "--db", str(tmp_path / "t.db"), "--budget", "100"]  # fmt: skip
+    assert main(argv) == 0
+    lib = aotune.load(tmp_path / "lib")
+    lib.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    a, b = rng.random((384, 384), np.float32), rng.random((384, 384), np.float32)
+    stop = threading.Event()
+
+    def calls() -> None:  # the lock is taken for most of each moment
+        while not stop.is_set():
+            lib.mm(a, b)
+
+    busy = threading.Thread(target=calls)
+    busy.start()
+    hung = []
+    try:
+        for i in range(20):
+            time.sleep(0.02)
+            pid = os.fork()
+            if pid == 0:  # the child: one call, checked, and out without Python's exit
+                os._exit(0 if np.allclose(lib.mm(a, b), a @ b, rtol=1e-4) else 1)
+            deadline = time.monotonic() + 10
+            while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+                if time.monotonic() > deadline:
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    hung.append(i)
+                    break
+                time.sleep(0.01)
+            else:
+                assert os.waitstatus_to_exitcode(done[1]) == 0, f"fork {i}: a wrong result"
+    finally:
+        stop.set()
+        busy.join()
+        lib.shutdown()
+    assert not hung, f"forks {hung} hung in their first kernel call"

@@ -249,8 +249,8 @@ def _earlier_files(out: Path, force: bool) -> list[Path]:
         if cannot_be_replaced(p):
             raise BuildError(
                 f"{out} holds {p.relative_to(out)}, an earlier build's file marked immutable or "
-                f"append-only (chattr), which the build must replace; clear that (chattr -i -a "
-                f"{p}) or choose another directory with -o"
+                "append-only (chattr), which the build must replace or remove; clear that "
+                f"(chattr -i -a {p}) or choose another directory with -o"
             )
     return ours
 
@@ -261,14 +261,17 @@ def check_prefix(prefix: str | None, hw: HwSpec, kernels: KernelList) -> str:
         return DEFAULT_PREFIX
     if not PREFIX_PATTERN.fullmatch(prefix):
         raise BuildError(
-            f"--prefix {prefix[:40]!r}: give lower-case letters, digits and _, a letter first, "
-            "32 at most (e.g. vision): it begins the library's C names and files"
+            f"--prefix {prefix[:40]!r}: give lower-case letters and digits, words joined by one "
+            "_, a letter first, 32 at most (e.g. vision): it begins the library's C names and "
+            "files"
         )
     if hw.kind != "cpu" and prefix != DEFAULT_PREFIX:
         raise BuildError(
             f"--prefix names a CPU library's runtime and files; a {hw.kind} library has neither "
             "(its kernels are loaded by name): leave it out"
         )
+    if prefix != DEFAULT_PREFIX:
+        _check_prefix_names(Names(prefix))
     taken = [k.name for k in kernels.kernels if k.name.lower().startswith(f"{prefix}_")]
     if taken:
         raise BuildError(
@@ -276,6 +279,34 @@ def check_prefix(prefix: str | None, hw: HwSpec, kernels: KernelList) -> str:
             "functions take; rename the kernel or choose another --prefix"
         )
     return prefix
+
+
+def _check_prefix_names(names: Names) -> None:
+    """A BuildError where a global name the prefix gives the library is taken by the C library,
+    a standard header, OpenMP and the like (``--prefix gai``: gai_strerror, libc's)."""
+    from aotune.artifact.inputs import c_library_defines, reserved_name_reason
+    from aotune.artifact.names import API, RESERVED_PREFIXES
+    from aotune.artifact.runtime import ERRORS
+
+    if names.prefix.split("_")[0] in RESERVED_PREFIXES:
+        raise BuildError(
+            f"--prefix {names.prefix}: {names.prefix.split('_')[0]}_* is the namespace of a "
+            "library programs link beside aotune's; choose another prefix"
+        )
+    public = [names.api(what) for what in API]
+    macros = [names.error_macro(code) for code, _ in ERRORS] + [f"{names.macro}_KERNELS_H"]
+    for name in public + macros:
+        why = reserved_name_reason(name)
+        if why is not None:
+            raise BuildError(
+                f"--prefix {names.prefix}: the library's {name} {why}; choose another prefix"
+            )
+    for name in (names.run, names.lock, names.unlock):  # hidden in a .so, global in the .a
+        if c_library_defines(name):
+            raise BuildError(
+                f"--prefix {names.prefix}: the library's {name} is defined by the C library; "
+                "choose another prefix"
+            )
 
 
 def check_output_parent(out: Path) -> None:

@@ -189,6 +189,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         default_jobs,
     )
     from aotune.artifact.inputs import read_input
+    from aotune.artifact.names import DEFAULT_PREFIX
     from aotune.artifact.onnx_import import parse_shape_args
     from aotune.hwspecs.spec import load_target
 
@@ -220,7 +221,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         compile_top=max(16, args.top_k),
     )
     shapes = parse_shape_args(args.shape)
-    kernels = read_input(Path(args.input), shapes)
+    kernels = read_input(Path(args.input), shapes, args.prefix or DEFAULT_PREFIX)
     hw = load_target(args.target)
     # the build writes files of its own names only: aotune's spec files cannot be among them
     inputs = {"the kernel list": args.input, **command_inputs(args, builtin_specs=False)}

@@ -46,7 +46,19 @@ def kernel_declaration(entry: dict[str, Any], names: Names = Names()) -> str:
         f"{'float' if p['role'] == 'out' else 'const float'} *{p['name']}" for p in entry["params"]
     )
     lines.append(f"int {entry['name']}({args});")
-    return "\n".join(lines)
+    # two libraries that both define this name would link, and the program would call one of
+    # them for both: a second header declaring it stops the compile instead
+    guard = names.kernel_macro(entry["name"])
+    return "\n".join(
+        [
+            f"#ifdef {guard}",
+            f'#error "two aotune libraries declare the kernel {entry["name"]}: a program '
+            'calls only one of them; build the other with another kernel name"',
+            "#endif",
+            f'#define {guard} "{names.library}.h"',
+            *lines,
+        ]
+    )
 
 
 def header_text(
@@ -59,7 +71,7 @@ def header_text(
     ``names`` (``linked``: a .so and .a were linked, not only the objects written)."""
     macro = names.macro
     codes = "\n".join(
-        f"#define {macro + name.removeprefix('AOTUNE'):<20} {code}  /* {text} */"
+        f"#define {names.error_macro(name):<20} {code}  /* {text} */"
         for code, (name, text) in enumerate(runtime.ERRORS)
     )
     kernels = "\n\n".join(kernel_declaration(e, names) for e in entries)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from aotune.analysis.workload import DEFAULT_SHAPES, OPERATORS, Workload, build_workload
+from aotune.artifact.names import DEFAULT_PREFIX
 from aotune.errors import AotuneError, BuildError
 from aotune.files import MIB, decode_utf8, read_user_file, toml_shown
 
@@ -157,7 +158,7 @@ def _posix_macro_names() -> frozenset[str]:
     return frozenset(names)
 
 
-def _c_library_function(name: str) -> bool:
+def c_library_defines(name: str) -> bool:
     """Whether the C library (libc, libm) defines ``name`` (malloc, expf, sysconf, ...)."""
     return any(hasattr(lib, name) for lib in _c_libraries())
 
@@ -206,7 +207,7 @@ def reserved_name_reason(name: str) -> str | None:
         )
     if name == "main":
         return "is the entry point of every C program the library is linked into"
-    if _c_library_function(name):
+    if c_library_defines(name):
         return (
             "is defined by the C library (libc or libm: a function or variable); a library "
             "exporting it would replace it in every program it is linked into"
@@ -376,7 +377,9 @@ def read_toml(path: Path, raw: bytes | None = None) -> KernelList:
     return KernelList(str(path), tuple(kernels))
 
 
-def read_input(path: Path, shapes: dict[str, tuple[int, ...]] | None = None) -> KernelList:
+def read_input(
+    path: Path, shapes: dict[str, tuple[int, ...]] | None = None, prefix: str = DEFAULT_PREFIX
+) -> KernelList:
     """A TOML kernel list or an ONNX model, by suffix, else by content (``shapes``: ONNX dynamic
     inputs); read once, as a regular file of at most the size its kind may have."""
     try:
@@ -396,7 +399,7 @@ def read_input(path: Path, shapes: dict[str, tuple[int, ...]] | None = None) -> 
     if suffix == ".onnx" or (suffix != ".toml" and b"\0" in raw[:4096]):
         from aotune.artifact.onnx_import import read_onnx
 
-        return read_onnx(path, shapes or {}, raw)
+        return read_onnx(path, shapes or {}, raw, prefix)  # its names: outside prefix_*
     if shapes:
         raise BuildError("--shape name=dims applies to ONNX models, not to a TOML kernel list")
     return read_toml(path, raw)

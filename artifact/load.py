@@ -304,6 +304,7 @@ def _manifest_problem(m: Any) -> str | None:
             e["name"] in LIBRARY_ATTRIBUTES
             or e["name"].startswith("__")
             or e["name"].lower().startswith("aotune_")  # the runtime's own functions
+            or e["name"].lower().startswith(f"{prefix}_")  # those of a --prefix library
         ):
             return f"kernel name {e['name']!r} is not one aotune build writes"
         names.add(e["name"])

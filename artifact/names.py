@@ -14,7 +14,15 @@ from dataclasses import dataclass
 DEFAULT_PREFIX = "aotune"
 # a prefix: lower case (the header's macros are it in upper case, and the files named after it
 # must not clash on a disk that ignores case), a letter first, short enough for any linker
-PREFIX_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# and no '__' (C++ reserves names holding it) nor a '_' last (NAME__set_num_threads)
+PREFIX_PATTERN = re.compile(r"(?=.{1,32}$)[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
+
+
+# namespaces of the libraries a program links beside aotune's (POSIX threads, OpenMP and
+# OpenACC, MPI, BLAS and LAPACK, CUDA): a prefix would put the runtime's functions in them
+RESERVED_PREFIXES = frozenset(
+    "pthread posix sched omp kmp acc mpi pmpi mkl cblas lapack lapacke openblas cuda cu nv".split()
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,15 @@ class Names:
     @property
     def macro(self) -> str:  # the header's macros: AOTUNE_OK, AOTUNE_KERNELS_H
         return self.prefix.upper()
+
+    def error_macro(self, code: str) -> str:
+        """A return code's macro: ``AOTUNE_ERR_NULL`` -> ``VISION_ERR_NULL``."""
+        return self.macro + code.removeprefix("AOTUNE")
+
+    def kernel_macro(self, kernel: str) -> str:
+        """The macro every library's header defines for each kernel it declares, whatever its
+        prefix: a second header declaring the same name stops the compile (#error)."""
+        return f"AOTUNE_DECLARES_{kernel}"
 
 
 API = ("set_num_threads", "get_num_threads", "shutdown", "strerror")  # the public functions

@@ -50,6 +50,7 @@ from aotune.artifact.inputs import (
     SkippedOp,
     reserved_name_reason,
 )
+from aotune.artifact.names import DEFAULT_PREFIX
 from aotune.errors import BuildError, WorkloadError
 from aotune.files import read_user_file
 from aotune.search.database import workload_key
@@ -297,10 +298,15 @@ def _attrs(node: Any, source: str) -> dict[str, Any]:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-def c_name(text: str, taken: set[str]) -> str:
-    """A C identifier made from an ONNX node name, unique among ``taken``."""
+def c_name(text: str, taken: set[str], prefix: str = DEFAULT_PREFIX) -> str:
+    """A C identifier made from an ONNX node name, unique among ``taken`` and outside the
+    library's ``prefix``_* names (its runtime's)."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text).strip("_")[: MAX_NAME_LENGTH - 8] or "kernel"
-    if name[0].isdigit() or reserved_name_reason(name) is not None:
+    if (
+        name[0].isdigit()
+        or reserved_name_reason(name) is not None
+        or name.lower().startswith(f"{prefix}_")
+    ):
         name = f"k_{name}"
     base, i = name, 2
     # unique ignoring case too: the kernels' files (FC.o, fc.o) would clash on macOS's disks
@@ -619,9 +625,13 @@ class _Importer:
 
 
 def read_onnx(
-    path: Path, shapes: dict[str, tuple[int, ...]], data: bytes | None = None
+    path: Path,
+    shapes: dict[str, tuple[int, ...]],
+    data: bytes | None = None,
+    prefix: str = DEFAULT_PREFIX,
 ) -> KernelList:
-    """The kernels of an ONNX model and the ops it skips (``data``: the file's bytes, when
+    """The kernels of an ONNX model and the ops it skips, named outside the library's
+    ``prefix`` (``data``: the file's bytes, when
     :func:`~aotune.artifact.inputs.read_input` has read them already)."""
     model = _load(path, data)
     _fix_inputs(model, shapes, path)
@@ -646,7 +656,7 @@ def read_onnx(
                 k, nodes=k.nodes + names, source=f"{k.source}; {', '.join(names)}"
             )
             continue
-        name = c_name(node.name or f"{node.op_type.lower()}_{len(kernels)}", taken)
+        name = c_name(node.name or f"{node.op_type.lower()}_{len(kernels)}", taken, prefix)
         by_key[key] = len(kernels)
         kernels.append(KernelRequest(name, w, f"{path.name}: {', '.join(names)}", names))
     if not kernels:

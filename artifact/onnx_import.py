@@ -277,16 +277,16 @@ def _tensors(model: Any, source: str) -> tuple[_Tensors, str | None]:
     return _Tensors(shapes, dtypes, frozenset(consts)), failed
 
 
-def _attrs(node: Any, source: str) -> dict[str, Any]:
-    """A node's attributes, each of the type the ONNX operator's schema gives it: onnx reads a
-    float ``group`` or a text ``beta`` as written, and a cast would build another kernel."""
+def _attrs(node: Any, source: str, opsets: dict[str, int]) -> dict[str, Any]:
+    """A node's attributes, each of the type the ONNX operator's schema gives it in the model's
+    opset (``opsets``: domain -> version): onnx reads a float ``group`` or a text ``beta`` as
+    written, and a cast would build another kernel."""
     import onnx
 
-    schema = (
-        onnx.defs.get_schema(node.op_type, node.domain)
-        if onnx.defs.has(node.op_type, node.domain)
-        else None
-    )
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain, 1), node.domain)
+    except onnx.defs.SchemaError:  # another domain's op, or one its opset does not have
+        schema = None
     for a in node.attribute:
         want = schema.attributes.get(a.name) if schema is not None else None
         if want is not None and a.type != want.type:
@@ -324,6 +324,10 @@ class _Importer:
         self.shapes, self.dtypes, self.consts = tensors.shapes, tensors.dtypes, tensors.consts
         self.source = source  # the model's file name, for errors
         self.outputs = {o.name for o in model.graph.output}
+        # domain -> opset version ('ai.onnx' is the default domain's other name)
+        self.opsets = {
+            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import
+        }
         self.readers: dict[str, list[Any]] = {}
         for node in self.graph.node:
             for name in node.input:
@@ -366,7 +370,9 @@ class _Importer:
                     nxt = self.onnx_reader(tensor)
         activation = "none"
         if nxt is not None:
-            a = _attrs(nxt, self.source)
+            # only a Gelu's attribute is read: another node after the kernel (of an older opset,
+            # or another domain) is none of the build's business
+            a = _attrs(nxt, self.source, self.opsets) if nxt.op_type == "Gelu" else {}
             if nxt.op_type in ACTIVATIONS:
                 activation = ACTIVATIONS[nxt.op_type]
             elif nxt.op_type == "Gelu" and a.get("approximate", b"none") in (b"tanh", "tanh"):
@@ -428,7 +434,7 @@ class _Importer:
 
     def gemm(self, node: Any) -> tuple[Workload, bool, bool] | str:
         """(workload, C fused as the bias, C left out) of a Gemm, or why it is not generated."""
-        at = _attrs(node, self.source)
+        at = _attrs(node, self.source, self.opsets)
         a, b = (self.shape(n) for n in node.input[:2])
         if a is None or b is None:
             return self.unknown_shape(node)
@@ -482,7 +488,7 @@ class _Importer:
         return w, bias, left_out
 
     def conv(self, node: Any) -> Workload | str:
-        at = _attrs(node, self.source)
+        at = _attrs(node, self.source, self.opsets)
         x, wt = (self.shape(n) for n in node.input[:2])
         if x is None or wt is None:
             return self.unknown_shape(node)

@@ -445,3 +445,27 @@ def test_a_child_forked_during_a_kernel_call_can_call_kernels(tmp_path):
         busy.join()
         lib.shutdown()
     assert not hung, f"forks {hung} hung in their first kernel call"
+
+
+def test_a_node_after_a_kernel_is_not_held_to_todays_schema(tmp_path):
+    """Only the nodes the build reads are checked against the ONNX schema: a Cast of opset 1
+    after a MatMul (its 'to' a string then, an int since opset 6) was refused."""
+    import onnx
+    from aotune.artifact.onnx_import import read_onnx
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("MatMul", ["a", "b"], ["m"]),
+        helper.make_node("Cast", ["m"], ["y"], to="FLOAT"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 4]) for n in ("a", "b")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 1)])
+    model.ir_version = 3
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    assert [k.name for k in read_onnx(path, {}).kernels] == ["matmul_0"]

@@ -62,7 +62,9 @@ class LibraryError(AotuneError):
     def __str__(self) -> str:
         # a path or name from the library shows its control characters as '?': a traceback
         # printed to a terminal must not act on them (an escape sequence in a folder's name)
-        return "".join(c if c.isprintable() else "?" for c in super().__str__())
+        from aotune.files import printable  # (files imports this module)
+
+        return printable(super().__str__())
 
 
 class CalibrationError(AotuneError):

@@ -420,6 +420,5 @@ def toml_shown(value: object) -> str:
 
     if isinstance(value, datetime.date | datetime.time):  # datetime is a date
         return f"{value.isoformat()} (a TOML date or time; quote it for text)"
-    else:
-        text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -288,10 +288,11 @@ def _check_prefix_names(names: Names) -> None:
     from aotune.artifact.names import API, RESERVED_PREFIXES
     from aotune.artifact.runtime import ERRORS
 
-    if names.prefix.split("_")[0] in RESERVED_PREFIXES:
+    namespace = names.prefix.split("_")[0]
+    if namespace in RESERVED_PREFIXES:
         raise BuildError(
-            f"--prefix {names.prefix}: {names.prefix.split('_')[0]}_* is the namespace of a "
-            "library programs link beside aotune's; choose another prefix"
+            f"--prefix {names.prefix}: {namespace}_* is the namespace of a library programs "
+            "link beside aotune's; choose another prefix"
         )
     public = [names.api(what) for what in API]
     macros = [names.error_macro(code) for code, _ in ERRORS] + [f"{names.macro}_KERNELS_H"]

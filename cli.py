@@ -118,9 +118,11 @@ class Parser(argparse.ArgumentParser):
 
 def _int_arg(text: str) -> int:
     """An integer option in ASCII digits (argparse's int() also takes other scripts' digits)."""
-    if re.fullmatch(r"\s*-?[0-9]{20,}\s*", text):
-        raise argparse.ArgumentTypeError(f"{text.strip()} is too large (at most 19 digits)")
-    if not re.fullmatch(r"\s*-?[0-9]{1,19}\s*", text):
+    # each option's own check states its range; only a number too long to read stops here
+    if re.fullmatch(r"\s*-?[0-9]{401,}\s*", text):
+        digits = text.strip().lstrip("-")
+        raise argparse.ArgumentTypeError(f"{digits[:8]}... ({len(digits)} digits) is too large")
+    if not re.fullmatch(r"\s*-?[0-9]{1,400}\s*", text):
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer in digits 0-9")
     return int(text)
 
@@ -1263,8 +1265,9 @@ def _stopped(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aotune`` script."""
-    global _running_command, _interrupt_seen, _interrupt_signal
+    global _running_command, _interrupt_seen, _interrupt_signal, _given_arguments
     _interrupt_seen, _interrupt_signal = False, signal.SIGINT
+    _given_arguments = tuple(sys.argv[1:] if argv is None else argv)
     # also when started with SIGINT ignored (a background job): Ctrl-C must stop aotune. A
     # SIGTERM someone chose to ignore stays ignored. Called in-process with arguments (tests,
     # scripts), the caller's handlers are put back afterwards.
@@ -1424,21 +1427,47 @@ def _report_internal(e: BaseException) -> int:
 LONGEST_WORD_SHOWN = 300
 
 
+# the command line being run: a line break or tab inside a value given there (a path) is shown
+# escaped, as typed, not joined like the lines of an LLVM or OS message
+_given_arguments: tuple[str, ...] = ()
+_WHITESPACE_SHOWN = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\x0b", "\f": "\\x0c"}
+
+
+def _given_values_escaped(text: str) -> str:
+    """``text`` with each command-line value that holds a line break or tab (and each folder of
+    such a path) written with the break escaped."""
+    values: set[str] = set()
+    for token in _given_arguments:
+        value = token.partition("=")[2] if token.startswith("--") and "=" in token else token
+        for end in [i for i, c in enumerate(value) if c == "/"] + [len(value)]:
+            if any(c in _WHITESPACE_SHOWN for c in value[:end]):
+                values.add(value[:end])
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, "".join(_WHITESPACE_SHOWN.get(c, c) for c in value))
+    return text
+
+
+def _shown_character(c: str) -> str:
+    """``c`` as a message shows it: itself, or escaped where a terminal would act on it; a byte
+    of a non-UTF-8 file name (Python's surrogate escape) as that byte."""
+    if 0xDC80 <= ord(c) <= 0xDCFF:
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    if has_control_character(c):
+        return f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+    return c
+
+
 def _one_line(text: str) -> str:
     """A message on one line (LLVM and OS messages may carry newlines), each overlong word cut
     to its two ends and its length, control characters escaped."""
+    text = _given_values_escaped(text)
     line = " ".join(
         w if len(w) <= LONGEST_WORD_SHOWN else f"{w[:60]}...{w[-60:]} ({len(w)} characters)"
         for w in text.split()
     )
     # a control character left in a path (ESC, ...) or a bidirectional override is shown, not
     # sent to the terminal
-    return "".join(
-        (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
-        if has_control_character(c)
-        else c
-        for c in line
-    )
+    return "".join(_shown_character(c) for c in line)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,9 @@ def tiny_l1_spec(tmp_path_factory) -> Path:
         ),
         (["tune", "--top-k", "0"], ["--top-k must be in 1..1000", "got 0"]),
         (["tune", "--top-k", "1000000000"], ["--top-k must be in 1..1000"]),
-        (["tune", "--seed", "1" * 25], ["too large (at most 19 digits)"]),
+        # a long seed is named by its own range, not by a digit count it never had
+        (["tune", "--seed", "1" * 25], ["--seed must be in 0..4294967295"]),
+        (["tune", "--budget", "7" * 5000], ["77777777... (5000 digits) is too large"]),
         # all digits but longer than any size: too large, not misspelt, and not echoed whole
         (["tune", "matmul", "--shape", "9" * 40 + "x4x4"], ["M = 99999999... (40 digits) is too"]),
         (["tune", "matmul", "--shape", "-" + "9" * 40 + "x4x4"], ["must be a positive"]),

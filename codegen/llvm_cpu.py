@@ -53,6 +53,8 @@ PI8 = ir.IntType(8).as_pointer()
 # fp32 elements per prefetch: 64-byte lines (with longer lines the extra prefetches hit one line)
 LINE_FLOATS = 16
 F32_BYTES = 4
+# ln(FLT_MAX) rounded up to a float32: e^x's 2^n is then at most 2^128, whose bits are +inf
+EXP_OVERFLOW = 88.72283935546875
 
 
 def c64(v: int) -> ir.Constant:
@@ -354,7 +356,7 @@ class CpuKernelBuilder:
         act = self.s.activation
         if act == "relu":  # not maxnum, which drops a NaN as numpy's maximum does not
             return b.select(b.fcmp_ordered("<", val, const(0.0)), const(0.0), val)
-        if act == "sigmoid":  # 1 / (1 + e^-x): e^-x saturates at e^88, which gives ~0, as it should
+        if act == "sigmoid":  # 1 / (1 + e^-x): e^-x overflows to inf past x = -88.7, giving 0
             e = self.exp(b, b.fsub(const(0.0), val))
             return b.fdiv(const(1.0), b.fadd(const(1.0), e))
         if (
@@ -371,8 +373,9 @@ class CpuKernelBuilder:
         """e^x on a vector, inline: the activations' exp as a polynomial in the vector registers
         (llvm.exp would become one libm call per lane). x = n ln2 + r with |r| <= ln2/2, e^r by
         Cephes' degree-6 expf polynomial (about 1 ulp), times 2^n built in the exponent bits.
-        x is clamped to [-87, 88] so 2^n stays a normal float: the activations saturate long
-        before (e^88 = 1.7e38); NaN passes through the clamps."""
+        x is clamped to [-87, ln(FLT_MAX)], so 2^n is a normal float or, at n = 128, the bits of
+        +inf: e^x overflows as numpy's float32 exp does (a sigmoid below -88.7 is 0, not e^-88);
+        NaN passes through the clamps."""
         width = x.type.count
         fty, ity = x.type, ir.VectorType(I32, width)
 
@@ -380,7 +383,7 @@ class CpuKernelBuilder:
             return ir.Constant(fty, [v] * width)
 
         fma = self.vector_fn("fma", width, 3)
-        x = b.select(b.fcmp_ordered(">", x, const(88.0)), const(88.0), x)
+        x = b.select(b.fcmp_ordered(">", x, const(EXP_OVERFLOW)), const(EXP_OVERFLOW), x)
         x = b.select(b.fcmp_ordered("<", x, const(-87.0)), const(-87.0), x)
         n = b.call(self.vector_fn("rint", width, 1), [b.fmul(x, const(1.4426950408889634))])
         r = b.call(fma, [n, const(-0.693359375), x])  # ln2 in two parts: n * hi is exact

@@ -585,8 +585,9 @@ class Library:
                     "manifest was changed after the build; restore it or rebuild the library"
                 )
         self._dll = _dlopen_fresh(so_path, so_bytes)
-        # each load is a copy of its own with its own worker threads, and ctypes never unloads
-        # one: a dropped library stops them (a kernel keeps its library, so none is running)
+        # loads of these bytes share the copy and its workers, and ctypes never unloads it: a
+        # dropped library stops them (the runtime's lock lets a running call finish first), and
+        # the next call through another load starts them again
         names = Names(self.manifest.get("prefix", DEFAULT_PREFIX))
         try:
             self._api = {what: getattr(self._dll, names.api(what)) for what in API}

@@ -332,6 +332,7 @@ class _Importer:
         for node in self.graph.node:
             for name in node.input:
                 self.readers.setdefault(name, []).append(node)
+        self.producers = {name: node for node in self.graph.node for name in node.output if name}
         self.skipped: list[SkippedOp] = []
         self.consumed: set[int] = set()  # ids of nodes fused into an earlier kernel
 
@@ -380,6 +381,33 @@ class _Importer:
             if activation != "none":
                 fused.append(nxt)
         return Epilogue(bias, activation), fused
+
+    def unfused_reason(self, node: Any) -> str:
+        """Why an Add or an activation the build did not fuse was left out, for the report."""
+        after = [
+            (t, p)
+            for t in node.input
+            if (p := self.producers.get(t)) is not None
+            and (p.op_type in GENERATED_INPUTS or id(p) in self.consumed)
+        ]
+        if not after:
+            return "fused only right after a MatMul, Gemm or Conv (and its fused bias)"
+        tensor, kernel = after[0]
+        approximate = next((a.s for a in node.attribute if a.name == "approximate"), b"none")
+        if node.op_type == "Gelu" and approximate != b"tanh":
+            return (
+                "a Gelu of the exact (erf) form is not fused: the fused gelu is the tanh form "
+                "(approximate = 'tanh')"
+            )
+        if tensor in self.outputs or len({id(n) for n in self.readers.get(tensor, [])}) > 1:
+            what = "a model output" if tensor in self.outputs else "read by another node too"
+            return f"not fused: its input {tensor!r} is {what}, so the kernel writes it as it is"
+        if node.op_type == "Add":
+            return (
+                f"an Add after {self.label(kernel)} is fused only as its bias: a float32 constant "
+                "with one value per output column (and no bias fused before it)"
+            )
+        return f"not fused: {self.label(kernel)} before it is generated without an epilogue"
 
     def shape(self, name: str) -> tuple[int, ...] | None:
         return self.shapes.get(name)
@@ -578,7 +606,7 @@ class _Importer:
             if op not in ("MatMul", "Gemm", "Conv"):
                 self.skip(
                     node,
-                    "fused only right after a MatMul, Gemm or Conv (and its fused bias)"
+                    self.unfused_reason(node)
                     if op in ("Relu", "Sigmoid", "Gelu", "Add")
                     else "not an op aotune generates",
                 )

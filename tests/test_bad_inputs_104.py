@@ -32,3 +32,42 @@ def test_a_line_break_in_an_llvm_or_os_message_is_still_joined():
 
     cli._given_arguments = ("--target", "x.toml")
     assert cli._one_line("line one\nline two") == "line one line two"
+
+
+def _reasons(tmp_path, nodes, outputs=("y",)):
+    """The build's reason for each ONNX node it skips, by node name: a model of ``nodes`` over a
+    4 x 4 input x and a 4 x 4 constant w."""
+    import numpy as np
+    import onnx
+    from aotune.artifact.onnx_import import read_onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 4]) for n in outputs],
+        [numpy_helper.from_array(np.eye(4, dtype=np.float32), "w")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    return {s.node: s.reason for s in read_onnx(path, {}).skipped}
+
+
+def test_an_activation_right_after_a_matmul_says_why_it_was_not_fused(tmp_path):
+    """An erf Gelu, a Relu over a model output and an Add of the output to itself, each right
+    after a MatMul, were all 'fused only right after a MatMul, Gemm or Conv'."""
+    from onnx import helper
+
+    mm = helper.make_node("MatMul", ["x", "w"], ["t"], name="mm")
+    gelu = helper.make_node("Gelu", ["t"], ["y"], name="act")
+    assert "exact (erf) form" in _reasons(tmp_path, [mm, gelu])["act"]
+    relu = helper.make_node("Relu", ["t"], ["y"], name="act")
+    said = _reasons(tmp_path, [mm, relu], outputs=("t", "y"))["act"]
+    assert "its input 't' is a model output" in said
+    twice = helper.make_node("Add", ["t", "t"], ["y"], name="add")
+    assert "fused only as its bias" in _reasons(tmp_path, [mm, twice])["add"]
+    # an activation after anything else keeps the general reason
+    alone = helper.make_node("Relu", ["x"], ["r"], name="act")
+    said = _reasons(tmp_path, [alone, mm, helper.make_node("Add", ["t", "r"], ["y"])])["act"]
+    assert "fused only right after a MatMul" in said

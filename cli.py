@@ -39,6 +39,7 @@ from aotune.files import (
     file_identity,
     has_control_character,
     json_text,
+    non_utf8_byte,
     printable,
     refuse_outputs_over_inputs,
     write_new_file,
@@ -1450,8 +1451,8 @@ def _given_values_escaped(text: str) -> str:
 def _shown_character(c: str) -> str:
     """``c`` as a message shows it: itself, or escaped where a terminal would act on it; a byte
     of a non-UTF-8 file name (Python's surrogate escape) as that byte."""
-    if 0xDC80 <= ord(c) <= 0xDCFF:
-        return f"\\x{ord(c) - 0xDC00:02x}"
+    if byte := non_utf8_byte(c):
+        return byte
     if has_control_character(c):
         return f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
     return c

@@ -291,10 +291,17 @@ def first_control_character(text: str, allowed: str = "") -> str:
     return ""
 
 
+def non_utf8_byte(c: str) -> str | None:
+    """``\\xNN`` where ``c`` stands for byte NN of a file name that is not UTF-8 (Python's
+    surrogate escape, as ``os.fsdecode`` gives it); None for any other character."""
+    return f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else None
+
+
 def printable(text: str) -> str:
     """``text`` with each character a terminal would act on or that would not show (escapes,
-    bidirectional overrides, zero-width marks) as '?'."""
-    return "".join(c if c.isprintable() else "?" for c in text)
+    bidirectional overrides, zero-width marks) as '?', and a non-UTF-8 file name's bytes as
+    ``\\xNN``, as error lines show them."""
+    return "".join(non_utf8_byte(c) or (c if c.isprintable() else "?") for c in text)
 
 
 def file_identity(path: str | Path) -> object:

@@ -71,3 +71,20 @@ def test_an_activation_right_after_a_matmul_says_why_it_was_not_fused(tmp_path):
     alone = helper.make_node("Relu", ["x"], ["r"], name="act")
     said = _reasons(tmp_path, [alone, mm, helper.make_node("Add", ["t", "r"], ["y"])])["act"]
     assert "fused only right after a MatMul" in said
+
+
+def test_a_non_utf8_path_reads_the_same_in_a_table_as_in_an_error(tmp_path, capsys):
+    """`db list` showed a database in folder b'd\\xffx' as 'd?x', where errors showed it as
+    'd\\udcffx': two names for one folder, neither the bytes. Both say 'd\\xffx' now."""
+    import os
+
+    folder = os.fsdecode(os.fsencode(str(tmp_path)) + b"/d\xffx")
+    os.mkdir(folder)
+    db = f"{folder}/t.db"
+    argv = ["tune", "matmul", "--shape", "8x8x8", "--target", "haswell", "--budget", "20"]
+    assert main([*argv, "--no-verify", "--db", db]) == 0
+    capsys.readouterr()
+    assert main(["db", "list", "--db", db]) == 0
+    assert "d\\xffx/t.db: 1 record" in capsys.readouterr().out
+    assert main(["db", "list", "--db", f"{folder}/none.db"]) == 2
+    assert "d\\xffx/none.db" in capsys.readouterr().err

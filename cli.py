@@ -1131,6 +1131,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         for k in ("dims", "stride", "pad", "dilation", "groups", "layout")
         if getattr(args, k) is not None
     ] + (["--bias"] if args.bias else [])
+    given += [f"--activation {args.activation}"] if args.activation != "none" else []
     if args.op is not None or args.spec is not None or given:
         raise ConfigError(
             "--measured FILE scores the kernel the file measured; leave out the workload "

@@ -394,7 +394,8 @@ class GpuTarget:
             return [
                 f"registers/thread: ptxas gives a thread {r.registers} registers and the spec "
                 f"allows {lim.max_registers_per_thread} (limits.max_registers_per_thread): "
-                "it cannot launch on this GPU; use a smaller thread tile (vm, vn), or check "
+                "it cannot launch on this GPU; use a smaller thread tile (bm/tx x bn/ty: a "
+                "smaller bm or bn, or more threads tx or ty), or check "
                 "the spec"
             ]
         if not r.spill_bytes:
@@ -410,7 +411,13 @@ class GpuTarget:
         return [
             f"registers/thread: ptxas spills {r.spill_store_bytes} B and reloads "
             f"{r.spill_load_bytes} B per thread at {r.registers} registers, {why}; use a "
-            "smaller thread tile (vm, vn)" + (" or fewer threads per block" if by_block else "")
+            + (
+                "smaller thread tile (bm/tx x bn/ty) with a smaller bm or bn, or fewer threads "
+                "per block"
+                if by_block
+                else "smaller thread tile (bm/tx x bn/ty: a smaller bm or bn, or more threads tx "
+                "or ty)"
+            )
         ]
 
 

@@ -100,8 +100,22 @@ def _loads(text: str, path: Path) -> Any:
     """``json.loads``, with JSON nested too deeply for the parser, or a number too long for it,
     as a MeasurementFileError (a JSONDecodeError is left to the caller, which may mend a file cut
     off while tuning)."""
+
+    def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        # json keeps the last of a repeated key silently: a config timed twice, or a header
+        # field given twice, would change the scores without a word
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise MeasurementFileError(
+                    f"{path}: {printable(key)[:120]!r} is given twice in one JSON object (a config "
+                    "or field repeated; which one counts is not known): keep one and rerun"
+                )
+            seen[key] = value
+        return seen
+
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError:
         raise
     except RecursionError:

@@ -264,6 +264,18 @@ def target_for_device(device_name: str, kind: str, path: str) -> str:
     )
 
 
+def _cannot_launch_reason(hw: Any, features: Any) -> str:
+    """Why a compiled GPU kernel cannot launch on ``hw``: its registers past the spec's limit, or
+    one block past what an SM of the spec holds."""
+    registers = getattr(features, "registers", 0)
+    if registers > hw.limits.max_registers_per_thread:
+        return (
+            f"ptxas gives a thread {registers} registers and the spec allows "
+            f"{hw.limits.max_registers_per_thread} (limits.max_registers_per_thread)"
+        )
+    return "one block needs more registers or shared memory than an SM of the spec has"
+
+
 def _tier2(target: Any, schedules: list[Any], log: Log) -> list[tuple[Any, str | None]]:
     """(features, None) or (None, why) per schedule: compiled on the target's compile slots, read
     in batches (one disassembler run each where the target can)."""
@@ -366,6 +378,12 @@ def measured_accuracy(
             f"{path}: every configuration has the same time ({times.pop():g} ms), so there is "
             "no ranking to score the model against; give the file of a real tuning run"
         )
+    if warn and len(configs) < 2 * max(TOP_K):  # the model's top 10 of 10 hold the best by force
+        warn(
+            f"the file's configurations are {len(configs)} distinct kernels: the top-"
+            f"{max(TOP_K)} score is near 1 by force below {2 * max(TOP_K)} (the host's --sample "
+            "needs that many); read it, and the correlations, with that in mind"
+        )
     foreign = cache.device_name != UNKNOWN_DEVICE and not device_looks_like(cache.device_name, hw)
     if warn and foreign:  # once the file is known to be scored
         warn(
@@ -441,11 +459,23 @@ def measured_accuracy(
             "the scores need at least one"
         )
     predicted = target.predict([schedules[i] for i, _ in ok], [f for _, f in ok])
-    preds = {i: p for (i, _), p in zip(ok, predicted)}
+    # a kernel the spec says cannot launch, though the file's GPU ran its config: the spec's
+    # limits are not that GPU's; it is reported with those tier 2 could not compile
+    cannot = {i: _cannot_launch_reason(hw, f) for (i, f), p in zip(ok, predicted)
+              if not math.isfinite(p.seconds)}  # fmt: skip
+    if len(cannot) == len(ok):
+        raise ConfigError(
+            f"none of the {len(ok)} kernels tier 2 compiled can launch on {hw.name} as its spec "
+            f"describes it (the first: {next(iter(cannot.values()))}), yet the file's GPU ran "
+            "their configs: the spec's [limits] are not that GPU's; fix them, or give the "
+            "built-in spec of the file's GPU"
+        )
+    preds = {i: p for (i, _), p in zip(ok, predicted) if i not in cannot}
+    ok = [(i, f) for i, f in ok if i not in cannot]
     usable = {i: target.usable(f) for i, f in ok}
     failed2 = tuple(
         (space.describe_config(configs[i]), why) for i, (f, why) in zip(todo, feats) if f is None
-    )
+    ) + tuple((space.describe_config(configs[i]), why) for i, why in cannot.items())
     kernels = tuple(
         ScoredKernel(
             cfg,

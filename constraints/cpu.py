@@ -265,11 +265,13 @@ def footprint_expr(info: AccessInfo, tensors: tuple[str, ...], tile_vars: dict[s
     return Sum(tuple(terms)) if len(terms) > 1 else terms[0]
 
 
-def _group_label(group: tuple[str, ...]) -> str:
+def _group_label(group: tuple[str, ...], role: str) -> str:
+    """The loops a role (the GEMM's m, n or k) stands for; a role with none (every index of it of
+    extent 1) by its GEMM name."""
     return (
         "(" + ", ".join(group) + ")"
         if len(group) > 1
-        else (group[0] if group else "nothing: extent 1")
+        else (group[0] if group else f"{role} (extent 1)")
     )
 
 
@@ -318,21 +320,25 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
     n_cap = min(_round_up(N, vw) + (nr_vec_max - 1) * vw, MAX_BLOCK)
     variables = (
         DecisionVar(
-            "mr", tuple(range(1, mr_max + 1)), f"register tile rows (along {_group_label(r.m)})"
+            "mr",
+            tuple(range(1, mr_max + 1)),
+            f"register tile rows (along {_group_label(r.m, 'm')})",
         ),
         DecisionVar(
             "nr",
             tuple(vw * i for i in range(1, nr_vec_max + 1)),
-            f"register tile columns (along {_group_label(r.n)}), a multiple of {vw} lanes",
+            f"register tile columns (along {_group_label(r.n, 'n')}), a multiple of {vw} lanes",
         ),
-        DecisionVar("kc", tuple(kcs), f"L1 block of the reduction {_group_label(r.k)}"),
+        DecisionVar("kc", tuple(kcs), f"L1 block of the reduction {_group_label(r.k, 'k')}"),
         DecisionVar(
-            "mc", tuple(range(1, m_cap + 1)), f"L2 block of {_group_label(r.m)}, a multiple of mr"
+            "mc",
+            tuple(range(1, m_cap + 1)),
+            f"L2 block of {_group_label(r.m, 'm')}, a multiple of mr",
         ),
         DecisionVar(
             "nc",
             tuple(range(vw, n_cap + 1, vw)),
-            f"L3 block of {_group_label(r.n)}, a multiple of nr",
+            f"L3 block of {_group_label(r.n, 'n')}, a multiple of nr",
         ),
         DecisionVar(
             "order", tuple(range(len(ORDERS))), "cache-block loop order, outer to inner", ORDERS
@@ -340,7 +346,7 @@ def build_cpu_space(w: Workload, hw: HwSpec, info: AccessInfo | None = None) -> 
         DecisionVar("pack_a", (0, 1), f"copy {r.a} blocks into contiguous mr-row panels"),
         DecisionVar("pack_b", (0, 1), f"copy {r.b} blocks into contiguous nr-column panels"),
         DecisionVar(
-            "unroll", UNROLLS, f"unroll factor of the micro-kernel's {_group_label(r.k)} loop"
+            "unroll", UNROLLS, f"unroll factor of the micro-kernel's {_group_label(r.k, 'k')} loop"
         ),
         DecisionVar("par", tuple(range(len(PAR_LOOPS))), "loop split over the cores", PAR_LOOPS),
         DecisionVar("threads", tuple(range(1, hw.core.cores + 1)), "threads (one per core)"),

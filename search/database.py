@@ -506,9 +506,7 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
         bottleneck=bottleneck,
         breakdown={k: float(v) for k, v in breakdown.items()},
         # bounds far beyond any kernel call, so that ms and GFLOP/s shown stay finite
-        measured_seconds=_number(
-            c, "measured_seconds", where, MEASURED_SECONDS_MAX, _MEASURED, optional=True
-        ),
+        measured_seconds=_time_measured(c, where),
         gflops=_number(c, "gflops", where, GFLOPS_MAX, _GFLOPS, optional=True),
         correct=correct,
         max_abs_error=_number(
@@ -522,8 +520,16 @@ def _candidate(c: Any, where: str) -> CandidateRecord:
 
 MEASURED_SECONDS_MAX = 1e6  # 11.6 days for one call
 GFLOPS_MAX = 1e9  # an exaflop per second
-_MEASURED = f"give a finite number of seconds from 0 to {MEASURED_SECONDS_MAX:g}"
+_MEASURED = f"give a finite number of seconds above 0, at most {MEASURED_SECONDS_MAX:g}"
 _GFLOPS = f"give a finite number from 0 to {GFLOPS_MAX:g}"
+
+
+def _time_measured(c: dict[str, Any], where: str) -> float | None:
+    """A measured time, or None: more than 0 seconds (a timer reads no call as taking none)."""
+    seconds = _number(c, "measured_seconds", where, MEASURED_SECONDS_MAX, _MEASURED, optional=True)
+    if seconds == 0:
+        raise _field_error(where + "measured_seconds", seconds, _MEASURED)
+    return seconds
 
 
 def _seconds_taken(c: dict[str, Any], name: str, where: str) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from aotune.cli import main
 
@@ -88,3 +90,81 @@ def test_a_non_utf8_path_reads_the_same_in_a_table_as_in_an_error(tmp_path, caps
     assert "d\\xffx/t.db: 1 record" in capsys.readouterr().out
     assert main(["db", "list", "--db", f"{folder}/none.db"]) == 2
     assert "d\\xffx/none.db" in capsys.readouterr().err
+
+
+# ---- found by the stop-104 CLI probe --------------------------------------------------------
+
+
+def _kt_file(tmp_path, text):
+    path = tmp_path / "kt.json"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_spec_on_which_no_measured_kernel_launches_is_an_error(tmp_path, capsys):
+    """A T4 spec allowing 16 registers a thread: every kernel predicted infinite, scored
+    Spearman 0.000, top-10 1.000, median error inf, exit 0 (and numpy's RuntimeWarning)."""
+    from aotune.hwspecs.spec import SPEC_DIR
+
+    from .test_measured import CONFIGS, kernel_tuner_text
+
+    spec = (SPEC_DIR / "t4.toml").read_text()
+    spec = re.sub(r"max_registers_per_thread = \d+", "max_registers_per_thread = 16", spec)
+    (tmp_path / "g.toml").write_text(spec)
+    path = _kt_file(tmp_path, kernel_tuner_text(CONFIGS))
+    argv = ["accuracy", "--measured", path, "--target", str(tmp_path / "g.toml")]
+    assert main([*argv, "--sample", "10", "--candidates", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "can launch on" in err and "limits.max_registers_per_thread" in err
+    assert "RuntimeWarning" not in err
+
+
+def test_a_config_given_twice_in_a_kernel_tuner_file_is_named(tmp_path, capsys):
+    """JSON keeps the last of a repeated key: a config repeated at 11.6 ms moved top-1 from
+    0.995 to 0.771 with no word."""
+    from .test_measured import CONFIGS, kernel_tuner_text
+
+    text = kernel_tuner_text(CONFIGS)
+    first = text.index("\n", text.index('"cache": {'))
+    entry = text[first + 1 : text.index("\n", first + 1)]
+    path = _kt_file(tmp_path, text.replace(entry, entry + "\n" + entry, 1))
+    assert main(["accuracy", "--measured", path, "--target", "t4"]) == 2
+    assert "is given twice in one JSON object" in capsys.readouterr().err
+
+
+def test_activation_is_refused_beside_measured_as_the_other_workload_flags_are(capsys):
+    assert main(["accuracy", "--measured", "x.json", "--activation", "relu"]) == 2
+    assert "leave out the workload (--activation relu)" in capsys.readouterr().err
+
+
+def test_a_small_kernel_tuner_file_warns_that_top_10_is_near_1_by_force(tmp_path, capsys):
+    """Of 10 distinct kernels, the model's top 10 hold the best by force: top-10 1.000 with no
+    word, where the host form asks for 20 samples."""
+    from .test_measured import CONFIGS, kernel_tuner_text
+
+    path = _kt_file(tmp_path, kernel_tuner_text(CONFIGS))
+    argv = ["accuracy", "--measured", path, "--target", "t4", "--sample", "10"]
+    assert main([*argv, "--candidates", "10"]) == 0
+    assert "top-10 score is near 1 by force below 20" in capsys.readouterr().err
+
+
+def test_the_spill_advice_names_the_decisions_that_size_a_thread_tile(capsys):
+    """A thread of a 256 x 256 block over 16 x 16 threads owns 16 x 16 outputs; the advice was
+    a smaller vm, vn, already 1."""
+    cfg = (
+        "bm=256,bn=256,bk=16,tx=16,ty=16,vm=1,vn=1,strm=0,strn=0,sa=0,sb=0,la=1,lb=1,va=1,vb=1,"
+        "unroll=4,pad_a=0,pad_b=0,ahead=1"
+    )
+    argv = ["validate", "matmul", "--shape", "256x256x256", "--target", "rtx-2080-ti"]
+    assert main([*argv, "--config", cfg]) == 1
+    out = capsys.readouterr().out
+    assert "(bm/tx x bn/ty: a smaller bm or bn, or more threads tx or ty)" in out
+    assert "(vm, vn)" not in out
+
+
+def test_space_names_a_role_whose_loops_all_have_extent_1(capsys):
+    """'register tile rows (along nothing: extent 1)', 'the micro-kernel's nothing: extent 1
+    loop' for a 1 x 1 x 1 matmul."""
+    assert main(["space", "matmul", "--shape", "1x1x1", "--target", "haswell"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing" not in out and "the micro-kernel's k (extent 1) loop" in out

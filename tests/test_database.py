@@ -519,6 +519,7 @@ BAD_FIELDS = [
     ("candidates[0].correct", "yes"),
     ("candidates[0].measured_seconds", -1.0),
     ("candidates[0].measured_seconds", 1e308),  # shown in ms: inf
+    ("candidates[0].measured_seconds", 0.0),  # 'measured 0.000 ms (correct)' until stop 104
     ("candidates[0].gflops", 1e308),
     ("candidates[0].bottleneck", None),
     # imported and shown, or reused by tune --no-verify as the pick's bottleneck

@@ -58,7 +58,7 @@ class GpuLimitsSpec:
     max_warps_per_sm: int = _num(1, 256)
     registers_per_sm: int = _num(1024, 1 << 20)  # 32-bit registers
     max_registers_per_block: int = _num(1024, 1 << 20)
-    max_registers_per_thread: int = _num(16, 1024)
+    max_registers_per_thread: int = _num(16, 255)  # 255 on every GPU since sm_35 (CUDA guide)
     register_alloc_unit: int = _num(1, 4096)  # registers per warp are allocated in these steps
     max_grid_x: int = _num(1, 1 << 40)
     max_grid_yz: int = _num(1, 1 << 40)

@@ -168,3 +168,14 @@ def test_space_names_a_role_whose_loops_all_have_extent_1(capsys):
     assert main(["space", "matmul", "--shape", "1x1x1", "--target", "haswell"]) == 0
     out = capsys.readouterr().out
     assert "nothing" not in out and "the micro-kernel's k (extent 1) loop" in out
+
+
+def test_a_gpu_spec_past_255_registers_a_thread_is_refused(tmp_path, capsys):
+    """Every NVIDIA GPU since sm_35 caps a thread at 255 registers; a spec of 300 was taken."""
+    from aotune.hwspecs.spec import SPEC_DIR
+
+    spec = (SPEC_DIR / "t4.toml").read_text()
+    spec = re.sub(r"max_registers_per_thread = \d+", "max_registers_per_thread = 300", spec)
+    (tmp_path / "g.toml").write_text(spec)
+    assert main(["hw", "show", str(tmp_path / "g.toml")]) == 2
+    assert "max_registers_per_thread" in capsys.readouterr().err

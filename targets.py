@@ -390,12 +390,11 @@ class GpuTarget:
 
         r, threads = kernel.report, kernel.schedule.threads
         lim = self.hw.limits
-        if r.registers > lim.max_registers_per_thread:  # below ptxas's own floor (24 on sm_90)
+        over = registers_past_limit(r.registers, self.hw)  # below ptxas's floor (24 on sm_90)
+        if over:
             return [
-                f"registers/thread: ptxas gives a thread {r.registers} registers and the spec "
-                f"allows {lim.max_registers_per_thread} (limits.max_registers_per_thread): "
-                "it cannot launch on this GPU; use a smaller thread tile (bm/tx x bn/ty: a "
-                "smaller bm or bn, or more threads tx or ty), or check "
+                f"registers/thread: {over}: it cannot launch on this GPU; use a smaller thread "
+                "tile (bm/tx x bn/ty: a smaller bm or bn, or more threads tx or ty), or check "
                 "the spec"
             ]
         if not r.spill_bytes:
@@ -419,6 +418,18 @@ class GpuTarget:
                 "or ty)"
             )
         ]
+
+
+def registers_past_limit(registers: int, hw: Any) -> str | None:
+    """What is wrong where ptxas gives a thread more registers than GPU spec ``hw`` allows; None
+    where it does not."""
+    limit = hw.limits.max_registers_per_thread
+    if registers <= limit:
+        return None
+    return (
+        f"ptxas gives a thread {registers} registers and the spec allows {limit} "
+        "(limits.max_registers_per_thread)"
+    )
 
 
 TARGET_KINDS: dict[str, type] = {"cpu": CpuTarget, "gpu": GpuTarget}

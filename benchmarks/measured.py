@@ -39,7 +39,7 @@ from aotune.constraints.xgemm import check_xgemm_parameters, xgemm_to_config, xg
 from aotune.errors import CodegenError, ConfigError, MeasurementFileError, WorkloadError
 from aotune.files import write_new_file
 from aotune.hwspecs.spec import builtin_names, load_target
-from aotune.targets import target_for
+from aotune.targets import registers_past_limit, target_for
 
 # Kernels predicted by tier 2 for the correlations: with 1,000, ten seeds moved Spearman by at
 # most 0.010, Kendall by 0.018 and the median error by 0.019 on either file (600: Kendall 0.031);
@@ -267,13 +267,9 @@ def target_for_device(device_name: str, kind: str, path: str) -> str:
 def _cannot_launch_reason(hw: Any, features: Any) -> str:
     """Why a compiled GPU kernel cannot launch on ``hw``: its registers past the spec's limit, or
     one block past what an SM of the spec holds."""
-    registers = getattr(features, "registers", 0)
-    if registers > hw.limits.max_registers_per_thread:
-        return (
-            f"ptxas gives a thread {registers} registers and the spec allows "
-            f"{hw.limits.max_registers_per_thread} (limits.max_registers_per_thread)"
-        )
-    return "one block needs more registers or shared memory than an SM of the spec has"
+    return registers_past_limit(features.registers, hw) or (
+        "one block needs more registers or shared memory than an SM of the spec has"
+    )
 
 
 def _tier2(target: Any, schedules: list[Any], log: Log) -> list[tuple[Any, str | None]]:

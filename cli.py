@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("name")
     show.add_argument("--json", action="store_true")
     cal = hw_sub.add_parser(
-        "calibrate", help="measure this machine once (~1 minute) and write its spec file"
+        "calibrate", help="measure this machine once (about 2 minutes) and write its spec file"
     )
     cal.add_argument(
         "-o", "--output", metavar="FILE", help="write the spec to FILE (without it: print it)"
@@ -967,6 +967,11 @@ def cmd_hw_calibrate(args: argparse.Namespace) -> int:
         cal.check_output(args.output, args.force)
     cal.check_can_calibrate()
     err = _console(stderr=True)
+    if not err.is_terminal:  # no progress bar to show: say once what the wait is for
+        sys.stderr.write(
+            f"hw calibrate: measuring this machine, {args.repeat} run(s) of "
+            f"{len(cal.PROBES) + 1} probes (about 2 minutes each); keep it otherwise idle\n"
+        )
     with Progress(
         TextColumn("{task.description:<22}"),
         BarColumn(),

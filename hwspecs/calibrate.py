@@ -373,7 +373,7 @@ def check_can_calibrate() -> tuple[HwSpec, HwSpec]:
 def calibrate(
     progress: Progress | None = None, effort: Effort = Effort(), seed: int = 0
 ) -> Calibration:
-    """Measure this machine (about a minute) and return its spec with every value's origin."""
+    """Measure this machine (about 2 minutes) and return its spec with every value's origin."""
     from aotune.hwspecs.host import sysfs_caches
 
     started = time.perf_counter()

@@ -1080,8 +1080,7 @@ def probe_cache_latency(s: Session) -> dict[str, Finding]:
             how += f"; {beyond:.1f} at {MEMORY_CHASE_FACTOR}x its size (memory)"
         out[path] = s.checked(path, round(best), max(1.0, previous + 0.5), 2000, how)
         previous = float(out[path].value)
-    paths = [f"caches.L{c.level}.latency_cycles" for c in s.host.caches]
-    out, notes = latencies_in_order(out, paths, s.assumed)
+    out, notes = latencies_in_order(out, list(out), s.assumed)  # out holds the levels in order
     s.notes.extend(notes)
     return out
 
@@ -1092,8 +1091,8 @@ def latencies_in_order(
     """``found`` with each level's latency (``paths``, inner to outer) below the next level's: a
     level read no faster than the one beyond it was read while other tenants held it (a slice read
     L2 at 101 cycles where L3's was assumed at 72), so it takes the ``assumed`` (closest built-in)
-    value, and so does the level beyond where even that is not below it. A spec out of order is
-    refused, and the calibration with it, after minutes of probes. With the notes that say so."""
+    value, and so does the level beyond where even that is not below it (a spec out of order is
+    refused, and the minutes of probes with it). Also returns a note for each level taken so."""
     out, notes = dict(found), []
     for inner, outer in reversed(list(zip(paths, paths[1:]))):
         read, beyond = out[inner].value, out[outer].value

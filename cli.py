@@ -1337,11 +1337,25 @@ def _run(argv: Sequence[str] | None) -> int:
         args.hw_command = "list"
     try:
         _check_places_to_work()
+        _warn_shadowed_target(args, argv)
         return COMMANDS[args.command](args)
     except Exception:
         if _interrupt_seen:
             raise KeyboardInterrupt from None
         return report_error()
+
+
+def _warn_shadowed_target(args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """One warning line where a target the user named is also a file here that the name
+    shadows (not for the default ``host``, which they did not type)."""
+    from aotune.hwspecs.spec import shadowed_file_note
+
+    typed = any(a == "--target" or a.startswith("--target=") for a in argv)
+    named = args.name if args.command == "hw" and args.hw_command == "show" else None
+    for name in (getattr(args, "target", None) if typed else None, named):
+        note = shadowed_file_note(name) if isinstance(name, str) else None
+        if note:
+            sys.stderr.write(f"warning: {note}\n")
 
 
 def _check_places_to_work() -> None:

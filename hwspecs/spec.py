@@ -780,6 +780,19 @@ def _user_spec_file(path: str) -> Any:
     return mark_builtin_copy(spec, builtin)
 
 
+def shadowed_file_note(name: str) -> str | None:
+    """A warning when ``name`` is both a target name (``host`` or a built-in) and a file here:
+    the name wins, and the user may have meant the file."""
+    if name != "host" and name not in builtin_names():
+        return None
+    if not os.path.isfile(name):
+        return None
+    return (
+        f"target {name} is the built-in name, not the file {name} in this folder; give ./{name} "
+        "to use the file"
+    )
+
+
 def load_target(name: str) -> Any:
     """A target by name (``host``, a built-in name) or by path to a ``.toml`` file: an ``HwSpec``
     for a CPU, a ``GpuSpec`` for a GPU."""

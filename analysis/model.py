@@ -447,7 +447,9 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     (``memory.far_prefetch_stride_bytes``, measured on lines from the last level), a visit of
     several lines to a row waited for its first line only on Zen 5 (A from DRAM ran as fast as A
     in the caches from two lines a visit on: README, stop 77); Zen 4, with no such stride
-    measured, paid for every line."""
+    measured, paid for every line. The sweeps that L2 does not keep (``_l2_sweeps``) wait for L3
+    the same way, at its latency (Emerald Rapids, 8 x 16 tiles, mc 48, A 16 KiB a row: nc 32
+    against 512, 3.0 M more lines from L3, ran 9.1 ms slower, 5.9 predicted; README, stop 106)."""
     line = hw.cache(1).line_bytes
     plain = s.a_gather is None and s.a_sk == 1 and not s.a_shared
     if s.pack_a or not plain or s.a_sm * 4 < hw.memory.page_bytes or _a_rows_stream(s, share):
@@ -457,7 +459,13 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     waiting = 1.0
     if _calls_step_down_rows(s) and s.mr * s.a_sm * 4 <= hw.memory.far_prefetch_stride_bytes:
         waiting = min(1.0, line / (s.kc * 4))  # the rest of the visit comes ahead of it
-    return a_bytes * own / line * waiting * hw.memory.latency_cycles / hw.memory.misses_in_flight
+    misses = waiting / line / hw.memory.misses_in_flight  # per byte
+    cycles = a_bytes * own * misses * hw.memory.latency_cycles
+    if len(hw.caches) >= 3:
+        # the sweeps L2 does not keep come from L3: the same demand misses at its latency
+        from_l3 = share.m_share * s.K * 4 * _l2_sweeps(s, hw, share)[0] - a_bytes * own
+        cycles += max(0.0, from_l3) * misses * hw.cache(3).latency_cycles
+    return cycles
 
 
 def _a_rows_stream(s: CpuSchedule, share: ThreadShare) -> bool:
@@ -577,14 +585,32 @@ def _reuse_bytes(s: CpuSchedule, share: ThreadShare) -> tuple[float, float]:
     return a_reuse, (s.kc * s.nc + s.mc * s.kc) * isz + c_block
 
 
-def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[int, int]:
+def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float, int]:
     """(times A, times B) of the thread's share come into its L2 from L3: again per n block (A,
     unless m is outermost) and per m block (B), unless the thread's data touched between two
-    uses fits its L2 (a 4 KiB B of a 2048 x 16 x 64 matmul stays there over all 2048 m blocks)."""
+    uses fits its L2 (a 4 KiB B of a 2048 x 16 x 64 matmul stays there over all 2048 m blocks).
+    A comes again for each of the nr-column tiles that sweep its block (jr) where the block's
+    lines overflow their L2 sets (``_a_block_l2_set_overflow``)."""
     l2 = hw.usable_bytes_per_core(2)
     a_reuse, b_reuse = _reuse_bytes(s, share)
-    a_sweeps = 1 if a_reuse <= l2 else -(-share.n_share // s.nc)
+    a_sweeps: float = 1 if a_reuse <= l2 else -(-share.n_share // s.nc)
+    uses = -(-share.n_share // s.nr)  # calls that read each element of A
+    a_sweeps += (uses - a_sweeps) * _a_block_l2_set_overflow(s, hw, share)
     return a_sweeps, -(-share.m_share // s.mc) if b_reuse > l2 else 1
+
+
+def _a_block_l2_set_overflow(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Share of the lines of an A block read in place (mc rows x kc) that lie in L2 sets holding
+    more of them than the set's ways: swept again by each nr-column tile in the same order, such a
+    set keeps none of them (LRU). Rows a power of two apart crowd few sets (16 KiB apart, 8 of
+    every 2048 on Emerald Rapids). 0 for a packed or gathered A, or a spec without L3."""
+    if s.pack_a or s.a_gather is not None or s.a_sk != 1 or s.a_shared or len(hw.caches) < 3:
+        return 0.0
+    l2, isz = hw.cache(2), 4
+    rows = min(s.mc, share.m_share)
+    per_set = np.array(_lines_per_set(s.a_sm * isz, rows, s.kc * isz, l2.line_bytes, _sets(l2)))
+    over = per_set > l2.conflict_slack * l2.associativity
+    return float(per_set[over].sum() / per_set.sum()) if per_set.size else 0.0
 
 
 def dram_bytes_of(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:

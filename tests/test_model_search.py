@@ -150,10 +150,11 @@ def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in
     from aotune.analysis.model import ThreadShare, a_demand_miss_cycles, dram_bytes_by_tensor
 
     hw = load_target("znver4")
-    in_place = "mr=5,nr=48,kc=8,mc=440,nc=96,order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=2"
+    # one nr-wide column tile: each element of A is read by one call (none from L3 again)
+    in_place = "mr=5,nr=48,kc=8,mc=440,nc=48,order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=2"
 
     def sched(M: int, K: int, cfg: str):
-        space = build_cpu_space(matmul(M, 64, K), hw)
+        space = build_cpu_space(matmul(M, 48, K), hw)
         return schedule_from_config(space, space.parse_config(cfg))
 
     s = sched(4096, 1024, in_place)
@@ -178,8 +179,12 @@ def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in
     assert a_demand_miss_cycles(near, hw, ThreadShare.of(near)) == 0.0
     one_tile = sched(4096, 1024, in_place.replace("mc=440", "mc=5"))  # rows walked along k
     assert a_demand_miss_cycles(one_tile, hw, ThreadShare.of(one_tile)) == 0.0
-    cached = sched(512, 1024, in_place)  # A of 2 MiB stays in the L3 between calls
-    assert a_demand_miss_cycles(cached, hw, ThreadShare.of(cached)) == 0.0
+    # A of 2 MiB stays in the L3 between calls, not in L2: its lines wait for L3 instead
+    cached = sched(512, 1024, in_place)
+    assert dram_bytes_by_tensor(cached, hw, ThreadShare.of(cached))[0] == 0.0
+    own = ThreadShare.of(cached).m_share * 1024 * 4 / 64
+    from_l3 = own * hw.cache(3).latency_cycles / hw.memory.misses_in_flight
+    assert a_demand_miss_cycles(cached, hw, ThreadShare.of(cached)) == pytest.approx(from_l3)
 
 
 def test_a_row_visit_of_several_lines_waits_for_its_first_where_prefetchers_follow_the_rows():
@@ -192,8 +197,8 @@ def test_a_row_visit_of_several_lines_waits_for_its_first_where_prefetchers_foll
     def wait(target: str, mr: int, kc: int) -> float:
         hw = load_target(target)
         mc = 440 // mr * mr
-        cfg = f"mr={mr},nr=48,kc={kc},mc={mc},nc=96,order=nkm,pack_a=0,pack_b=1,unroll=8,par=m"
-        space = build_cpu_space(matmul(4096, 64, 1024), hw)
+        cfg = f"mr={mr},nr=48,kc={kc},mc={mc},nc=48,order=nkm,pack_a=0,pack_b=1,unroll=8,par=m"
+        space = build_cpu_space(matmul(4096, 48, 1024), hw)  # one column tile: A read once
         s = schedule_from_config(space, space.parse_config(cfg + ",threads=2"))
         share = ThreadShare.of(s)
         lines = 4096 * 1024 * 4 / 64 * share.m_share / 4096  # A once, the thread's rows

@@ -448,7 +448,8 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     several lines to a row waited for its first line only on Zen 5 (A from DRAM ran as fast as A
     in the caches from two lines a visit on: README, stop 77); Zen 4, with no such stride
     measured, paid for every line. The sweeps that L2 does not keep (``_l2_sweeps``) wait for L3
-    the same way, at its latency (Emerald Rapids, 8 x 16 tiles, mc 48, A 16 KiB a row: nc 32
+    the same way, at its latency (under par=n, the lines the other thread brought from memory
+    too: the threads' L2s are their own) (Emerald Rapids, 8 x 16 tiles, mc 48, A 16 KiB a row: nc 32
     against 512, 3.0 M more lines from L3, ran 9.1 ms slower, 5.9 predicted; README, stop 106)."""
     line = hw.cache(1).line_bytes
     plain = s.a_gather is None and s.a_sk == 1 and not s.a_shared
@@ -599,14 +600,23 @@ def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float, i
     return a_sweeps, -(-share.m_share // s.mc) if b_reuse > l2 else 1
 
 
+# numpy advises transparent huge pages for arrays of this many bytes or more (numpy's alloc.c)
+HUGE_PAGE_ARRAY_BYTES = 1 << 22
+
+
 def _a_block_l2_set_overflow(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     """Share of the lines of an A block read in place (mc rows x kc) that lie in L2 sets holding
     more of them than the set's ways: swept again by each nr-column tile in the same order, such a
     set keeps none of them (LRU). Rows a power of two apart crowd few sets (16 KiB apart, 8 of
-    every 2048 on Emerald Rapids). 0 for a packed or gathered A, or a spec without L3."""
+    the 2048 that 128 KiB of addresses spans on Emerald Rapids). L2's set bits lie above the 4 KiB
+    page offset, so addresses pick them only on huge pages: an A under ``HUGE_PAGE_ARRAY_BYTES``
+    sits on 4 KiB pages whose frames scatter its rows. 0 for a packed or gathered A, or a spec
+    without L3."""
     if s.pack_a or s.a_gather is not None or s.a_sk != 1 or s.a_shared or len(hw.caches) < 3:
         return 0.0
     l2, isz = hw.cache(2), 4
+    if _operand_elements(s)[0] * _batch_copies(s, 0) * isz < HUGE_PAGE_ARRAY_BYTES:
+        return 0.0
     rows = min(s.mc, share.m_share)
     per_set = np.array(_lines_per_set(s.a_sm * isz, rows, s.kc * isz, l2.line_bytes, _sets(l2)))
     over = per_set > l2.conflict_slack * l2.associativity

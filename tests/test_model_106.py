@@ -26,8 +26,10 @@ def sched(k: int, cfg: str):
 
 
 def test_an_a_block_overflows_its_l2_sets_only_with_more_rows_than_ways_in_a_set():
-    """Rows 16 KiB apart fall on 8 of L2's 128 KiB of sets, 4 lines each (kc 64): mc 128 puts 16
-    lines in each set, its ways; mc 192 puts 24. Rows 16,320 bytes apart, or A packed, spread."""
+    """L2's 2048 sets span 128 KiB of addresses, so rows 16 KiB apart start in 8 of them, 4 lines
+    a row (kc 64): mc 128 puts 16 lines in each of those 32 sets, its ways; mc 192 puts 24. Rows
+    16,320 bytes apart, or A packed, spread. An A under 4 MiB (numpy gives it 4 KiB pages, whose
+    frames pick the set bits) is not counted."""
 
     def overflow(k: int, mc: int, pack_a: int = 0) -> float:
         s = sched(k, f"{TILE},mc={mc},nc=128,pack_a={pack_a}")
@@ -38,6 +40,9 @@ def test_an_a_block_overflows_its_l2_sets_only_with_more_rows_than_ways_in_a_set
     assert overflow(4096, 192) == overflow(4096, 384) == 1.0
     assert overflow(4080, 384) == 0.0
     assert overflow(4096, 384, pack_a=1) == 0.0
+    space = build_cpu_space(matmul(192, 1024, 4096), HW)  # A of 3 MiB
+    small = schedule_from_config(space, space.parse_config(f"{TILE},mc=192,nc=128,pack_a=0"))
+    assert _a_block_l2_set_overflow(small, HW, ThreadShare.of(small)) == 0.0
 
 
 @pytest.mark.parametrize("nc", [32, 128, 512])
@@ -63,7 +68,7 @@ def test_a_lines_from_l3_wait_at_l3_latency_over_the_misses_in_flight():
         for nc in (32, 512):
             s = sched(4096, f"{TILE},mc={mc},nc={nc},pack_a=0")
             share = ThreadShare.of(s)
-            sweeps = _l2_sweeps(s, HW, share)[0]
+            sweeps = 1024 // 16 if mc == 384 else 1024 // nc  # each column tile, or n block
             assert a_demand_miss_cycles(s, HW, share) == pytest.approx(a_lines * sweeps * per_line)
             seconds[mc, nc] = model.estimate_batch([s])[0].seconds
     assert seconds[48, 512] < seconds[48, 32] < seconds[384, 512]

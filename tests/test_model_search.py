@@ -145,8 +145,9 @@ def test_dram_rereads_follow_each_orders_reuse_distance():
 
 def test_a_read_in_place_from_dram_waits_for_each_line_at_latency_over_misses_in_flight():
     """A read in place, rows a page apart, A from DRAM: each of the thread's A lines costs
-    memory's latency over the misses in flight, added to compute; a packed A, rows closer than a
-    page, or an A whose working set stays in the last level pay nothing."""
+    memory's latency over the misses in flight, added to compute; a packed A, or rows closer
+    than a page, pay nothing; an A whose working set stays in the last level waits for L3
+    instead, at its latency."""
     from aotune.analysis.model import ThreadShare, a_demand_miss_cycles, dram_bytes_by_tensor
 
     hw = load_target("znver4")

@@ -1082,12 +1082,6 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     from aotune.benchmarks import measured
 
     log = None if args.json else _progress_log()
-    warnings: list[str] = []  # said on stderr as they come, and kept in the JSON
-
-    def warn(text: str) -> None:
-        warnings.append(_one_line(text))
-        sys.stderr.write(f"warning: {_one_line(text)}\n")
-
     target_given = args.target is not None
     args.target = args.target if target_given else "host"
     if not 0 <= args.seed <= SEED_LIMIT:  # numpy's generators take no other seed
@@ -1116,10 +1110,13 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         args.op = args.op or "matmul"
         w, hw = _problem(args)
 
+        def warn(text: str) -> None:
+            sys.stderr.write(f"warning: {text}\n")
+
         if args.config is not None:
             timed = measured.host_configs(w, hw, args.config, args.seed, log, warn=warn)
             if args.json:
-                print(json_text({**timed, "warnings": warnings}, indent=1))
+                print(json_text(timed, indent=1))
             else:
                 for line in measured.config_lines(timed):
                     print(line)
@@ -1127,7 +1124,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         sample = args.sample if args.sample is not None else 64
         result = measured.host_accuracy(w, hw, sample, args.seed, log, warn=warn)
         if args.json:
-            print(json_text({**result, "warnings": warnings}, indent=1))
+            print(json_text(result, indent=1))
         else:
             for key, value in result.items():
                 print(f"{key:<17} {value}")
@@ -1165,12 +1162,12 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         seed=args.seed,
         shape=shape,
         log=log,
-        warn=warn,
+        warn=lambda text: sys.stderr.write(f"warning: {_one_line(text)}\n"),
     )
     if args.plot:
         measured.write_plot(result, args.plot, args.force)
     if args.json:
-        print(json_text({**result.as_json(), "warnings": warnings}, indent=1))
+        print(json_text(result.as_json(), indent=1))
     else:
         for line in measured.report_lines(result):
             print(line)

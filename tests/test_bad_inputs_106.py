@@ -27,22 +27,3 @@ def test_a_spec_file_shadowed_by_a_target_name_is_named_in_a_warning(tmp_path, m
     assert "warning: target" not in capsys.readouterr().err
     assert main(["tune", "--target", "znver4", "--shape", "8x8x8", "--no-verify", "--json"]) == 0
     assert "not the file znver4 in this folder" in capsys.readouterr().err
-
-
-def test_accuracy_json_keeps_the_warnings_it_said(tmp_path, capsys):
-    """``accuracy --measured --json`` said its warnings on stderr only, unlike ``tune`` and
-    ``bench``, whose JSON keeps them: a script reading the JSON could not see that a time was
-    damaged."""
-    import json
-
-    from .test_measured import CONFIGS, kernel_tuner_text
-
-    damaged = tmp_path / "damaged.json"
-    damaged.write_text(kernel_tuner_text([(CONFIGS[0][0], 1e308), *CONFIGS[1:]]))
-    argv = ["accuracy", "--measured", str(damaged), "--target", "titan-rtx", "--json"]
-    assert main([*argv, "--sample", "10", "--candidates", "10"]) == 0
-    out, err = capsys.readouterr()
-    warnings = json.loads(out)["warnings"]
-    assert len(warnings) == err.count("warning: ") >= 1
-    assert any("times are over 1000x its median" in w for w in warnings)
-    assert all(f"warning: {w}\n" in err for w in warnings)

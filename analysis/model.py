@@ -448,9 +448,9 @@ def a_demand_miss_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> floa
     several lines to a row waited for its first line only on Zen 5 (A from DRAM ran as fast as A
     in the caches from two lines a visit on: README, stop 77); Zen 4, with no such stride
     measured, paid for every line. The sweeps that L2 does not keep (``_l2_sweeps``) wait for L3
-    the same way, at its latency (under par=n, the lines the other thread brought from memory
-    too: the threads' L2s are their own) (Emerald Rapids, 8 x 16 tiles, mc 48, A 16 KiB a row: nc 32
-    against 512, 3.0 M more lines from L3, ran 9.1 ms slower, 5.9 predicted; README, stop 106)."""
+    the same way, at its latency; under par=n that includes the lines the other thread brought
+    from memory, since each thread's L2 is its own (README, stop 106: nc 32 against 512 timed
+    6.1-9.1 ms apart on Emerald Rapids, 5.9 predicted)."""
     line = hw.cache(1).line_bytes
     plain = s.a_gather is None and s.a_sk == 1 and not s.a_shared
     if s.pack_a or not plain or s.a_sm * 4 < hw.memory.page_bytes or _a_rows_stream(s, share):

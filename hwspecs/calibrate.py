@@ -287,6 +287,11 @@ SOURCES: dict[str, tuple[str, str]] = {
         "the share of a level's bandwidth a packing copy gets beside the micro-kernel is not "
         "probed yet",
     ),
+    "caches.*.replacement": (
+        "assumed",
+        "which line a full set evicts is not probed: a chase would need huge pages to address "
+        "one L2 set",
+    ),
 }
 
 

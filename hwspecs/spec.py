@@ -116,6 +116,13 @@ class CacheSpec:
     # share of this level's bandwidth a vector copy out of it (packing) gets while the
     # micro-kernel's own lines compete for the level
     copy_bandwidth_share: float = _in(0.01, 1.0)
+    # which line a full set evicts (one of REPLACEMENT_POLICIES): with LRU, lines swept in the
+    # same order beyond the set's ways all miss; with random eviction, a share growing with them
+    replacement: str = "lru"
+
+
+# the eviction policies a cache level may name (``CacheSpec.replacement``)
+REPLACEMENT_POLICIES = ("lru", "random")
 
 
 @dataclass(frozen=True)
@@ -286,8 +293,8 @@ class HwSpec:
         ]
         for cache in self.caches:
             lines.append(
-                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way, "
-                f"shared by {cache.shared_by_cores}, "
+                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way "
+                f"({cache.replacement}), shared by {cache.shared_by_cores}, "
                 f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
                 f"tiles may use {cache.usable_fraction:g}"
             )
@@ -508,6 +515,12 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     if levels != list(range(1, len(levels) + 1)) or not levels:
         raise HwSpecError(f"{where}: caches must list levels 1..n once each, got {levels}")
     for c in spec.caches:
+        if c.replacement not in REPLACEMENT_POLICIES:
+            raise HwSpecError(
+                f"{where}: caches.L{c.level}.replacement {_short(c.replacement)} is not a policy "
+                f"aotune models; use one of {', '.join(map(repr, REPLACEMENT_POLICIES))} (or leave "
+                "the key out for 'lru')"
+            )
         sets = c.size_kib * 1024 / (c.line_bytes * c.associativity)
         if sets < 1 or sets != int(sets):
             raise HwSpecError(

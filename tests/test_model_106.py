@@ -15,8 +15,11 @@ from aotune.analysis.workload import matmul
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec_toml import with_value
 
-HW = load_target("emeraldrapids")  # L2: 2048 sets of 16 ways, 64-byte lines
+# L2: 2048 sets of 16 ways, 64-byte lines; stop 106's law, all of a set's lines missing once they
+# outnumber its ways, is LRU's (stop 107 measured random eviction there: tests/test_model_107.py)
+HW = with_value(load_target("emeraldrapids"), "caches.L2.replacement", "lru")
 TILE = "mr=8,nr=16,kc=64,order=nkm,pack_b=1,unroll=4,par=n,threads=1"
 
 
@@ -29,7 +32,7 @@ def test_an_a_block_overflows_its_l2_sets_only_with_more_rows_than_ways_in_a_set
     """L2's 2048 sets span 128 KiB of addresses, so rows 16 KiB apart start in 8 of them, 4 lines
     a row (kc 64): mc 128 puts 16 lines in each of those 32 sets, its ways; mc 192 puts 24. Rows
     16,320 bytes apart, or A packed, spread. An A under 4 MiB (numpy gives it 4 KiB pages, whose
-    frames pick the set bits) is not counted."""
+    frames pick the set bits) is not counted. Under LRU, a crowded set loses all of its lines."""
 
     def overflow(k: int, mc: int, pack_a: int = 0) -> float:
         s = sched(k, f"{TILE},mc={mc},nc=128,pack_a={pack_a}")
@@ -59,7 +62,7 @@ def test_a_lines_from_l3_wait_at_l3_latency_over_the_misses_in_flight():
     """Each line of A the thread's L2 takes from L3 (A of 6 MiB stays in the last level, so none
     from DRAM) costs L3's latency over the misses in flight; the predictions follow the sweeps:
     nc 32 slower than nc 512 where the block fits its sets, and an overflowing block slower than
-    both, as timed on Emerald Rapids (README, stop 106)."""
+    both, as timed on Emerald Rapids (README, stop 106; under LRU, as that stop priced it)."""
     per_line = HW.cache(3).latency_cycles / HW.memory.misses_in_flight
     a_lines = 384 * 4096 * 4 / 64
     model = AnalyticalCpuModel(HW)

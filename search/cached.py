@@ -18,6 +18,7 @@ store_check(db, record, verified, numpy_gflops)   the final check's measurements
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -191,10 +192,31 @@ def _check_record(record: TuneRecord, specs: dict[str, HwSpec], what: str, fix: 
             f"{what}: its target {record.target!r} is not the name of its spec "
             f"({hw.name}, by its hash){end}"
         )
-    fitting_schedules(
+    _, schedules = fitting_schedules(
         record, workload, hw, f"{what} ({workload.describe()} on {record.target})", fix
     )
+    for c, (_, schedule) in zip(record.candidates, schedules, strict=True):
+        _check_gflops(c, schedule.flops, f"{what} candidate rank {c.rank}", end)
     return True
+
+
+def _check_gflops(c: CandidateRecord, flops: int, what: str, end: str) -> None:
+    """A candidate's GFLOP/s is its kernel's flops over its measured time, as the final check
+    writes it: one that disagrees with the time (or comes without one) is refused, since the
+    record would then carry two answers to how fast the kernel ran."""
+    if c.gflops is None:
+        return
+    if c.measured_seconds is None:
+        raise DatabaseError(
+            f"{what}: gflops {c.gflops:g} without a measured_seconds (a check timed nothing); "
+            f"give gflops null, or the time it was measured from{end}"
+        )
+    implied = flops / c.measured_seconds / 1e9
+    if not math.isclose(c.gflops, implied, rel_tol=1e-6):
+        raise DatabaseError(
+            f"{what}: gflops {c.gflops:g} disagrees with measured_seconds {c.measured_seconds:g}, "
+            f"which gives {implied:.6g} ({flops} flops); give gflops {implied:.6g}, or null{end}"
+        )
 
 
 def result_of(record: TuneRecord, workload: Workload, hw: HwSpec) -> driver.TuneResult:

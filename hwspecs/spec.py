@@ -117,7 +117,9 @@ class CacheSpec:
     # micro-kernel's own lines compete for the level
     copy_bandwidth_share: float = _in(0.01, 1.0)
     # which line a full set evicts (one of REPLACEMENT_POLICIES): with LRU, lines swept in the
-    # same order beyond the set's ways all miss; with random eviction, a share growing with them
+    # same order beyond the set's ways all miss; with random eviction, a share growing with them.
+    # Read where the model prices lines swept again through one set of L2 (an A block read in
+    # place); L1's set overflow and the last level's capacity share are priced as they are
     replacement: str = "lru"
 
 
@@ -293,8 +295,9 @@ class HwSpec:
         ]
         for cache in self.caches:
             lines.append(
-                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way "
-                f"({cache.replacement}), shared by {cache.shared_by_cores}, "
+                f"  L{cache.level}       {cache.size_kib} KiB, {cache.associativity}-way"
+                f"{'' if cache.replacement == 'lru' else f' ({cache.replacement} eviction)'}, "
+                f"shared by {cache.shared_by_cores}, "
                 f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
                 f"tiles may use {cache.usable_fraction:g}"
             )

@@ -10,8 +10,9 @@ fitting_schedules(record, workload, hw)   each candidate's config and schedule i
                                        or a DatabaseError naming the record and --retune
 check_importable(records, source)      records being imported: each workload one aotune makes,
                                        its labels its definition's, and, where the spec is known
-                                       here, its target that spec's name and its configs in the
-                                       space; a DatabaseError names the first that fails
+                                       here, its target that spec's name, its configs in the
+                                       space and each GFLOP/s its time's; a DatabaseError names
+                                       the first that fails
 store_check(db, record, verified, numpy_gflops)   the final check's measurements
 """
 
@@ -215,7 +216,8 @@ def _check_gflops(c: CandidateRecord, flops: int, what: str, end: str) -> None:
     if not math.isclose(c.gflops, implied, rel_tol=1e-6):
         raise DatabaseError(
             f"{what}: gflops {c.gflops:g} disagrees with measured_seconds {c.measured_seconds:g}, "
-            f"which gives {implied:.6g} ({flops} flops); give gflops {implied:.6g}, or null{end}"
+            f"which gives {implied:.6g} ({flops} flops); give gflops {implied:.6g} or null, or "
+            f"the measured_seconds it was computed from{end}"
         )
 
 

@@ -105,7 +105,9 @@ def test_a_spec_names_its_replacement_policy_or_gets_lru():
     assert [c.replacement for c in HW.caches] == ["lru", "random", "lru"]
     assert {c.replacement for c in load_target("znver4").caches} == {"lru"}
     assert HW.origin_of("caches.L2.replacement").startswith("L1 and L3: LRU")
-    assert "2048 KiB, 16-way (random)" in "\n".join(HW.summary_lines())  # as hw show says it
+    shown = "\n".join(HW.summary_lines())  # as hw show says it
+    assert "2048 KiB, 16-way (random eviction), shared" in shown
+    assert "48 KiB, 12-way, shared" in shown
     text = (SPEC_DIR / "emeraldrapids.toml").read_text()
     assert 'replacement = "random"' in text
     with pytest.raises(HwSpecError, match=r"caches\.L2\.replacement 'fifo'.*'lru', 'random'"):

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from aotune.analysis.elf import elf_sections, x86_code_sections
 from aotune.analysis.x86_features import VECTOR_FEATURES, x86_features_in_code
-from aotune.artifact.names import API, DEFAULT_PREFIX, PREFIX_PATTERN, Names
+from aotune.artifact.names import API, DEFAULT_PREFIX, PREFIX_PATTERN, Names, unknown_error_text
 from aotune.errors import AotuneError, LibraryError
 from aotune.files import read_user_file
 
@@ -654,8 +654,9 @@ class Library:
         """The library's text for a return code."""
         if not _is_c_int(rc):
             raise LibraryError(f"strerror({rc!r}): a return code is a C int")
-        if self._gpu is not None:
-            return self._gpu.strerror(rc)
+        if self._gpu is not None:  # GPU calls raise on failure: no return code but 0
+            prefix = Names(self.manifest.get("prefix", DEFAULT_PREFIX))
+            return "success" if rc == 0 else unknown_error_text(prefix)
         return self._api["strerror"](rc).decode()
 
     def set_num_threads(self, n: int) -> None:
@@ -803,11 +804,6 @@ class GpuLauncher:
             return 0
 
         return call
-
-    @staticmethod
-    def strerror(rc: int) -> str:
-        """GPU calls raise on failure; no return code but 0."""
-        return "success" if rc == 0 else "unknown aotune error code"
 
     def close(self) -> None:
         """Unload the library's modules; the next call loads its own again. The device's primary

@@ -71,3 +71,9 @@ class Names:
 
 
 API = ("set_num_threads", "get_num_threads", "shutdown", "strerror")  # the public functions
+
+
+def unknown_error_text(names: Names) -> str:
+    """What ``PREFIX_strerror`` says of a return code it does not know: the library's own prefix,
+    so that a program linking two libraries can tell which one was asked."""
+    return f"unknown {names.prefix} error code"

@@ -26,7 +26,7 @@ The workers stop by themselves when the library is unloaded (a destructor calls
 from __future__ import annotations
 
 import llvmlite.ir as ir
-from aotune.artifact.names import Names
+from aotune.artifact.names import Names, unknown_error_text
 from aotune.codegen.llvm_cpu import c64, counted_loop
 from aotune.codegen.workers import join_share
 
@@ -45,7 +45,7 @@ ERRORS: tuple[tuple[str, str], ...] = (
     ("AOTUNE_ERR_OVERLAP", "the output overlaps an input; pass a separate output buffer"),
     ("AOTUNE_ERR_THREADS", "the thread count must be at least 1"),
 )
-UNKNOWN_ERROR = "unknown aotune error code"
+UNKNOWN_ERROR = unknown_error_text(Names())  # the default prefix's
 ERROR_CODES = {name: code for code, (name, _) in enumerate(ERRORS)}
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -362,7 +362,7 @@ class _Runtime:
             [ir.Constant(dtor_ty, [ir.Constant(I32, 65535), stop_all, ir.Constant(P8, None)])],
         )
 
-        texts = [text for _, text in ERRORS] + [UNKNOWN_ERROR]
+        texts = [text for _, text in ERRORS] + [unknown_error_text(self.names)]
         strings = []
         for k, text in enumerate(texts):
             data = bytearray(text.encode() + b"\0")

@@ -1,6 +1,7 @@
 """Bad input found at stop 107: ``db import`` took a candidate's GFLOP/s that disagreed with its
 own measured time (or came without one), so the record carried two answers to how fast a kernel
-ran."""
+ran; and a library built with ``--prefix NAME`` said "unknown aotune error code" from
+``NAME_strerror``."""
 
 from __future__ import annotations
 
@@ -49,3 +50,14 @@ def test_an_imported_gflops_must_be_the_flops_over_the_measured_time(
         assert rc == 2
         assert said in err and "candidate rank 1" in err and "nothing was imported" in err
         assert "Traceback" not in err
+
+
+def test_a_prefixed_librarys_strerror_names_that_library():
+    """The runtime's text for a code it does not know names the library's prefix (the IR a
+    build compiles; tests/test_library_prefix.py calls two such libraries)."""
+    from aotune.artifact.names import Names
+    from aotune.artifact.runtime import UNKNOWN_ERROR, runtime_ir
+
+    ir_text = runtime_ir("x86_64-unknown-linux-gnu", Names("vision"))
+    assert "unknown vision error code" in ir_text and "aotune error" not in ir_text
+    assert UNKNOWN_ERROR == "unknown aotune error code"  # the default prefix's, as before

@@ -88,6 +88,11 @@ def test_two_libraries_load_into_one_process(two):
         alpha.set_num_threads(2)
         beta.set_num_threads(1)
         assert (alpha.num_threads, beta.num_threads) == (2, 1)
+        # each names itself for a code it does not know (both said "aotune" before stop 107)
+        assert (alpha.strerror(99), beta.strerror(99)) == (
+            "unknown alpha error code",
+            "unknown beta error code",
+        )
         rng = np.random.default_rng(0)
         a, b = rng.random((33, 29), np.float32), rng.random((29, 17), np.float32)
         np.testing.assert_allclose(alpha.mm_a(a, b), a @ b, rtol=1e-5)

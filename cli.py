@@ -1082,6 +1082,10 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     from aotune.benchmarks import measured
 
     log = None if args.json else _progress_log()
+
+    def warn(text: str) -> None:
+        sys.stderr.write(f"warning: {_one_line(text)}\n")
+
     target_given = args.target is not None
     args.target = args.target if target_given else "host"
     if not 0 <= args.seed <= SEED_LIMIT:  # numpy's generators take no other seed
@@ -1109,10 +1113,6 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
             )
         args.op = args.op or "matmul"
         w, hw = _problem(args)
-
-        def warn(text: str) -> None:
-            sys.stderr.write(f"warning: {text}\n")
-
         if args.config is not None:
             timed = measured.host_configs(w, hw, args.config, args.seed, log, warn=warn)
             if args.json:
@@ -1162,7 +1162,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         seed=args.seed,
         shape=shape,
         log=log,
-        warn=lambda text: sys.stderr.write(f"warning: {_one_line(text)}\n"),
+        warn=warn,
     )
     if args.plot:
         measured.write_plot(result, args.plot, args.force)

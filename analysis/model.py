@@ -609,10 +609,9 @@ def _a_block_l2_set_overflow(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> 
     by an nr-column tile: the block's lines in each L2 set, swept again in the same order, miss
     as ``cyclic_sweep_miss_share`` says once they outnumber the set's ways (under LRU, all of
     them). Rows a power of two apart crowd few sets (16 KiB apart, 8 of the 2048 that 128 KiB of
-    addresses spans on Emerald Rapids). L2's set bits lie above the 4 KiB
-    page offset, so addresses pick them only on huge pages: an A under ``HUGE_PAGE_ARRAY_BYTES``
-    sits on 4 KiB pages whose frames scatter its rows. 0 for a packed or gathered A, or a spec
-    without L3."""
+    addresses spans on Emerald Rapids). L2's set bits lie above the 4 KiB page offset, so
+    addresses pick them only on huge pages: an A under ``HUGE_PAGE_ARRAY_BYTES`` sits on 4 KiB
+    pages whose frames scatter its rows. 0 for a packed or gathered A, or a spec without L3."""
     if s.pack_a or s.a_gather is not None or s.a_sk != 1 or s.a_shared or len(hw.caches) < 3:
         return 0.0
     l2, isz = hw.cache(2), 4

@@ -586,18 +586,22 @@ def _reuse_bytes(s: CpuSchedule, share: ThreadShare) -> tuple[float, float]:
     return a_reuse, (s.kc * s.nc + s.mc * s.kc) * isz + c_block
 
 
-def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float, int]:
+def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float, float]:
     """(times A, times B) of the thread's share come into its L2 from L3: again per n block (A,
     unless m is outermost) and per m block (B), unless the thread's data touched between two
     uses fits its L2 (a 4 KiB B of a 2048 x 16 x 64 matmul stays there over all 2048 m blocks).
     A comes again for each of the nr-column tiles that sweep its block (jr) where the block's
-    lines overflow their L2 sets (``_a_block_l2_set_overflow``)."""
+    lines overflow their L2 sets (``_a_block_l2_set_overflow``), and B for each of the mr-row
+    tiles that sweep its micro-panel where the panel's do (``_b_panel_l2_set_overflow``)."""
     l2 = hw.usable_bytes_per_core(2)
     a_reuse, b_reuse = _reuse_bytes(s, share)
     a_sweeps: float = 1 if a_reuse <= l2 else -(-share.n_share // s.nc)
     uses = -(-share.n_share // s.nr)  # calls that read each element of A
     a_sweeps += (uses - a_sweeps) * _a_block_l2_set_overflow(s, hw, share)
-    return a_sweeps, -(-share.m_share // s.mc) if b_reuse > l2 else 1
+    b_sweeps: float = -(-share.m_share // s.mc) if b_reuse > l2 else 1
+    b_uses = -(-share.m_share // s.mr)  # calls that read each element of B
+    b_sweeps += (b_uses - b_sweeps) * _b_panel_l2_set_overflow(s, hw)
+    return a_sweeps, b_sweeps
 
 
 # numpy advises transparent huge pages for arrays of this many bytes or more (numpy's alloc.c)
@@ -610,9 +614,12 @@ def _a_block_l2_set_overflow(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> 
     as ``cyclic_sweep_miss_share`` says once they outnumber the set's ways (under LRU, all of
     them). Rows a power of two apart crowd few sets (16 KiB apart, 8 of the 2048 that 128 KiB of
     addresses spans on Emerald Rapids). L2's set bits lie above the 4 KiB page offset, so
-    addresses pick them only on huge pages: an A under ``HUGE_PAGE_ARRAY_BYTES`` sits on 4 KiB
-    pages whose frames scatter its rows. 0 for a packed or gathered A, or a spec without L3."""
-    if s.pack_a or s.a_gather is not None or s.a_sk != 1 or s.a_shared or len(hw.caches) < 3:
+    addresses pick them only where the frames lie in address order
+    (``memory.addresses_pick_l2_sets``), and are taken to do so only for an A of
+    ``HUGE_PAGE_ARRAY_BYTES`` or more. 0 for a packed or gathered A, or a spec without L3."""
+    if s.pack_a or s.a_gather is not None or s.a_sk != 1 or s.a_shared:
+        return 0.0
+    if len(hw.caches) < 3 or not hw.memory.addresses_pick_l2_sets:
         return 0.0
     l2, isz = hw.cache(2), 4
     if _operand_elements(s)[0] * _batch_copies(s, 0) * isz < HUGE_PAGE_ARRAY_BYTES:
@@ -623,6 +630,41 @@ def _a_block_l2_set_overflow(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> 
         return 0.0
     missed = per_set * cyclic_sweep_miss_share(per_set, l2.conflict_slack * l2.associativity, l2)
     return float(missed.sum() / per_set.sum())
+
+
+def _b_panel_l2_set_overflow(s: CpuSchedule, hw: HwSpec) -> float:
+    """Share of the lines of a B micro-panel read in place (kc rows x nr, b_sk apart) that miss
+    L2 on each sweep by the next mr-row tile: as ``_a_block_l2_set_overflow`` for A's block, with
+    the rows the micro-kernel prefetches past the panel (``b_prefetch_rows`` ahead: the same rows
+    on every call) in the panel's sets beside it. Rows 16 KiB apart fill 8 L2 sets on Emerald
+    Rapids; a kc of 96 with 75 rows prefetched puts 21 lines in each (README, stop 108). 0 for a
+    packed or gathered B, a spec without L3, or one whose frames scatter the rows."""
+    if s.pack_b or s.b_gather is not None or s.b_sn != 1:
+        return 0.0
+    if len(hw.caches) < 3 or not hw.memory.addresses_pick_l2_sets:
+        return 0.0
+    if _operand_elements(s)[1] * _batch_copies(s, 1) * 4 < HUGE_PAGE_ARRAY_BYTES:
+        return 0.0
+    l2 = hw.cache(2)
+    return _panel_l2_overflow_share(
+        s.b_sk * 4, s.kc, s.nr * 4, s.b_prefetch_rows, l2.line_bytes, _sets(l2), l2
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _panel_l2_overflow_share(
+    stride: int, kc: int, row_bytes: int, ahead: int, line: int, sets: int, cache: CacheSpec
+) -> float:
+    """``_b_panel_l2_set_overflow`` of a panel of ``kc`` rows with rows ``ahead`` prefetched: the
+    rows past it are the min(kc, ahead) from max(kc, ahead) on (cached: each estimate asks for it
+    from two terms)."""
+    panel = np.array(_lines_in_each_set(stride, 0, kc, row_bytes, line, sets), dtype=float)
+    if not panel.any():
+        return 0.0
+    past = _lines_in_each_set(stride, max(kc, ahead), min(kc, ahead), row_bytes, line, sets)
+    per_set = panel + np.array(past, dtype=float)
+    share = cyclic_sweep_miss_share(per_set, cache.conflict_slack * cache.associativity, cache)
+    return float((panel * share).sum() / panel.sum())
 
 
 def cyclic_sweep_miss_share(lines: np.ndarray, ways: float, cache: CacheSpec) -> np.ndarray:
@@ -1218,6 +1260,11 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         # a row of several lines evicted by the rows ahead, refetch an L2 round trip apart
         one_line_pace = refill > 0 and row_lines == 1 and (sweeps == 1 or sets == 1)
         refetch = refill if one_line_pace else l2.latency_cycles
+        if sweeps > 1 and thrash > 0 and len(hw.caches) >= 3:
+            # the lines L2's sets cannot keep either come from L3, as many at once as from L2
+            from_l3 = min(thrash, _b_panel_l2_set_overflow(s, hw))
+            slower = hw.cache(3).latency_cycles / l2.latency_cycles
+            refetch *= 1.0 + from_l3 / thrash * (slower - 1.0)
         b_extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:

@@ -47,6 +47,7 @@ from aotune.hwspecs.probes import (
     probe_fma,
     probe_handover,
     probe_issue,
+    probe_l2_set_addressing,
     probe_loads,
     probe_masked_stores,
     probe_memory_bandwidth,
@@ -171,6 +172,12 @@ PROBES: tuple[Probe, ...] = (
         ("caches.*.conflict_slack",),
         probe_set_capacity,
         "a chase over more and more lines of one L1 set",
+    ),
+    Probe(
+        "L2 set addressing",
+        ("memory.addresses_pick_l2_sets",),
+        probe_l2_set_addressing,
+        "a chase over lines one L2 way apart, against lines spread over L2's sets",
     ),
     Probe(
         "set refills",

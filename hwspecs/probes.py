@@ -302,10 +302,13 @@ def geometric_sizes(lo: int, hi: int, factor: int = 2) -> list[int]:
 
 class _Buffer:
     """Anonymous memory aligned to 2 MiB, with transparent huge pages asked for or refused, and
-    written once (untouched anonymous pages all read from one shared zero page)."""
+    written once (untouched anonymous pages all read from one shared zero page). Shared unless
+    ``private``: only private memory, as numpy's arrays have, takes huge pages by that advice
+    where the kernel gives them on advice alone."""
 
-    def __init__(self, nbytes: int, huge: bool) -> None:
-        self._map = mmap.mmap(-1, nbytes + HUGE_PAGE)
+    def __init__(self, nbytes: int, huge: bool, private: bool = False) -> None:
+        flags = mmap.MAP_PRIVATE if private else mmap.MAP_SHARED
+        self._map = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=flags)
         advice = getattr(mmap, "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE", None)
         if advice is not None:
             try:
@@ -404,10 +407,10 @@ class Session:
         k = Chase(PARALLEL_UNROLL, chains, heads=True)
         self.bench_of(k).call(k, steps // PARALLEL_UNROLL, heads, heads)
 
-    def buffer(self, nbytes: int, huge: bool = True) -> _Buffer:
+    def buffer(self, nbytes: int, huge: bool = True, private: bool = False) -> _Buffer:
         """A written, 2 MiB-aligned buffer that lives until the session ends."""
         try:
-            buf = _Buffer(nbytes, huge)
+            buf = _Buffer(nbytes, huge, private)
         except (OSError, ValueError, MemoryError) as e:
             raise CalibrationError(
                 f"cannot allocate {nbytes >> 20} MiB for a probe ({e}); free some memory and rerun"
@@ -1199,6 +1202,52 @@ def probe_set_capacity(s: Session) -> dict[str, Finding]:
     slack = round(kept / ways, 3)
     out[path] = s.checked(path, slack, 1.0, 16.0, how)
     return out
+
+
+def addresses_pick_sets(crowded: float, spread: float, near: float, far: float) -> bool:
+    """Whether a chase over lines one L2 way apart (``crowded`` cycles per access) read the next
+    level where the same chase over lines a way and an L1 way apart (``spread``) read L2: it is
+    past half-way from ``near`` (L2's latency) to ``far`` (L3's) above the spread chase."""
+    return crowded - spread >= (far - near) / 2
+
+
+def probe_l2_set_addressing(s: Session) -> dict[str, Finding]:
+    """Whether a large array's addresses pick its L2 sets beyond the page offset: a chase in a
+    fixed random cycle over twice as many lines as L2 has ways, one L2 way apart (one L2 set
+    where the frames lie in address order), against lines a way and an L1 way apart (as many L2
+    sets as lines); both in one L1 set, so both miss it on every access. The buffer is private
+    memory that asks for huge pages, as numpy's large arrays are (shared memory, as the other
+    probes' buffers are, read 23 cycles where numpy's arrays read 97-125 on the Emerald Rapids
+    slice)."""
+    path = "memory.addresses_pick_l2_sets"
+    if len(s.host.caches) < 3:
+        return {path: s.assumed(path, "no level beyond L2 for a crowded L2 set to miss to")}
+    l1, l2 = s.host.cache(1), s.host.cache(2)
+    l1_way = l1.size_kib * 1024 // l1.associativity
+    l2_way = l2.size_kib * 1024 // l2.associativity
+    if l2_way % l1_way:
+        return {path: s.assumed(path, f"an L2 way ({l2_way} B) is not a whole number of L1 ways")}
+    lines = 2 * l2.associativity
+    buf = s.buffer(lines * (l2_way + l1_way), private=True)
+    readings, timings = [], []
+    for stride in (l2_way, l2_way + l1_way):
+        reading, timing = s.cycles_per_link(_link(buf, s.rng.permutation(lines) * stride))
+        readings.append(reading)
+        timings.append(timing)
+    s.release(buf)
+    crowded, spread = readings
+    near = float(s.value("caches.L2.latency_cycles"))
+    far = float(s.value("caches.L3.latency_cycles"))
+    picked = addresses_pick_sets(crowded, spread, near, far)
+    s.details["L2 set addressing"] = {"crowded": crowded, "spread": spread, "lines": lines}
+    how = (
+        f"a chase in a fixed random cycle over {lines} lines {l2_way} B apart (one L2 set if the "
+        f"addresses pick it), {crowded:.1f} cycles per access, against {l2_way + l1_way} B apart "
+        f"({lines} sets), {spread:.1f}; L2 {near:g}, L3 {far:g}: "
+        + ("past half-way to L3, so they do" if picked else "not half-way to L3, so they do not")
+        + f"; {_spread(timings)}"
+    )
+    return {path: Finding(picked, f"measured: {how}")}
 
 
 SET_REFILL_SLACK = 1.25  # a sweep this much slower than its lines in L1 waits on the refills

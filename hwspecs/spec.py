@@ -169,6 +169,10 @@ class MemorySpec:
     # whether a software prefetch meant for L2 (x86 prefetcht1) fills L1 too, as on AMD cores
     # before Zen 4: it then evicts L1 lines as a prefetch into L1 does
     l2_prefetch_fills_l1: bool
+    # whether a large array's addresses pick its L2 sets beyond the 4 KiB page offset: its frames
+    # lie in address order (huge pages the host backs, or free memory handed out in order), so
+    # rows a power of two apart crowd few L2 sets; false: the frames scatter, and so do the rows
+    addresses_pick_l2_sets: bool = False
 
 
 @dataclass(frozen=True)

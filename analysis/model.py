@@ -637,32 +637,42 @@ def _b_panel_l2_set_overflow(s: CpuSchedule, hw: HwSpec) -> float:
     L2 on each sweep by the next mr-row tile: as ``_a_block_l2_set_overflow`` for A's block, with
     the rows the micro-kernel prefetches past the panel (``b_prefetch_rows`` ahead: the same rows
     on every call) in the panel's sets beside it. Rows 16 KiB apart fill 8 L2 sets on Emerald
-    Rapids; a kc of 96 with 75 rows prefetched puts 21 lines in each (README, stop 108). 0 for a
-    packed or gathered B, a spec without L3, or one whose frames scatter the rows."""
+    Rapids; a kc of 96 with 75 rows prefetched puts 21 lines in each (README, stop 108). Taken
+    to apply, as for A, only to a B of ``HUGE_PAGE_ARRAY_BYTES`` or more. 0 for a packed or
+    gathered B, a spec without L3, or one whose frames scatter the rows."""
     if s.pack_b or s.b_gather is not None or s.b_sn != 1:
         return 0.0
     if len(hw.caches) < 3 or not hw.memory.addresses_pick_l2_sets:
         return 0.0
     if _operand_elements(s)[1] * _batch_copies(s, 1) * 4 < HUGE_PAGE_ARRAY_BYTES:
         return 0.0
-    l2 = hw.cache(2)
+    l2, ahead = hw.cache(2), s.b_prefetch_rows
+    # k steps 0..kc-1 prefetch rows ahead..kc+ahead-1: those from max(kc, ahead) on lie past
+    # the panel, and only those inside B are fetched (the first k block's)
+    first = max(s.kc, ahead)
+    past = max(0, min(s.kc, ahead, s.K - first))
     return _panel_l2_overflow_share(
-        s.b_sk * 4, s.kc, s.nr * 4, s.b_prefetch_rows, l2.line_bytes, _sets(l2), l2
+        s.b_sk * 4, s.kc, s.nr * 4, first, past, l2.line_bytes, _sets(l2), l2
     )
 
 
 @functools.lru_cache(maxsize=4096)
 def _panel_l2_overflow_share(
-    stride: int, kc: int, row_bytes: int, ahead: int, line: int, sets: int, cache: CacheSpec
+    stride: int,
+    kc: int,
+    row_bytes: int,
+    first: int,
+    past: int,
+    line: int,
+    sets: int,
+    cache: CacheSpec,
 ) -> float:
-    """``_b_panel_l2_set_overflow`` of a panel of ``kc`` rows with rows ``ahead`` prefetched: the
-    rows past it are the min(kc, ahead) from max(kc, ahead) on (cached: each estimate asks for it
-    from two terms)."""
+    """``_b_panel_l2_set_overflow`` of a panel of ``kc`` rows with ``past`` rows from row
+    ``first`` on prefetched beside it (cached: each estimate asks for it from two terms)."""
     panel = np.array(_lines_in_each_set(stride, 0, kc, row_bytes, line, sets), dtype=float)
     if not panel.any():
         return 0.0
-    past = _lines_in_each_set(stride, max(kc, ahead), min(kc, ahead), row_bytes, line, sets)
-    per_set = panel + np.array(past, dtype=float)
+    per_set = panel + np.array(_lines_in_each_set(stride, first, past, row_bytes, line, sets))
     share = cyclic_sweep_miss_share(per_set, cache.conflict_slack * cache.associativity, cache)
     return float((panel * share).sum() / panel.sum())
 
@@ -1262,6 +1272,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         refetch = refill if one_line_pace else l2.latency_cycles
         if sweeps > 1 and thrash > 0 and len(hw.caches) >= 3:
             # the lines L2's sets cannot keep either come from L3, as many at once as from L2
+            # (the set's pace is its fills in flight: each takes L3's latency then)
             from_l3 = min(thrash, _b_panel_l2_set_overflow(s, hw))
             slower = hw.cache(3).latency_cycles / l2.latency_cycles
             refetch *= 1.0 + from_l3 / thrash * (slower - 1.0)

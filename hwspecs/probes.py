@@ -307,8 +307,10 @@ class _Buffer:
     where the kernel gives them on advice alone."""
 
     def __init__(self, nbytes: int, huge: bool, private: bool = False) -> None:
-        flags = mmap.MAP_PRIVATE if private else mmap.MAP_SHARED
-        self._map = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=flags)
+        if private:
+            self._map = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE)
+        else:
+            self._map = mmap.mmap(-1, nbytes + HUGE_PAGE)
         advice = getattr(mmap, "MADV_HUGEPAGE" if huge else "MADV_NOHUGEPAGE", None)
         if advice is not None:
             try:
@@ -1227,6 +1229,10 @@ def probe_l2_set_addressing(s: Session) -> dict[str, Finding]:
     l2_way = l2.size_kib * 1024 // l2.associativity
     if l2_way % l1_way:
         return {path: s.assumed(path, f"an L2 way ({l2_way} B) is not a whole number of L1 ways")}
+    near = float(s.value("caches.L2.latency_cycles"))
+    far = float(s.value("caches.L3.latency_cycles"))
+    if far <= near:
+        return {path: s.assumed(path, f"L3's latency ({far:g}) is not above L2's ({near:g})")}
     lines = 2 * l2.associativity
     buf = s.buffer(lines * (l2_way + l1_way), private=True)
     readings, timings = [], []
@@ -1236,8 +1242,6 @@ def probe_l2_set_addressing(s: Session) -> dict[str, Finding]:
         timings.append(timing)
     s.release(buf)
     crowded, spread = readings
-    near = float(s.value("caches.L2.latency_cycles"))
-    far = float(s.value("caches.L3.latency_cycles"))
     picked = addresses_pick_sets(crowded, spread, near, far)
     s.details["L2 set addressing"] = {"crowded": crowded, "spread": spread, "lines": lines}
     how = (

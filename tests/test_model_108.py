@@ -15,11 +15,11 @@ from aotune.analysis.model import (
     _b_panel_l2_set_overflow,
 )
 from aotune.analysis.workload import matmul
-from aotune.codegen.schedule import schedule_from_config
+from aotune.codegen.schedule import CpuSchedule, schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.hwspecs.calibrate import PROBES, SOURCES, check_coverage
 from aotune.hwspecs.probes import addresses_pick_sets
-from aotune.hwspecs.spec import SPEC_DIR, load_target, spec_from_dict
+from aotune.hwspecs.spec import SPEC_DIR, HwSpec, load_target, spec_from_dict
 from aotune.hwspecs.spec_toml import with_value
 
 HW = load_target("emeraldrapids")
@@ -41,7 +41,7 @@ TIMED = {
 }  # fmt: skip
 
 
-def sched(n: int, kc: int, k: int = 1024, hw=HW):
+def sched(n: int, kc: int, k: int = 1024, hw: HwSpec = HW) -> CpuSchedule:
     space = build_cpu_space(matmul(96, n, k), hw)
     return schedule_from_config(space, space.parse_config(f"kc={kc},{TILE}"))
 
@@ -64,6 +64,16 @@ def test_the_rows_prefetched_past_the_panel_crowd_its_sets():
     assert s.b_prefetch_rows == 75
     assert _b_panel_l2_set_overflow(s, HW) > 0.3
     assert _b_panel_l2_set_overflow(dataclasses.replace(s, b_prefetch_rows=0), HW) == 0.0
+
+
+def test_no_row_past_b_is_counted_as_prefetched():
+    """Rows 20 KiB apart fill 32 L2 sets: a 512-row panel puts 16 lines in each, as many as the
+    ways. With K = 1024 the 75 rows prefetched past it join them (it ran 1.8x slower: TIMED);
+    with kc = K = 512 those prefetches run off B's end."""
+    alone = sched(5120, 512, k=512)
+    assert alone.K == alone.kc and alone.b_prefetch_rows > 0
+    assert _b_panel_l2_set_overflow(alone, HW) == 0.0
+    assert _b_panel_l2_set_overflow(sched(5120, 512), HW) > 0.2
 
 
 def test_a_crowded_panel_is_priced_as_refetched_from_l3():
@@ -97,12 +107,14 @@ def test_set_conflicts_beyond_l1_need_frames_in_address_order():
 
 
 def test_a_b_under_the_huge_page_threshold_or_packed_keeps_its_lines():
+    """numpy advises huge pages from 4 MiB on; a packed B is read from its contiguous panel."""
     assert _b_panel_l2_set_overflow(sched(4096, 128, k=128), HW) == 0.0  # B of 2 MiB
     packed = dataclasses.replace(sched(4096, 256), pack_b=True)
     assert _b_panel_l2_set_overflow(packed, HW) == 0.0
 
 
 def test_the_spec_field_defaults_to_scattered_and_every_cpu_spec_says_where_it_comes_from():
+    """A spec file without the field claims no set conflicts beyond L1's."""
     text = (SPEC_DIR / "emeraldrapids.toml").read_text()
     data = tomllib.loads(text)
     del data["memory"]["addresses_pick_l2_sets"]

@@ -608,6 +608,16 @@ def _l2_sweeps(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float, f
 HUGE_PAGE_ARRAY_BYTES = 1 << 22
 
 
+def _l2_sets_follow_addresses(hw: HwSpec, array_bytes: int) -> bool:
+    """Whether an array of ``array_bytes`` read in place picks its L2 sets by its addresses: on
+    a spec with L3 whose frames lie in address order (``memory.addresses_pick_l2_sets``), for an
+    array large enough for numpy to ask for huge pages. Off it, the set bits above the page
+    offset scatter, and no in-place read crowds a few sets."""
+    if len(hw.caches) < 3 or not hw.memory.addresses_pick_l2_sets:
+        return False
+    return array_bytes >= HUGE_PAGE_ARRAY_BYTES
+
+
 def _a_block_l2_set_overflow(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     """Share of the lines of an A block read in place (mc rows x kc) that miss L2 on each sweep
     by an nr-column tile: the block's lines in each L2 set, swept again in the same order, miss
@@ -619,11 +629,9 @@ def _a_block_l2_set_overflow(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> 
     ``HUGE_PAGE_ARRAY_BYTES`` or more. 0 for a packed or gathered A, or a spec without L3."""
     if s.pack_a or s.a_gather is not None or s.a_sk != 1 or s.a_shared:
         return 0.0
-    if len(hw.caches) < 3 or not hw.memory.addresses_pick_l2_sets:
+    if not _l2_sets_follow_addresses(hw, _operand_elements(s)[0] * _batch_copies(s, 0) * 4):
         return 0.0
     l2, isz = hw.cache(2), 4
-    if _operand_elements(s)[0] * _batch_copies(s, 0) * isz < HUGE_PAGE_ARRAY_BYTES:
-        return 0.0
     rows = min(s.mc, share.m_share)
     per_set = np.array(_lines_per_set(s.a_sm * isz, rows, s.kc * isz, l2.line_bytes, _sets(l2)))
     if not per_set.size:
@@ -642,9 +650,7 @@ def _b_panel_l2_set_overflow(s: CpuSchedule, hw: HwSpec) -> float:
     gathered B, a spec without L3, or one whose frames scatter the rows."""
     if s.pack_b or s.b_gather is not None or s.b_sn != 1:
         return 0.0
-    if len(hw.caches) < 3 or not hw.memory.addresses_pick_l2_sets:
-        return 0.0
-    if _operand_elements(s)[1] * _batch_copies(s, 1) * 4 < HUGE_PAGE_ARRAY_BYTES:
+    if not _l2_sets_follow_addresses(hw, _operand_elements(s)[1] * _batch_copies(s, 1) * 4):
         return 0.0
     l2, ahead = hw.cache(2), s.b_prefetch_rows
     # k steps 0..kc-1 prefetch rows ahead..kc+ahead-1: those from max(kc, ahead) on lie past

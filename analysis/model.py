@@ -822,7 +822,7 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     if s.pack_b:
         packs = 1 if s.order == "nkm" else mblocks
         if s.b_pack_copies_vectors:
-            source = n_share * s.K * isz if packs > 1 else s.K * s.N * isz
+            source = _b_pack_source_bytes(s, share)
             per_b = _vector_pack_cycles_per_elem(s, hw, source, threads, share)
         else:
             plain = _strided_pack_cycles_per_elem(
@@ -943,6 +943,22 @@ def _pack_rows_in_flight(hw: HwSpec, rows: int, stride_bytes: int) -> float:
     if stride_bytes >= hw.memory.page_bytes:
         return 1.0
     return max(1.0, min(float(rows), hw.memory.misses_in_flight))
+
+
+def _b_pack_source_bytes(s: CpuSchedule, share: ThreadShare) -> float:
+    """Bytes a B pack reads from: the thread's share of B where it packs each block again (it
+    swept all of it in between), else the whole tensor."""
+    packs = 1 if s.order == "nkm" else -(-share.m_share // s.mc)
+    return share.n_share * s.K * 4 if packs > 1 else s.K * s.N * 4
+
+
+def b_pack_source_level(s: CpuSchedule, hw: HwSpec) -> int | None:
+    """The cache level a vector copy of B's panels reads from, as ``packing_cycles`` prices it
+    (None: beyond the last); ``hw calibrate``'s copy probe sizes B by it."""
+    share = ThreadShare.of(s)
+    source = _b_pack_source_bytes(s, share)
+    readers = share.threads if source == s.K * s.N * 4 else 1  # as _vector_pack_cycles_per_elem
+    return _level_holding(source, hw, readers)
 
 
 def _vector_pack_cycles_per_elem(

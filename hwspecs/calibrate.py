@@ -42,6 +42,7 @@ from aotune.hwspecs.probes import (
     probe_cache_latency,
     probe_call_cycles,
     probe_clock,
+    probe_copy_share,
     probe_dirty_set_refills,
     probe_far_prefetch,
     probe_fma,
@@ -247,6 +248,12 @@ PROBES: tuple[Probe, ...] = (
         "the real kernel with C rows a page apart and not",
     ),
     Probe(
+        "copy share",
+        ("caches.*.copy_bandwidth_share",),
+        probe_copy_share,
+        "the real kernel with B repacked per m block from each level and packed once",
+    ),
+    Probe(
         "dirty set refills",
         ("memory.dirty_set_refill_cycles",),
         probe_dirty_set_refills,
@@ -289,11 +296,6 @@ SOURCES: dict[str, tuple[str, str]] = {
         "where a software prefetch for L2 lands is documented per core family, not probed yet",
     ),
     "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
-    "caches.*.copy_bandwidth_share": (
-        "assumed",
-        "the share of a level's bandwidth a packing copy gets beside the micro-kernel is not "
-        "probed yet",
-    ),
     "caches.*.replacement": (
         "assumed",
         "which line a full set evicts is not probed: a chase would need huge pages to address "

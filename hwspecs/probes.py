@@ -1026,13 +1026,19 @@ def _tlb_window(s: Session) -> int:
 
 
 def level_sizes(s: Session, level: int) -> list[int]:
-    """Buffer sizes (bytes) whose data lives in cache ``level`` for this core: half of L1 or L2;
-    for an outer level, 4x the level inside it and on by doubling up to 3/4 of its size."""
-    c = s.host.cache(level)
+    """Buffer sizes (bytes) whose data lives in cache ``level`` for this core
+    (``level_sizes_of`` the host)."""
+    return level_sizes_of(s.host, level)
+
+
+def level_sizes_of(spec: HwSpec, level: int) -> list[int]:
+    """Buffer sizes (bytes) whose data lives in cache ``level`` of ``spec``'s core: half of L1 or
+    L2; for an outer level, 4x the level inside it and on by doubling up to 3/4 of its size."""
+    c = spec.cache(level)
     own = c.size_kib * 1024
     if level == 1:
         return [own // 2]
-    inner = s.host.cache_bytes_per_core(level - 1)
+    inner = spec.cache_bytes_per_core(level - 1)
     if level == 2:
         return [max(own // 2, min(2 * inner, own * 3 // 4))]
     sizes = geometric_sizes(4 * inner, own * 3 // 4)
@@ -2023,6 +2029,124 @@ def probe_store_alias(s: Session) -> dict[str, Finding]:
         + f" from {ALIAS_PROBE_READINGS} interleaved pairs of readings; {_spread(readings)}"
     )
     return {path: s.checked(path, round(wait, 2), 0.0, 100.0, how)}
+
+
+# The copy probe's kernels: 4 x two-vector tiles over B's rows in 33 panels (rows an odd number
+# of lines apart, off a page multiple), kc = 64, A in place, one thread; B packed once per m block
+# of one tile, 8 blocks, against once per call
+COPY_PROBE_ROWS, COPY_PROBE_BLOCKS, COPY_PROBE_KC, COPY_PROBE_PANELS = 4, 8, 64, 33
+COPY_PROBE_READINGS = 3  # interleaved pairs
+COPY_PROBE_RUN_SECONDS = 2e-3  # calls per run: about this long for the repacking kernel
+
+
+def copy_probe_schedules(spec: HwSpec, level: int) -> tuple[CpuSchedule, CpuSchedule] | None:
+    """The copy probe's kernels for a B sized for cache ``level`` (``level_sizes_of``' first
+    size in whole k blocks, at least one): B repacked for each of ``COPY_PROBE_BLOCKS`` m blocks
+    of one tile, and packed once per call; order mkn, so every pack of a k block comes after all
+    of B was packed since. None where the tile space has no such kernels or the model takes that
+    B from another level (too small a level to hold a k block)."""
+    from aotune.analysis.model import b_pack_source_level
+
+    lanes = spec.isa.vector_bits // 32
+    nr = 2 * lanes
+    n, m = nr * COPY_PROBE_PANELS, COPY_PROBE_ROWS * COPY_PROBE_BLOCKS
+    k = max(1, level_sizes_of(spec, level)[0] // (4 * n) // COPY_PROBE_KC) * COPY_PROBE_KC
+    fixed: dict[str, int | str] = {"mr": COPY_PROBE_ROWS, "nr": nr, "kc": COPY_PROBE_KC, "nc": n}
+    fixed |= {"pack_a": 0, "pack_b": 1, "threads": 1, "unroll": 1, "order": "mkn", "par": "m"}
+    repack = _fixed_matmul_schedule(spec, (m, n, k), fixed | {"mc": COPY_PROBE_ROWS})
+    once = _fixed_matmul_schedule(spec, (m, n, k), fixed | {"mc": m})
+    if repack is None or once is None or not repack.b_pack_copies_vectors:
+        return None
+    if b_pack_source_level(repack, spec) != level:
+        return None
+    return repack, once
+
+
+def share_matching(
+    predicted_extra: Callable[[float], float], measured: float, lo: float, hi: float
+) -> float | None:
+    """The smallest share in [``lo``, ``hi``] whose predicted extra cycles (``predicted_extra``,
+    non-increasing in the share) do not exceed ``measured``: ``hi`` where even its exceed it (the
+    copy outran the model's fastest), None where ``lo``'s do not reach it (slower than any share
+    says)."""
+    if predicted_extra(hi) >= measured:
+        return hi
+    if predicted_extra(lo) < measured:
+        return None
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if predicted_extra(mid) <= measured else (mid, hi)
+    return hi
+
+
+def probe_copy_share(s: Session) -> dict[str, Finding]:
+    """The share of each cache level's bandwidth that a packing copy of B moves from it.
+
+    Per level from L2 out, the real kernels of ``copy_probe_schedules``: B sized for the level,
+    repacked for every m block against packed once. The difference per call is the extra
+    copies; the value is the share at which the model's packing cost of the two kernels differs
+    by as much (its pages and walks priced as calibrated). L1 is assumed: the model takes a
+    copy's source from L2 out. Needs the clock, the TLB and the levels' bandwidth first."""
+    out: dict[str, Finding] = {}
+    spec = s.spec_so_far()
+    s.details["copy share"] = {}
+    for c in spec.caches:
+        path = f"caches.L{c.level}.copy_bandwidth_share"
+        scheds = copy_probe_schedules(spec, c.level) if c.level > 1 else None
+        if c.level == 1:
+            out[path] = s.assumed(path, "the model takes a packing copy's source from L2 out")
+        elif scheds is None:
+            out[path] = s.assumed(path, f"no copy probe kernels whose B lives in L{c.level}")
+        else:
+            out[path] = _copy_share_finding(s, spec, c.level, scheds)
+    return out
+
+
+def _copy_share_finding(
+    s: Session, spec: HwSpec, level: int, scheds: tuple[CpuSchedule, CpuSchedule]
+) -> Finding:
+    """``probe_copy_share``'s reading for one level: the two kernels timed in interleaved pairs,
+    and the share that makes the model's packing differ by the median difference."""
+    from aotune.analysis.model import AnalyticalCpuModel, ThreadShare, packing_cycles
+
+    path = f"caches.L{level}.copy_bandwidth_share"
+    guess = AnalyticalCpuModel(spec).estimate_batch([scheds[0]])[0].seconds
+    per_run = max(1, round(COPY_PROBE_RUN_SECONDS / max(guess, 1e-6)))
+    runs = [_kernel_runs(s, x, per_run) for x in scheds]
+    readings: list[Timing] = []
+    extras = []
+    for _ in range(COPY_PROBE_READINGS):  # interleaved: both kernels under the same drift
+        times = [s.best(run, subtract=False) for run in runs]
+        readings += times
+        extras.append(cycles((times[0].seconds - times[1].seconds) / per_run, s.ghz))
+    extra = statistics.median(extras)
+
+    def predicted(share: float) -> float:
+        hw = with_value(spec, path, share)
+        repack, once = (packing_cycles(x, hw, ThreadShare.of(x)) for x in scheds)
+        return repack - once
+
+    share = share_matching(predicted, extra, 0.01, 1.0)
+    repack = scheds[0]
+    b_bytes = repack.K * repack.N * 4
+    copied = (-(-repack.M // repack.mc) - 1) * b_bytes
+    s.details["copy share"][f"L{level}"] = {"extra_cycles": extra, "readings": extras}
+    how = (
+        f"the real kernel, {COPY_PROBE_ROWS} x {repack.nr} tiles, kc = {COPY_PROBE_KC}, one "
+        f"thread, B of {_size(b_bytes)} (rows {repack.N * 4} B apart) packed for each of "
+        f"{COPY_PROBE_BLOCKS} m blocks against once: {extra:.0f} cycles more per call, "
+        f"{copied / max(extra, 1e-9):.1f} bytes a cycle against the level's "
+        f"{spec.cache(level).bandwidth_bytes_per_cycle:g}, the median of "
+        + ", ".join(f"{x:.0f}" for x in extras)
+        + f" from {COPY_PROBE_READINGS} interleaved pairs of readings; {_spread(readings)}"
+    )
+    if share is None:
+        return s.assumed(path, f"slower than 1% of the level's bandwidth ({how})")
+    if share >= 1.0:
+        how += "; faster than the model's copy at the level's whole bandwidth: taken as 1"
+    else:
+        how += "; the share at which the model's packing differs by as much"
+    return s.checked(path, round(share, 2), 0.01, 1.0, how)
 
 
 # The dirty-refill probe's kernel: 8 x one-vector tiles stepping down 24 tiles of rows, kc = 8

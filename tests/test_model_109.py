@@ -1,0 +1,124 @@
+"""Stop 109: the share of a level's bandwidth that a packing copy of B moves
+(``caches.*.copy_bandwidth_share``) is measured by ``hw calibrate``'s copy probe: the real kernel
+with B repacked for every m block against packed once, B sized for each level."""
+
+from __future__ import annotations
+
+import pytest
+from aotune.analysis.model import (
+    AnalyticalCpuModel,
+    ThreadShare,
+    b_pack_source_level,
+    packing_cycles,
+)
+from aotune.hwspecs.calibrate import PROBES, SOURCES, check_coverage
+from aotune.hwspecs.probes import (
+    COPY_PROBE_BLOCKS,
+    COPY_PROBE_KC,
+    COPY_PROBE_ROWS,
+    copy_probe_schedules,
+    level_sizes_of,
+    share_matching,
+)
+from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec_toml import with_value
+
+HW = load_target("emeraldrapids")
+
+
+def _extra_cycles(hw, scheds) -> float:
+    repack, once = (packing_cycles(x, hw, ThreadShare.of(x)) for x in scheds)
+    return repack - once
+
+
+@pytest.mark.parametrize("name", ["emeraldrapids", "znver4", "haswell", "neoverse-n1"])
+@pytest.mark.parametrize("level", [2, 3])
+def test_copy_probe_kernels_differ_only_in_how_often_b_is_packed(name, level):
+    """The two kernels are the same tiles over the same B, which the model reads from the level
+    probed; one packs B for each m block of one tile, the other once; B's rows are not a page
+    multiple apart, and the copy is the vector one the probe prices."""
+    hw = load_target(name)
+    scheds = copy_probe_schedules(hw, level)
+    assert scheds is not None
+    repack, once = scheds
+    assert (repack.M, repack.N, repack.K) == (once.M, once.N, once.K)
+    assert repack.mc == repack.mr == COPY_PROBE_ROWS and once.mc == repack.M
+    assert repack.M // repack.mc == COPY_PROBE_BLOCKS
+    same = ("mr", "nr", "kc", "nc", "order", "pack_a", "pack_b", "threads", "unroll")
+    assert all(getattr(repack, f) == getattr(once, f) for f in same)
+    assert repack.kc == COPY_PROBE_KC and repack.K % COPY_PROBE_KC == 0
+    assert repack.b_pack_copies_vectors and once.b_pack_copies_vectors
+    assert b_pack_source_level(repack, hw) == level
+    assert (repack.N * 4) % hw.memory.page_bytes != 0
+    assert repack.K * repack.N * 4 <= max(
+        level_sizes_of(hw, level)[0], COPY_PROBE_KC * repack.N * 4
+    )
+
+
+def test_model_extra_copy_falls_as_the_share_rises_and_only_that_level_counts():
+    """What the probe solves for: the model's packing difference of the two kernels falls as the
+    probed level's share rises, and the other levels' shares do not move it."""
+    for level in (2, 3):
+        scheds = copy_probe_schedules(HW, level)
+        path = f"caches.L{level}.copy_bandwidth_share"
+        extras = [_extra_cycles(with_value(HW, path, x), scheds) for x in (0.1, 0.3, 0.6, 1.0)]
+        assert all(a > b for a, b in zip(extras, extras[1:]))
+        other = f"caches.L{5 - level}.copy_bandwidth_share"
+        assert _extra_cycles(with_value(HW, other, 0.05), scheds) == _extra_cycles(HW, scheds)
+
+
+def test_share_matching_solves_the_models_extra_for_the_measured_one():
+    """A copy that costs what the model says at a share reads as that share; one faster than the
+    model's copy at the whole bandwidth reads 1; one slower than 1% reads nothing."""
+
+    def extra(share: float) -> float:
+        return 1000.0 / share
+
+    assert share_matching(extra, extra(0.26), 0.01, 1.0) == pytest.approx(0.26, rel=1e-6)
+    assert share_matching(extra, extra(0.78), 0.01, 1.0) == pytest.approx(0.78, rel=1e-6)
+    assert share_matching(extra, 500.0, 0.01, 1.0) == 1.0
+    assert share_matching(extra, 1e6, 0.01, 1.0) is None
+    # the probe's readings on the Emerald Rapids slice, solved with the spec's own model
+    scheds = copy_probe_schedules(HW, 3)
+    hw = with_value(HW, "caches.L3.copy_bandwidth_share", 0.5)
+
+    def model(share: float) -> float:
+        return _extra_cycles(with_value(hw, "caches.L3.copy_bandwidth_share", share), scheds)
+
+    assert share_matching(model, 7448834.0, 0.01, 1.0) == pytest.approx(0.78, abs=0.01)
+
+
+def test_hw_calibrate_measures_the_copy_share_and_emerald_rapids_carries_it():
+    """The probe sets every level's share (L1's assumed: no copy reads from it), nothing else
+    claims the field, and the built-in spec carries the slice's readings with their origin."""
+    (probe,) = [p for p in PROBES if "caches.*.copy_bandwidth_share" in p.sets]
+    assert probe.sets == ("caches.*.copy_bandwidth_share",)
+    assert "caches.*.copy_bandwidth_share" not in SOURCES
+    check_coverage(HW)
+    names = [p.name for p in PROBES]
+    assert names.index("cache bandwidth") < names.index(probe.name)
+    assert names.index(probe.name) < names.index("dirty set refills")
+    assert [c.copy_bandwidth_share for c in HW.caches] == [0.5, 0.26, 0.78]
+    assert "copy probe" in HW.origin_of("caches.L3.copy_bandwidth_share")
+
+
+def test_repacking_from_l3_is_priced_at_the_measured_copy_rate():
+    """384 x 1024 x 1024, 4 x 16 tiles, B repacked for each 4-row m block from L3 (timed with
+    the bench on the slice at 1/1.90 of its prediction with the assumed share of 0.5): the
+    packing term now prices the copy's bytes at 0.78 of L3's bandwidth."""
+    from aotune.analysis.workload import matmul
+    from aotune.codegen.schedule import schedule_from_config
+    from aotune.constraints.cpu import build_cpu_space
+
+    space = build_cpu_space(matmul(384, 1024, 1024), HW)
+    cfg = "mr=4,nr=16,kc=128,mc=4,nc=928,order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=1"
+    s = schedule_from_config(space, space.parse_config(cfg))
+    assert b_pack_source_level(s, HW) == 3
+    old = with_value(HW, "caches.L3.copy_bandwidth_share", 0.5)
+    now, before = (dict(AnalyticalCpuModel(h).estimate_batch([s])[0].breakdown) for h in (HW, old))
+    # the copy's bandwidth part falls by 1/0.5 - 1/0.78 of L3's time per byte; its pages do not
+    bw = HW.cache(3).bandwidth_bytes_per_cycle * HW.core.frequency_ghz * 1e9
+    copied = 1024 * 1024 * (384 // 4) * 4
+    fall = copied / bw * (1 / 0.5 - 1 / HW.cache(3).copy_bandwidth_share)
+    assert before["packing"] - now["packing"] == pytest.approx(fall, rel=1e-6)
+    assert before["compute"] == now["compute"]

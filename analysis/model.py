@@ -552,8 +552,9 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
         c_bytes = min(c_bytes, m_share * n_share * isz * 2)  # in once, out once
     l2_bytes = a_bytes_l2 + b_bytes_l2 + c_bytes
     # Into L2 from L3: A blocks once per n block, B panels once per m block, unless what the
-    # thread touches between two uses stays in its L2; C tiles every call unless what the calls
-    # between two visits of a tile touch stays in L2 (under nkm, the whole C strip of an n block).
+    # thread touches between two uses stays in its L2 (a B copied in vectors: in its copy, not
+    # here); C tiles every call unless what the calls between two visits of a tile touch stays in
+    # L2 (under nkm, the whole C strip of an n block).
     a_sweeps, b_sweeps = _l2_sweeps(s, hw, share)
     a_bytes_l3 = m_share * s.K * isz * a_sweeps
     if s.a_gather and s.a_shared:
@@ -565,6 +566,8 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     b_bytes_l3 = n_share * s.K * isz * b_sweeps
     if s.b_gather and s.pack_b:
         b_bytes_l3 = min(b_bytes_l3, b_elems * isz * n_share / s.N * b_sweeps)
+    if s.b_pack_copies_vectors:
+        b_bytes_l3 = 0.0  # only the copy reads B: ``packing`` prices it at its source's bandwidth
     c_in_l2 = _bytes_between_visits(s, m_share, n_share) <= hw.usable_bytes_per_core(2)
     c_l3 = m_share * n_share * isz * 2 if c_in_l2 else c_bytes
     l3_bytes = a_bytes_l3 + b_bytes_l3 + c_l3

@@ -2031,9 +2031,9 @@ def probe_store_alias(s: Session) -> dict[str, Finding]:
     return {path: s.checked(path, round(wait, 2), 0.0, 100.0, how)}
 
 
-# The copy probe's kernels: 4 x two-vector tiles over B's rows in 33 panels (rows an odd number
-# of lines apart, off a page multiple), kc = 64, A in place, one thread; B packed once per m block
-# of one tile, 8 blocks, against once per call
+# The copy probe's kernels: 4 x two-vector tiles over B's rows in 33 panels (rows off a page
+# multiple apart), kc = 64, A in place, one thread; B packed once per m block of one tile, 8
+# blocks, against once per call
 COPY_PROBE_ROWS, COPY_PROBE_BLOCKS, COPY_PROBE_KC, COPY_PROBE_PANELS = 4, 8, 64, 33
 COPY_PROBE_READINGS = 3  # interleaved pairs
 COPY_PROBE_RUN_SECONDS = 2e-3  # calls per run: about this long for the repacking kernel
@@ -2044,7 +2044,7 @@ def copy_probe_schedules(spec: HwSpec, level: int) -> tuple[CpuSchedule, CpuSche
     size in whole k blocks, at least one): B repacked for each of ``COPY_PROBE_BLOCKS`` m blocks
     of one tile, and packed once per call; order mkn, so every pack of a k block comes after all
     of B was packed since. None where the tile space has no such kernels or the model takes that
-    B from another level (too small a level to hold a k block)."""
+    B from another level, or the level cannot hold B beside its packed block."""
     from aotune.analysis.model import b_pack_source_level
 
     lanes = spec.isa.vector_bits // 32
@@ -2056,6 +2056,9 @@ def copy_probe_schedules(spec: HwSpec, level: int) -> tuple[CpuSchedule, CpuSche
     repack = _fixed_matmul_schedule(spec, (m, n, k), fixed | {"mc": COPY_PROBE_ROWS})
     once = _fixed_matmul_schedule(spec, (m, n, k), fixed | {"mc": m})
     if repack is None or once is None or not repack.b_pack_copies_vectors:
+        return None
+    # B and its packed block must both stay in the level between two packs of a k block
+    if (k + COPY_PROBE_KC) * n * 4 > spec.cache_bytes_per_core(level):
         return None
     if b_pack_source_level(repack, spec) != level:
         return None
@@ -2120,6 +2123,8 @@ def _copy_share_finding(
         readings += times
         extras.append(cycles((times[0].seconds - times[1].seconds) / per_run, s.ghz))
     extra = statistics.median(extras)
+    if extra <= 0.0:
+        return s.assumed(path, f"the repacking kernel was no slower ({extra:.0f} cycles a call)")
 
     def predicted(share: float) -> float:
         hw = with_value(spec, path, share)
@@ -2133,9 +2138,9 @@ def _copy_share_finding(
     s.details["copy share"][f"L{level}"] = {"extra_cycles": extra, "readings": extras}
     how = (
         f"the real kernel, {COPY_PROBE_ROWS} x {repack.nr} tiles, kc = {COPY_PROBE_KC}, one "
-        f"thread, B of {_size(b_bytes)} (rows {repack.N * 4} B apart) packed for each of "
+        f"thread, B of {b_bytes / 2**20:.2f} MiB (rows {repack.N * 4} B apart) packed for each of "
         f"{COPY_PROBE_BLOCKS} m blocks against once: {extra:.0f} cycles more per call, "
-        f"{copied / max(extra, 1e-9):.1f} bytes a cycle against the level's "
+        f"{copied / extra:.1f} bytes a cycle against the level's "
         f"{spec.cache(level).bandwidth_bytes_per_cycle:g}, the median of "
         + ", ".join(f"{x:.0f}" for x in extras)
         + f" from {COPY_PROBE_READINGS} interleaved pairs of readings; {_spread(readings)}"

@@ -11,28 +11,32 @@ from aotune.analysis.model import (
     b_pack_source_level,
     packing_cycles,
 )
+from aotune.codegen.schedule import CpuSchedule
 from aotune.hwspecs.calibrate import PROBES, SOURCES, check_coverage
 from aotune.hwspecs.probes import (
     COPY_PROBE_BLOCKS,
     COPY_PROBE_KC,
     COPY_PROBE_ROWS,
     copy_probe_schedules,
-    level_sizes_of,
     share_matching,
 )
-from aotune.hwspecs.spec import load_target
+from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.hwspecs.spec_toml import with_value
 
 HW = load_target("emeraldrapids")
 
 
-def _extra_cycles(hw, scheds) -> float:
+def _extra_cycles(hw: HwSpec, scheds: tuple[CpuSchedule, CpuSchedule]) -> float:
+    """The model's packing cycles of the repacking kernel beyond the packing-once one's."""
     repack, once = (packing_cycles(x, hw, ThreadShare.of(x)) for x in scheds)
     return repack - once
 
 
-@pytest.mark.parametrize("name", ["emeraldrapids", "znver4", "haswell", "neoverse-n1"])
-@pytest.mark.parametrize("level", [2, 3])
+@pytest.mark.parametrize(
+    "name,level",
+    [("emeraldrapids", 2), ("emeraldrapids", 3), ("znver4", 2), ("znver4", 3), ("haswell", 3)]
+    + [("neoverse-n1", 2), ("neoverse-n1", 3), ("znver2", 2), ("skylake-avx512", 3)],
+)
 def test_copy_probe_kernels_differ_only_in_how_often_b_is_packed(name, level):
     """The two kernels are the same tiles over the same B, which the model reads from the level
     probed; one packs B for each m block of one tile, the other once; B's rows are not a page
@@ -50,9 +54,14 @@ def test_copy_probe_kernels_differ_only_in_how_often_b_is_packed(name, level):
     assert repack.b_pack_copies_vectors and once.b_pack_copies_vectors
     assert b_pack_source_level(repack, hw) == level
     assert (repack.N * 4) % hw.memory.page_bytes != 0
-    assert repack.K * repack.N * 4 <= max(
-        level_sizes_of(hw, level)[0], COPY_PROBE_KC * repack.N * 4
-    )
+    assert (repack.K + repack.kc) * repack.N * 4 <= hw.cache_bytes_per_core(level)
+
+
+def test_an_l2_too_small_for_b_beside_its_packed_block_is_not_probed():
+    """Haswell's 256 KiB L2 cannot hold the smallest B (one k block of 528 columns) beside its
+    packed copy: the repacks would come partly from L3, so L2's share is left to the spec."""
+    assert copy_probe_schedules(load_target("haswell"), 2) is None
+    assert copy_probe_schedules(load_target("haswell"), 3) is not None
 
 
 def test_model_extra_copy_falls_as_the_share_rises_and_only_that_level_counts():
@@ -80,10 +89,9 @@ def test_share_matching_solves_the_models_extra_for_the_measured_one():
     assert share_matching(extra, 1e6, 0.01, 1.0) is None
     # the probe's readings on the Emerald Rapids slice, solved with the spec's own model
     scheds = copy_probe_schedules(HW, 3)
-    hw = with_value(HW, "caches.L3.copy_bandwidth_share", 0.5)
 
     def model(share: float) -> float:
-        return _extra_cycles(with_value(hw, "caches.L3.copy_bandwidth_share", share), scheds)
+        return _extra_cycles(with_value(HW, "caches.L3.copy_bandwidth_share", share), scheds)
 
     assert share_matching(model, 7448834.0, 0.01, 1.0) == pytest.approx(0.78, abs=0.01)
 
@@ -121,4 +129,57 @@ def test_repacking_from_l3_is_priced_at_the_measured_copy_rate():
     copied = 1024 * 1024 * (384 // 4) * 4
     fall = copied / bw * (1 / 0.5 - 1 / HW.cache(3).copy_bandwidth_share)
     assert before["packing"] - now["packing"] == pytest.approx(fall, rel=1e-6)
-    assert before["compute"] == now["compute"]
+
+
+def test_the_models_whole_difference_between_the_probes_kernels_is_the_copy():
+    """A B copied in vectors reaches L2 only through its copy, which ``packing`` prices at the
+    source's bandwidth; the L3 term no longer counts those bytes again, so the model's whole
+    difference between the probe's kernels is (nearly) their packing difference (it was 1.6x)."""
+    for level in (2, 3):
+        scheds = copy_probe_schedules(HW, level)
+        whole = [p.seconds for p in AnalyticalCpuModel(HW).estimate_batch(list(scheds))]
+        extra = (whole[0] - whole[1]) * HW.core.frequency_ghz * 1e9
+        assert extra == pytest.approx(_extra_cycles(HW, scheds), rel=0.1)
+
+
+def test_the_probe_reads_back_the_share_its_kernels_ran_at(monkeypatch):
+    """The probe's flow on fake timings made by the model at shares of 0.4 (L2) and 0.7 (L3):
+    it reads them back, L1's is assumed, and a repacking kernel no slower than the other gives
+    no reading."""
+    from aotune.hwspecs import probes
+
+    truth = with_value(with_value(HW, "caches.L2.copy_bandwidth_share", 0.4),
+                       "caches.L3.copy_bandwidth_share", 0.7)  # fmt: skip
+    ghz = 2.0
+
+    def session() -> probes.Session:
+        s = probes.Session.__new__(probes.Session)
+        s.host, s.base = HW, load_target("skylake-avx512")
+        s.found = {"core.frequency_ghz": probes.Finding(ghz, "measured: the clock")}
+        s.details = {}
+        return s
+
+    def runs(s: probes.Session, sched: CpuSchedule, calls: int) -> tuple[CpuSchedule, int]:
+        return sched, calls
+
+    def best(run: tuple[CpuSchedule, int], subtract: bool = True) -> probes.Timing:
+        sched, calls = run
+        seconds = calls * (1e-3 + packing_cycles(sched, truth, ThreadShare.of(sched)) / ghz / 1e9)
+        return probes.Timing(seconds, 11, seconds / 11, 0.001, 0.02)
+
+    monkeypatch.setattr(probes, "_kernel_runs", runs)
+    s = session()
+    monkeypatch.setattr(s, "best", best, raising=False)
+    found = probes.probe_copy_share(s)
+    assert sorted(found) == [f"caches.L{n}.copy_bandwidth_share" for n in (1, 2, 3)]
+    assert found["caches.L1.copy_bandwidth_share"].origin.startswith("assumed")
+    assert found["caches.L2.copy_bandwidth_share"].value == pytest.approx(0.4, abs=0.01)
+    assert found["caches.L3.copy_bandwidth_share"].value == pytest.approx(0.7, abs=0.01)
+    assert "measured" in found["caches.L3.copy_bandwidth_share"].origin
+
+    s = session()
+    flat = probes.Timing(1e-3, 11, 1e-4, 0.001, 0.02)
+    monkeypatch.setattr(s, "best", lambda run, subtract=True: flat, raising=False)
+    found = probes.probe_copy_share(s)
+    assert all(f.origin.startswith("assumed") for f in found.values())
+    assert "no slower" in found["caches.L3.copy_bandwidth_share"].origin

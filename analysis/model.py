@@ -1241,7 +1241,11 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       Strides within ``memory.prefetch_stride_bytes`` are prefetched by the hardware; rows the
       micro-kernel prefetches itself (``b_prefetch_rows``) arrive before their first touch,
       leaving only the transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched,
-      105-155 without).
+      105-155 without). Where the panel's L2 sets cannot keep it with the rows prefetched past it
+      (``_b_panel_l2_set_overflow``), that share of its lines comes from L3 at each touch, first
+      or swept, and one set's pace stretches by L3's latency over L2's for them (Emerald Rapids,
+      8 x 16 tiles, rows 16 KiB apart, kc 128: met once per call 29.2 ms, swept by 2, 4 and 21
+      calls 30.3, 30.6 and 26.5; README, stop 109).
     - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows
       a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
       Those broadcasts refill one set, one after another; the k steps whose FMAs wait in the
@@ -1295,12 +1299,17 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         # a row of several lines evicted by the rows ahead, refetch an L2 round trip apart
         one_line_pace = refill > 0 and row_lines == 1 and (sweeps == 1 or sets == 1)
         refetch = refill if one_line_pace else l2.latency_cycles
-        if sweeps > 1 and thrash > 0 and len(hw.caches) >= 3:
+        first_pace = refill
+        if len(hw.caches) >= 3:
             # the lines L2's sets cannot keep either come from L3, as many at once as from L2
             # (the set's pace is its fills in flight: each takes L3's latency then)
-            from_l3 = min(thrash, _b_panel_l2_set_overflow(s, hw))
+            overflow = _b_panel_l2_set_overflow(s, hw)
             slower = hw.cache(3).latency_cycles / l2.latency_cycles
-            refetch *= 1.0 + from_l3 / thrash * (slower - 1.0)
+            # first touches too: rows prefetched into crowded L2 sets are gone when loaded
+            first_pace = refill * (1.0 + overflow * (slower - 1.0))
+            if sweeps > 1 and thrash > 0:
+                from_l3 = min(thrash, overflow)
+                refetch *= 1.0 + from_l3 / thrash * (slower - 1.0)
         b_extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:
@@ -1309,7 +1318,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             wait = (l2.latency_cycles + tlb) / rows_in_flight
         # each of the panel's sets takes its share of a row's lines at its own pace, whatever
         # the row's length: a floor for first touches
-        b_extra += first_touch * max(wait, refill / side_by_side, transfer)
+        b_extra += first_touch * max(wait, first_pace / side_by_side, transfer)
     if not s.pack_a and a_stride >= page:
         # mr rows' current lines all in few sets: if they cannot coexist, every broadcast misses;
         # otherwise only the panel's reuse across calls is lost, one miss per line. B's set group

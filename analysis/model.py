@@ -1305,7 +1305,8 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             # (the set's pace is its fills in flight: each takes L3's latency then)
             overflow = _b_panel_l2_set_overflow(s, hw)
             slower = hw.cache(3).latency_cycles / l2.latency_cycles
-            # first touches too: rows prefetched into crowded L2 sets are gone when loaded
+            # first touches too: rows prefetched into crowded L2 sets are gone when loaded (a
+            # spec without a measured pace keeps its L2 floor: none that picks sets lacks one)
             first_pace = refill * (1.0 + overflow * (slower - 1.0))
             if sweeps > 1 and thrash > 0:
                 from_l3 = min(thrash, overflow)

@@ -1,6 +1,8 @@
 """Stop 109: the share of a level's bandwidth that a packing copy of B moves
 (``caches.*.copy_bandwidth_share``) is measured by ``hw calibrate``'s copy probe: the real kernel
-with B repacked for every m block against packed once, B sized for each level."""
+with B repacked for every m block against packed once, B sized for each level; a B copied in
+vectors is counted once, in its copy; and B rows met once per call in crowded L2 sets wait for
+L3 as swept ones do."""
 
 from __future__ import annotations
 
@@ -192,6 +194,7 @@ MET_ONCE_AND_SWEPT = {8: 29.2, 16: 30.3, 32: 30.6, 168: 26.5}  # mc: ms, N = 409
 
 
 def _predicted_ms(hw: HwSpec, n: int, cfg: str) -> float:
+    """The model's milliseconds for the 168 x n x 1024 kernel of ``cfg``."""
     from aotune.analysis.workload import matmul
     from aotune.codegen.schedule import schedule_from_config
     from aotune.constraints.cpu import build_cpu_space
@@ -209,7 +212,6 @@ def test_rows_met_once_in_crowded_l2_sets_wait_for_l3_as_swept_ones_do():
     once = _predicted_ms(HW, 4096, f"mc=8,{ONE_SET}")
     swept = _predicted_ms(HW, 4096, f"mc=16,{ONE_SET}")
     assert once / swept == pytest.approx(MET_ONCE_AND_SWEPT[8] / MET_ONCE_AND_SWEPT[16], abs=0.15)
-    assert once / swept > 0.8  # 0.57 with the set's pace from L2
     # off the rule: rows spread over the sets (N = 4112), or a machine whose L2 sets its
     # addresses do not pick, keep the set's pace from L2
     scattered = with_value(HW, "memory.addresses_pick_l2_sets", False)

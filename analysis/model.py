@@ -1243,9 +1243,9 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       leaving only the transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched,
       105-155 without). Where the panel's L2 sets cannot keep it with the rows prefetched past it
       (``_b_panel_l2_set_overflow``), that share of its lines comes from L3 at each touch, first
-      or swept, and one set's pace stretches by L3's latency over L2's for them (Emerald Rapids,
-      8 x 16 tiles, rows 16 KiB apart, kc 128: met once per call 29.2 ms, swept by 2, 4 and 21
-      calls 30.3, 30.6 and 26.5; README, stop 109).
+      or swept, or again after the rows ahead evicted it, and one set's pace stretches by L3's
+      latency over L2's for them (Emerald Rapids, 8 x 16 tiles, rows 16 KiB apart, kc 128: met
+      once per call 29.2 ms, swept by 2, 4 and 21 calls 30.3, 30.6 and 26.5; README, stop 109).
     - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows
       a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
       Those broadcasts refill one set, one after another; the k steps whose FMAs wait in the
@@ -1308,7 +1308,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             # first touches too: rows prefetched into crowded L2 sets are gone when loaded (a
             # spec without a measured pace keeps its L2 floor: none that picks sets lacks one)
             first_pace = refill * (1.0 + overflow * (slower - 1.0))
-            if sweeps > 1 and thrash > 0:
+            if thrash > 0:  # swept again, or evicted by the rows ahead: from L3 alike
                 from_l3 = min(thrash, overflow)
                 refetch *= 1.0 + from_l3 / thrash * (slower - 1.0)
         b_extra += thrash * max(refetch / side_by_side, transfer)

@@ -1308,9 +1308,11 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             # first touches too: rows prefetched into crowded L2 sets are gone when loaded (a
             # spec without a measured pace keeps its L2 floor: none that picks sets lacks one)
             first_pace = refill * (1.0 + overflow * (slower - 1.0))
-            if thrash > 0:  # swept again, or evicted by the rows ahead: from L3 alike
-                from_l3 = min(thrash, overflow)
-                refetch *= 1.0 + from_l3 / thrash * (slower - 1.0)
+            if thrash > 0:
+                # swept, L2's losses fall among L1's misses; evicted by the rows ahead of a
+                # panel met once, a line is lost in L2 as any of the panel's is
+                lost = min(thrash, overflow) / thrash if sweeps > 1 else overflow
+                refetch *= 1.0 + lost * (slower - 1.0)
         b_extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:

@@ -1252,6 +1252,17 @@ def _on_unraisable(unraisable: Any) -> None:
     sys.__unraisablehook__(unraisable)
 
 
+def _on_reported(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """An exception an extension module reports instead of raising (islpy prints one raised in
+    its callbacks through ``sys.excepthook``, then fails the isl call): an interrupt that lands
+    there is not news after it was seen; it is sent again, as from ``_on_unraisable``."""
+    if _interrupt_seen and issubclass(exc_type, KeyboardInterrupt):
+        if _running_command:
+            threading.Thread(target=_send_lost_interrupt_again, daemon=True).start()
+        return
+    sys.__excepthook__(exc_type, exc, tb)
+
+
 def _send_lost_interrupt_again() -> None:
     """(A thread) The interrupt again, a moment later: raised here it would be lost in the hook
     once more; should it land in another finalizer, the hook sends it again."""
@@ -1286,8 +1297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 previous[stop] = signal.signal(stop, _on_sigint)
     if sys.stderr is None:  # started with stderr closed (``2>&-``): errors go nowhere, codes stay
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115 -- for the whole process
-    previous_unraisable = sys.unraisablehook
-    sys.unraisablehook = _on_unraisable
+    previous_unraisable, previous_excepthook = sys.unraisablehook, sys.excepthook
+    sys.unraisablehook, sys.excepthook = _on_unraisable, _on_reported
     _running_command = True
     try:
         if sys.stdout is None:  # started with stdout closed (``>&-``): nothing printed would show
@@ -1303,7 +1314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         _running_command = False
         if argv is not None:
-            sys.unraisablehook = previous_unraisable
+            sys.unraisablehook, sys.excepthook = previous_unraisable, previous_excepthook
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 

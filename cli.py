@@ -1246,8 +1246,7 @@ def _on_unraisable(unraisable: Any) -> None:
     an interrupt that lands there is sent again, to be raised where it can stop the command; after
     one, what the unwinding leaves half made (an object cut off in its constructor) is not news."""
     if _interrupt_seen:
-        if _running_command and issubclass(unraisable.exc_type, KeyboardInterrupt):
-            threading.Thread(target=_send_lost_interrupt_again, daemon=True).start()
+        _send_again_if_interrupt(unraisable.exc_type)
         return
     sys.__unraisablehook__(unraisable)
 
@@ -1257,10 +1256,16 @@ def _on_reported(exc_type: type[BaseException], exc: BaseException, tb: Any) -> 
     its callbacks through ``sys.excepthook``, then fails the isl call): an interrupt that lands
     there is not news after it was seen; it is sent again, as from ``_on_unraisable``."""
     if _interrupt_seen and issubclass(exc_type, KeyboardInterrupt):
-        if _running_command:
-            threading.Thread(target=_send_lost_interrupt_again, daemon=True).start()
+        _send_again_if_interrupt(exc_type)
         return
     sys.__excepthook__(exc_type, exc, tb)
+
+
+def _send_again_if_interrupt(exc_type: type[BaseException]) -> None:
+    """An interrupt lost where it could not be raised, during a command: sent again (a thread
+    sends it a moment later)."""
+    if _running_command and issubclass(exc_type, KeyboardInterrupt):
+        threading.Thread(target=_send_lost_interrupt_again, daemon=True).start()
 
 
 def _send_lost_interrupt_again() -> None:

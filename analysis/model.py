@@ -803,7 +803,7 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
     """
     c, isz, lanes = hw.core, 4, s.lanes
     m_share, n_share, threads = share.m_share, share.n_share, share.threads
-    mblocks, nblocks = -(-m_share // s.mc), -(-n_share // s.nc)
+    nblocks = -(-n_share // s.nc)
     per_elem = max(1.0 / c.store_ports, PACK_INSTRUCTIONS_PER_ELEMENT / c.issue_width)
     cycles = 0.0
     if s.pack_a:
@@ -823,7 +823,7 @@ def packing_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
         per_a = _pack_cycles_per_elem(s.a_gather, s.a_pack_run, s.kc, hw, plain, lanes)
         cycles += m_share * s.K * packs * per_a
     if s.pack_b:
-        packs = 1 if s.order == "nkm" else mblocks
+        packs = _b_packs(s, share)
         if s.b_pack_copies_vectors:
             source = _b_pack_source_bytes(s, share)
             per_b = _vector_pack_cycles_per_elem(s, hw, source, threads, share)
@@ -948,11 +948,21 @@ def _pack_rows_in_flight(hw: HwSpec, rows: int, stride_bytes: int) -> float:
     return max(1.0, min(float(rows), hw.memory.misses_in_flight))
 
 
+def _b_packs(s: CpuSchedule, share: ThreadShare) -> int:
+    """Times the thread packs each block of B: once (nkm), else once per m block."""
+    return 1 if s.order == "nkm" else -(-share.m_share // s.mc)
+
+
 def _b_pack_source_bytes(s: CpuSchedule, share: ThreadShare) -> float:
     """Bytes a B pack reads from: the thread's share of B where it packs each block again (it
     swept all of it in between), else the whole tensor."""
-    packs = 1 if s.order == "nkm" else -(-share.m_share // s.mc)
-    return share.n_share * s.K * 4 if packs > 1 else s.K * s.N * 4
+    return share.n_share * s.K * 4 if _b_packs(s, share) > 1 else s.K * s.N * 4
+
+
+def _b_pack_readers(s: CpuSchedule, source_bytes: float, threads: int) -> int:
+    """Threads that read a B pack's source: all of them where it is the whole tensor (held once
+    in a level they share), else the thread alone."""
+    return threads if source_bytes == s.K * s.N * 4 else 1
 
 
 def b_pack_source_level(s: CpuSchedule, hw: HwSpec) -> int | None:
@@ -960,8 +970,7 @@ def b_pack_source_level(s: CpuSchedule, hw: HwSpec) -> int | None:
     (None: beyond the last); ``hw calibrate``'s copy probe sizes B by it."""
     share = ThreadShare.of(s)
     source = _b_pack_source_bytes(s, share)
-    readers = share.threads if source == s.K * s.N * 4 else 1  # as _vector_pack_cycles_per_elem
-    return _level_holding(source, hw, readers)
+    return _level_holding(source, hw, _b_pack_readers(s, source, share.threads))
 
 
 def _vector_pack_cycles_per_elem(
@@ -984,8 +993,7 @@ def _vector_pack_cycles_per_elem(
     too, the share it cannot keep walks (``stlb_reach``).
     """
     isz = 4
-    whole = source_bytes == s.K * s.N * isz  # every thread reads all of it: held once where shared
-    readers = threads if whole else 1
+    readers = _b_pack_readers(s, source_bytes, threads)
     level = _level_holding(source_bytes, hw, readers)
     last = hw.caches[-1]
     if level is None:  # the last level keeps its capacity's worth; the rest from DRAM

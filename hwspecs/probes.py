@@ -2051,14 +2051,14 @@ def copy_probe_schedules(spec: HwSpec, level: int) -> tuple[CpuSchedule, CpuSche
     nr = 2 * lanes
     n, m = nr * COPY_PROBE_PANELS, COPY_PROBE_ROWS * COPY_PROBE_BLOCKS
     k = max(1, level_sizes_of(spec, level)[0] // (4 * n) // COPY_PROBE_KC) * COPY_PROBE_KC
+    # B and its packed block must both stay in the level between two packs of a k block
+    if (k + COPY_PROBE_KC) * n * 4 > spec.cache_bytes_per_core(level):
+        return None
     fixed: dict[str, int | str] = {"mr": COPY_PROBE_ROWS, "nr": nr, "kc": COPY_PROBE_KC, "nc": n}
     fixed |= {"pack_a": 0, "pack_b": 1, "threads": 1, "unroll": 1, "order": "mkn", "par": "m"}
     repack = _fixed_matmul_schedule(spec, (m, n, k), fixed | {"mc": COPY_PROBE_ROWS})
     once = _fixed_matmul_schedule(spec, (m, n, k), fixed | {"mc": m})
     if repack is None or once is None or not repack.b_pack_copies_vectors:
-        return None
-    # B and its packed block must both stay in the level between two packs of a k block
-    if (k + COPY_PROBE_KC) * n * 4 > spec.cache_bytes_per_core(level):
         return None
     if b_pack_source_level(repack, spec) != level:
         return None
@@ -2095,13 +2095,14 @@ def probe_copy_share(s: Session) -> dict[str, Finding]:
     s.details["copy share"] = {}
     for c in spec.caches:
         path = f"caches.L{c.level}.copy_bandwidth_share"
-        scheds = copy_probe_schedules(spec, c.level) if c.level > 1 else None
         if c.level == 1:
             out[path] = s.assumed(path, "the model takes a packing copy's source from L2 out")
-        elif scheds is None:
+            continue
+        scheds = copy_probe_schedules(spec, c.level)
+        if scheds is None:
             out[path] = s.assumed(path, f"no copy probe kernels whose B lives in L{c.level}")
-        else:
-            out[path] = _copy_share_finding(s, spec, c.level, scheds)
+            continue
+        out[path] = _copy_share_finding(s, spec, c.level, scheds)
     return out
 
 

@@ -353,30 +353,35 @@ class Stream:
 
 @dataclass(frozen=True)
 class Rows:
-    """A micro-kernel's unpacked B operand: per row, one ``bits`` vector loaded and used by ``fmas``
-    FMAs (over at most ``ACCUMULATORS`` chains), and a software prefetch (into L1) of the row
-    ``distance`` rows ahead.
+    """A micro-kernel's unpacked B operand: per row, ``vectors`` adjacent ``bits`` vectors loaded
+    and each used by ``fmas`` FMAs (over at most ``ACCUMULATORS`` chains), and a software prefetch
+    (into L1) of the row ``distance`` rows ahead.
 
     Arguments: (passes, buf, stride, distance, rows, slots, params, out). Pass ``p`` reads the
     vector at byte ``(p % slots) * SLOT_BYTES`` of each of ``rows`` rows ``stride`` bytes apart,
-    so a line comes back only after ``slots`` passes. ``params`` holds the floats a, b; ``out``
-    receives the accumulators.
+    so a line comes back only after ``slots`` passes (where a row's vectors fit a slot: wider
+    rows are swept with one slot). ``params`` holds the floats a, b; ``out`` receives the
+    accumulators.
     """
 
     bits: int
     fmas: int = 12
+    vectors: int = 1
     ACCUMULATORS = 24  # at most: the FMAs of a row cycle through them (registers are few)
+    WIDE_ACCUMULATORS = 8  # rows of several vectors: their loads need registers of their own
     SLOT_BYTES = 128  # a line pair: the adjacent-line prefetch of one slot never fills the next
 
     @property
     def name(self) -> str:
         """The function's name."""
-        return f"rows_{self.bits}_f{self.fmas}"
+        wide = f"_v{self.vectors}" if self.vectors > 1 else ""
+        return f"rows_{self.bits}_f{self.fmas}{wide}"
 
     @property
     def accumulators(self) -> int:
         """Independent FMA chains the row's FMAs cycle through."""
-        return min(self.fmas, self.ACCUMULATORS)
+        cap = self.ACCUMULATORS if self.vectors == 1 else self.WIDE_ACCUMULATORS
+        return min(self.fmas * self.vectors, cap)
 
     def emit(self, mod: ir.Module) -> None:
         """Add this kernel to ``mod``."""
@@ -399,11 +404,13 @@ class Rows:
                 at = b.add(col, b.mul(r, stride))
                 # prefetches never fault: rows past the buffer's end are harmless
                 b.call(prefetch, [b.inttoptr(b.add(at, ahead), I8.as_pointer()), *hint])
-                v = b.load(_ptr(b, at, ty), align=self.bits // 8)
                 accs = list(accs)
-                for j in range(self.fmas):
-                    slot = j % self.accumulators
-                    accs[slot] = b.call(_fma(mod, ty), [v, coefs[slot], accs[slot]])
+                for i in range(self.vectors):
+                    at_i = b.add(at, c64(i * self.bits // 8))
+                    v = b.load(_ptr(b, at_i, ty), align=self.bits // 8)
+                    for j in range(self.fmas):
+                        slot = (i * self.fmas + j) % self.accumulators
+                        accs[slot] = b.call(_fma(mod, ty), [v, coefs[slot], accs[slot]])
                 return accs
 
             return _loop(b, rows, accs, one_row)

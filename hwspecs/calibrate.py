@@ -182,9 +182,10 @@ PROBES: tuple[Probe, ...] = (
     ),
     Probe(
         "set refills",
-        ("memory.set_refill_cycles",),
+        ("memory.set_refill_cycles", "memory.swept_line_refill_cycles"),
         probe_set_refills,
-        "a sweep over more rows of one L1 set than it keeps, against fewer",
+        "a sweep over more rows of one L1 set than it keeps, against fewer; rows of one vector"
+        " and of eight lines",
     ),
     Probe(
         "cache bandwidth",

@@ -173,6 +173,13 @@ class MemorySpec:
     # lie in address order (huge pages the host backs, or free memory handed out in order), so
     # rows a power of two apart crowd few L2 sets; false: the frames scatter, and so do the rows
     addresses_pick_l2_sets: bool = False
+    # cycles each line of a B row adds to a k step when a panel swept again call after call
+    # refills rows of several lines, each line in a set its column keeps (rows a whole number
+    # of L1 ways apart), from L2: the fills take the L1 the loads need (0: not measured; such
+    # rows then wait as ``set_refill_cycles`` or an L2 round trip say)
+    swept_line_refill_cycles: float = dataclasses.field(
+        default=0.0, metadata={"range": (0.0, 1000.0)}
+    )
 
 
 @dataclass(frozen=True)

@@ -369,12 +369,14 @@ def micro_kernel_cycles(
     waiting for these stores: ``_b_after_c_store_cycles``), a C tile fetched from beyond
     L2 beyond what the call's prefetch of it hides (``c_prefetch_steps``), and C lines another
     thread writes too, or whose pair it does (on each visit, unless the threads meet them only at
-    their runs' ends). Plus, once, the wait for
+    their runs' ends). A swept B row's lines refilled one set each add their cost to the k step
+    (``_swept_row_refill_cycles``). Plus, once, the wait for
     A's lines from DRAM read in place (``a_demand_miss_cycles``).
     """
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = _vector_load_rate(hw)
     conflict = _conflict_miss_cycles(s, hw, share.m_share, mix)
+    swept_refills = _swept_row_refill_cycles(s, hw, share.m_share)
     power = _miss_overlap_power(s, hw)
     dtlb = _dtlb_miss_cycles(s, hw, share.m_share)
     walks = _page_walk_cycles(s, hw, share.m_share, share.n_share)
@@ -386,7 +388,7 @@ def micro_kernel_cycles(
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
         cyc_k, load_k = _cycles_per_kstep(tile_mix, hw, s.kc)
         # the k step's issue and its unpacked operand's misses overlap as the traffic terms do
-        step = _overlapped_terms((cyc_k, conflict), power)
+        step = _overlapped_terms((cyc_k, conflict), power) + swept_refills
         # the C lines B evicts, and B's rows' translations, are waited for beside B's own
         # misses: only the excess adds
         evicted = _c_evicted_by_b_cycles(s, hw, rows, cols, share.m_share) / s.kc
@@ -1321,7 +1323,8 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
                 # panel met once, a line is lost in L2 as any of the panel's is
                 lost = min(thrash, overflow) / thrash if sweeps > 1 else overflow
                 refetch *= 1.0 + lost * (slower - 1.0)
-        b_extra += thrash * max(refetch / side_by_side, transfer)
+        if not _swept_rows_refill_in_l1(s, hw, m_share):
+            b_extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
         if s.b_prefetch_rows:
             wait = 0.0 if s.b_prefetch_level == 1 else l2.latency_cycles / rows_in_flight
@@ -1349,6 +1352,40 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):
             a_extra = s.mr * isz / line * l2.latency_cycles
     return _overlapped_terms((b_extra, a_extra), _miss_overlap_power(s, hw))
+
+
+def _swept_rows_refill_in_l1(s: CpuSchedule, hw: HwSpec, m_share: int) -> bool:
+    """Whether the unpacked B panel's refills are priced per line (``_swept_row_refill_cycles``):
+    swept again by the next calls, rows of two or more lines that the loop alone fetches, each
+    column of lines in one L1 set (rows a whole number of ways apart), on a spec that measured
+    what such a line costs."""
+    if hw.memory.swept_line_refill_cycles <= 0 or not b_rows_fetched_by_the_loop(s, hw):
+        return False
+    line, isz = hw.cache(1).line_bytes, 4
+    row_lines = -(-s.nr * isz // line)
+    sets = _panel_sets(s.b_sk * isz, s.kc, s.nr * isz, line, _sets(hw.cache(1)))
+    return row_lines > 1 and sets == row_lines and _sweep_calls(s, m_share) > 1
+
+
+def _swept_row_refill_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
+    """Cycles a k step adds to its issue for its B row's lines refilled into L1 where
+    ``_swept_rows_refill_in_l1``: each line the sweep loses costs
+    ``memory.swept_line_refill_cycles``, added, not overlapped (Emerald Rapids, 256 x 1024 x
+    1024, one-row tiles 32-128 columns wide, kc 64, swept by 256 calls: rows of 2-8 lines 4 KiB
+    apart ran 1.3-1.5 cycles a line more per k step than rows 4160 bytes apart; the probe, 1.48).
+    The share of them that L2's crowded sets lose too (``_b_panel_l2_set_overflow``) comes from
+    L3, stretched by its latency over L2's, as a set's refill pace is in
+    ``_conflict_miss_cycles`` (the two such samples of stop 110: 1.07x and 1.16x their times;
+    2.1x and 2.6x with a round trip a row)."""
+    if not _swept_rows_refill_in_l1(s, hw, m_share):
+        return 0.0
+    thrash = 1.0 if _shared_set_miss_fraction(s, hw) > 0 else _l1_thrash_share(s, hw)
+    row_lines = -(-s.nr * 4 // hw.cache(1).line_bytes)
+    cost = hw.memory.swept_line_refill_cycles
+    if len(hw.caches) >= 3:
+        lost = min(thrash, _b_panel_l2_set_overflow(s, hw)) / thrash
+        cost *= 1.0 + lost * (hw.cache(3).latency_cycles / hw.cache(2).latency_cycles - 1.0)
+    return thrash * row_lines * cost
 
 
 def _sweep_calls(s: CpuSchedule, m_share: int) -> int:

@@ -1545,7 +1545,10 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> fl
     victims, one round trip each. The tile's rows have all the set's ways (the packed panels
     spread over every set; ``usable_fraction`` is a tile's claim on the whole cache): on Zen 5,
     12 to 24 rows at kc = 8 cost 6-263 cycles a call more, 0-336 predicted that way, 64-396 with
-    the claim (README, stop 72).
+    the claim (README, stop 72). Where a set's fills with dirty victims were measured quicker
+    than the two round trips (``memory.dirty_set_refill_cycles``: Emerald Rapids 14.1 against
+    32), a dirty line takes that: tiles of 14-30 rows x 16 there were priced 1.1-1.8x their
+    times with two round trips, 0.9-1.3x with the pace (README, stop 110).
     """
     if s.K <= s.kc:
         return 0.0  # each tile is visited once; its cold misses are memory traffic
@@ -1558,7 +1561,10 @@ def _c_store_miss_cycles(s: CpuSchedule, hw: HwSpec, rows: int, cols: int) -> fl
     missed = miss * rows  # per line column of the tile
     clean = s.kc if _b_rows_share_c_sets(s, hw) else 0
     dirty = max(0.0, missed - clean)
-    return (missed + dirty) * lines * _l1_refill_level(hw).latency_cycles
+    trip = _l1_refill_level(hw).latency_cycles
+    # a dirty victim's write-back and the refill: two round trips in series at most, the set's
+    # measured pace for such fills where quicker (the write-back overlaps the refill)
+    return ((missed - dirty) * trip + dirty * min(dirty_fill_cycles(hw), 2.0 * trip)) * lines
 
 
 def _c_sweep_set_cycles(

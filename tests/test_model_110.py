@@ -149,3 +149,23 @@ def test_a_spec_file_from_before_the_field_still_loads(tmp_path):
     path = tmp_path / "old.toml"
     path.write_text(old + "\n")
     assert load_spec_file(path, check_llvm=False).memory.swept_line_refill_cycles == 0.0
+
+
+def _tall_tile(hw: HwSpec) -> CpuSchedule:
+    from aotune.constraints.cpu import build_cpu_space
+
+    space = build_cpu_space(matmul(384, 1024, 1024), hw)
+    cfg = "mr=30,nr=16,kc=24,mc=30,nc=256,order=nkm,pack_a=1,pack_b=1,unroll=1,par=m,threads=2"
+    return schedule_from_config(space, space.parse_config(cfg))
+
+
+@pytest.mark.parametrize("pace", [0.0, 14.1, 20.0, 32.0, 54.8])
+def test_a_c_store_with_a_dirty_victim_takes_the_measured_pace_where_quicker(pace):
+    """30 C rows 4 KiB apart overflow their 12-way set: the 18 lines it cannot keep miss at their
+    stores and evict dirty ones (packed B gives no clean victims). Each costs two L2 round trips
+    in series, or the set's measured pace for fills with dirty victims where that is quicker."""
+    hw = with_value(HW, "memory.dirty_set_refill_cycles", pace)
+    s = _tall_tile(hw)
+    trip = hw.cache(2).latency_cycles
+    per_line = min(pace, 2 * trip) if pace > 0 else 2 * trip
+    assert M._c_store_miss_cycles(s, hw, 30, 16) == pytest.approx(18 * per_line)

@@ -1287,13 +1287,13 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
     # how far apart one L1 set takes its refills (0: not measured)
     refill = hw.memory.set_refill_cycles
     if b_rows_fetched_by_the_loop(s, hw):
-        row_lines = -(-s.nr * isz // line)
+        row_lines = _b_row_lines(s, hw)
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
         sweeps = _sweep_calls(s, m_share)
         if sweeps > 1:
             # swept again call after call in the same order, a panel loses the lines its sets
             # cannot keep beside the call's other lines, and all of them where A's rows join them
-            thrash = 1.0 if shared > 0 else _l1_thrash_share(s, hw)
+            thrash = _swept_thrash_share(s, hw, shared)
         else:
             # met by one call only, rows are evicted only by the rows fetched ahead of them: those
             # of the k steps the schedulers hold
@@ -1314,15 +1314,14 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             # the lines L2's sets cannot keep either come from L3, as many at once as from L2
             # (the set's pace is its fills in flight: each takes L3's latency then)
             overflow = _b_panel_l2_set_overflow(s, hw)
-            slower = hw.cache(3).latency_cycles / l2.latency_cycles
             # first touches too: rows prefetched into crowded L2 sets are gone when loaded (a
             # spec without a measured pace keeps its L2 floor: none that picks sets lacks one)
-            first_pace = refill * (1.0 + overflow * (slower - 1.0))
+            first_pace = refill * _from_l3_stretch(hw, overflow)
             if thrash > 0:
                 # swept, L2's losses fall among L1's misses; evicted by the rows ahead of a
                 # panel met once, a line is lost in L2 as any of the panel's is
                 lost = min(thrash, overflow) / thrash if sweeps > 1 else overflow
-                refetch *= 1.0 + lost * (slower - 1.0)
+                refetch *= _from_l3_stretch(hw, lost)
         if not _swept_rows_refill_in_l1(s, hw, m_share):
             b_extra += thrash * max(refetch / side_by_side, transfer)
         # prefetched into L1, a row is there at its first touch; into L2, it waits for L2 only
@@ -1361,10 +1360,11 @@ def _swept_rows_refill_in_l1(s: CpuSchedule, hw: HwSpec, m_share: int) -> bool:
     what such a line costs."""
     if hw.memory.swept_line_refill_cycles <= 0 or not b_rows_fetched_by_the_loop(s, hw):
         return False
-    line, isz = hw.cache(1).line_bytes, 4
-    row_lines = -(-s.nr * isz // line)
-    sets = _panel_sets(s.b_sk * isz, s.kc, s.nr * isz, line, _sets(hw.cache(1)))
-    return row_lines > 1 and sets == row_lines and _sweep_calls(s, m_share) > 1
+    row_lines = _b_row_lines(s, hw)
+    if row_lines == 1 or _sweep_calls(s, m_share) == 1:
+        return False
+    line = hw.cache(1).line_bytes
+    return _panel_sets(s.b_sk * 4, s.kc, s.nr * 4, line, _sets(hw.cache(1))) == row_lines
 
 
 def _swept_row_refill_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
@@ -1379,13 +1379,29 @@ def _swept_row_refill_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
     2.1x and 2.6x with a round trip a row)."""
     if not _swept_rows_refill_in_l1(s, hw, m_share):
         return 0.0
-    thrash = 1.0 if _shared_set_miss_fraction(s, hw) > 0 else _l1_thrash_share(s, hw)
-    row_lines = -(-s.nr * 4 // hw.cache(1).line_bytes)
+    thrash = _swept_thrash_share(s, hw, _shared_set_miss_fraction(s, hw))
     cost = hw.memory.swept_line_refill_cycles
     if len(hw.caches) >= 3:
-        lost = min(thrash, _b_panel_l2_set_overflow(s, hw)) / thrash
-        cost *= 1.0 + lost * (hw.cache(3).latency_cycles / hw.cache(2).latency_cycles - 1.0)
-    return thrash * row_lines * cost
+        cost *= _from_l3_stretch(hw, min(thrash, _b_panel_l2_set_overflow(s, hw)) / thrash)
+    return thrash * _b_row_lines(s, hw) * cost
+
+
+def _b_row_lines(s: CpuSchedule, hw: HwSpec) -> int:
+    """L1 lines one row of a B micro-panel (nr floats) spans."""
+    return -(-s.nr * 4 // hw.cache(1).line_bytes)
+
+
+def _swept_thrash_share(s: CpuSchedule, hw: HwSpec, shared: float) -> float:
+    """Share of an unpacked B panel's lines that L1 loses when the next call sweeps it again:
+    all of them where A's rows join its sets (``shared``, ``_shared_set_miss_fraction``, above
+    0), else those its sets cannot keep."""
+    return 1.0 if shared > 0 else _l1_thrash_share(s, hw)
+
+
+def _from_l3_stretch(hw: HwSpec, lost: float) -> float:
+    """How much longer an L1 set's refills take where ``lost`` of their lines come from L3
+    (L2's crowded sets lost them): those wait L3's latency where the rest wait L2's."""
+    return 1.0 + lost * (hw.cache(3).latency_cycles / hw.cache(2).latency_cycles - 1.0)
 
 
 def _sweep_calls(s: CpuSchedule, m_share: int) -> int:
@@ -1800,14 +1816,14 @@ def _shared_set_miss_fraction(s: CpuSchedule, hw: HwSpec) -> float:
     alone but not together (seen on Zen 4: a 12 x 16 tile with kc=16 and neither input packed ran
     4x slower than predicted).
     """
-    isz, line, page = 4, hw.cache(1).line_bytes, hw.memory.page_bytes
+    isz, page = 4, hw.memory.page_bytes
     a_rows = s.mr if not s.pack_a and not s.a_shared and (s.a_sm * isz) % page == 0 else 0
     b_rows = s.kc if not s.pack_b and (s.b_sk * isz) % page == 0 else 0
     if not a_rows + b_rows:
         return 0.0
     # each B row spans consecutive sets, one line in each, so the kc rows put kc lines in each of
     # those sets (not kc x row lines in one); the A rows' current lines join one of them
-    b_sets = -(-s.nr * isz // line) if b_rows else 1
+    b_sets = _b_row_lines(s, hw) if b_rows else 1
     per_set = np.full(b_sets, float(b_rows))
     per_set[0] += a_rows
     l1 = hw.cache(1)

@@ -63,6 +63,7 @@ from aotune.hwspecs.probes import (
     probe_set_refills,
     probe_store_alias,
     probe_stores,
+    probe_swept_lines,
     probe_tlb,
 )
 from aotune.hwspecs.spec import (
@@ -253,6 +254,12 @@ PROBES: tuple[Probe, ...] = (
         ("caches.*.copy_bandwidth_share",),
         probe_copy_share,
         "the real kernel with B repacked per m block from each level and packed once",
+    ),
+    Probe(
+        "swept lines",
+        ("caches.*.keeps_swept_lines",),
+        probe_swept_lines,
+        "the real kernel with A repacked per column block from beyond L2 and read in place",
     ),
     Probe(
         "dirty set refills",

@@ -17,6 +17,7 @@ physical bounds is not used: the field falls back to the closest built-in spec, 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import mmap
 import os
@@ -2149,23 +2150,35 @@ def probe_copy_share(s: Session) -> dict[str, Finding]:
     return out
 
 
-def _copy_share_finding(
-    s: Session, spec: HwSpec, level: int, scheds: tuple[CpuSchedule, CpuSchedule]
-) -> Finding:
-    """``probe_copy_share``'s reading for one level: the two kernels timed in interleaved pairs,
-    and the share that makes the model's packing differ by the median difference."""
-    from aotune.analysis.model import AnalyticalCpuModel, ThreadShare, packing_cycles
+def _interleaved_extra_cycles(
+    s: Session, spec: HwSpec, scheds: tuple[CpuSchedule, CpuSchedule], pairs: int
+) -> tuple[list[float], list[Timing]]:
+    """(cycles per call of the first kernel beyond the second's, one per pair; every reading):
+    the two real kernels timed in ``pairs`` interleaved pairs, so both run under the same drift,
+    each run about ``COPY_PROBE_RUN_SECONDS`` of the first."""
+    from aotune.analysis.model import AnalyticalCpuModel
 
-    path = f"caches.L{level}.copy_bandwidth_share"
     guess = AnalyticalCpuModel(spec).estimate_batch([scheds[0]])[0].seconds
     per_run = max(1, round(COPY_PROBE_RUN_SECONDS / max(guess, 1e-6)))
     runs = [_kernel_runs(s, x, per_run) for x in scheds]
     readings: list[Timing] = []
     extras = []
-    for _ in range(COPY_PROBE_READINGS):  # interleaved: both kernels under the same drift
+    for _ in range(pairs):
         times = [s.best(run, subtract=False) for run in runs]
         readings += times
         extras.append(cycles((times[0].seconds - times[1].seconds) / per_run, s.ghz))
+    return extras, readings
+
+
+def _copy_share_finding(
+    s: Session, spec: HwSpec, level: int, scheds: tuple[CpuSchedule, CpuSchedule]
+) -> Finding:
+    """``probe_copy_share``'s reading for one level: the two kernels timed in interleaved pairs,
+    and the share that makes the model's packing differ by the median difference."""
+    from aotune.analysis.model import ThreadShare, packing_cycles
+
+    path = f"caches.L{level}.copy_bandwidth_share"
+    extras, readings = _interleaved_extra_cycles(s, spec, scheds, COPY_PROBE_READINGS)
     extra = statistics.median(extras)
     if extra <= 0.0:
         return s.assumed(path, f"the repacking kernel was no slower ({extra:.0f} cycles a call)")
@@ -2349,3 +2362,106 @@ def _spread(timings: Sequence[Timing]) -> str:
         f"{max(t.agree for t in timings):.1%}, median at most "
         f"+{max(t.median for t in timings):.0%})"
     )
+
+
+# The swept-lines probe's kernels: 8 x one-vector tiles, kc = 256 (rows long enough that a
+# wait for the level a row costs less than the copy's own issue, a wait for memory more), one
+# thread, A of this many times L2's usable share (beyond L2, within the level probed) and
+# K = 2048 (rows 8 KiB apart, a page each), packed for each of 8 one-tile column blocks
+# against read in place
+SWEPT_PROBE_ROWS, SWEPT_PROBE_KC, SWEPT_PROBE_BLOCKS, SWEPT_PROBE_K = 8, 256, 8, 2048
+SWEPT_PROBE_L2S = 4
+SWEPT_PROBE_READINGS = 3  # interleaved pairs, as the copy probe's
+
+
+def swept_probe_schedules(spec: HwSpec, level: int) -> tuple[CpuSchedule, CpuSchedule] | None:
+    """The swept-lines probe's kernels for cache ``level``: A (``SWEPT_PROBE_L2S`` times L2's
+    usable share) packed for each of ``SWEPT_PROBE_BLOCKS`` column blocks (nkm: the whole of A
+    swept between two packs of a k block), its copy not prefetching its rows; and the same with
+    A read in place, one tile a block. None where the level's usable share cannot hold that A
+    or the tile space has no such kernels."""
+    nr, k = spec.isa.vector_bits // 32, SWEPT_PROBE_K
+    a_bytes = SWEPT_PROBE_L2S * spec.usable_bytes_per_core(2)
+    if a_bytes > spec.usable_bytes_per_core(level):
+        return None
+    m = max(1, int(a_bytes) // (4 * k) // SWEPT_PROBE_ROWS) * SWEPT_PROBE_ROWS
+    shape = (m, nr * SWEPT_PROBE_BLOCKS, k)
+    fixed: dict[str, int | str] = {"mr": SWEPT_PROBE_ROWS, "nr": nr, "kc": SWEPT_PROBE_KC}
+    fixed |= {"nc": nr, "pack_b": 1, "threads": 1, "unroll": 1, "order": "nkm", "par": "m"}
+    packed = _fixed_matmul_schedule(spec, shape, fixed | {"mc": m, "pack_a": 1})
+    in_place = _fixed_matmul_schedule(spec, shape, fixed | {"mc": SWEPT_PROBE_ROWS, "pack_a": 0})
+    if packed is None or in_place is None:
+        return None
+    return dataclasses.replace(packed, a_pack_prefetch_rows=0), in_place
+
+
+def swept_lines_kept(measured: float, if_kept: float, if_not: float) -> bool:
+    """Whether a level keeps swept lines, from the extra cycles a call of the probe's packing
+    kernel measured over the in-place one (``measured``) and what the model charges if the level
+    keeps them (``if_kept``) and if memory serves them (``if_not``): the nearer by ratio. A
+    reading at or below zero, or a model that charges no more without the level, says kept."""
+    if measured <= 0.0 or if_not <= if_kept or if_kept <= 0.0:
+        return True
+    return abs(math.log(measured / if_kept)) <= abs(math.log(measured / if_not))
+
+
+def _predicted_extra_cycles(hw: HwSpec, scheds: tuple[CpuSchedule, CpuSchedule]) -> float:
+    """The model's cycles for the first kernel beyond the second's, per call."""
+    from aotune.analysis.model import AnalyticalCpuModel
+
+    first, second = AnalyticalCpuModel(hw).estimate_batch(list(scheds))
+    return (first.seconds - second.seconds) * hw.core.frequency_ghz * 1e9
+
+
+def probe_swept_lines(s: Session) -> dict[str, Finding]:
+    """Whether each level beyond L2 serves the lines a sweep meets there, or memory does: the
+    real kernels of ``swept_probe_schedules`` timed in interleaved pairs, and the extra cycles
+    per call of the packing one against what the model charges either way (its A copy waiting
+    for the level's latency a row, or for memory's lines ``misses_in_flight`` at a time). L1 and
+    L2 are taken to keep them: the model prices what they hold as theirs."""
+    out: dict[str, Finding] = {}
+    spec = s.spec_so_far()
+    s.details["swept lines"] = {}
+    for c in spec.caches:
+        path = f"caches.L{c.level}.keeps_swept_lines"
+        if c.level <= 2:
+            out[path] = s.assumed(path, "the model prices what L1 and L2 hold as theirs")
+            continue
+        scheds = swept_probe_schedules(spec, c.level)
+        if scheds is None:
+            out[path] = s.assumed(path, f"no probe kernels whose A lives in L{c.level}")
+            continue
+        out[path] = _swept_lines_finding(s, spec, c.level, scheds)
+    return out
+
+
+def _swept_lines_finding(
+    s: Session, spec: HwSpec, level: int, scheds: tuple[CpuSchedule, CpuSchedule]
+) -> Finding:
+    """``probe_swept_lines``' reading for one level beyond L2."""
+    path = f"caches.L{level}.keeps_swept_lines"
+    packed = scheds[0]
+    kept, not_kept = (
+        _predicted_extra_cycles(with_value(spec, path, v), scheds) for v in (True, False)
+    )
+    extras, readings = _interleaved_extra_cycles(s, spec, scheds, SWEPT_PROBE_READINGS)
+    measured = statistics.median(extras)
+    keeps = swept_lines_kept(measured, kept, not_kept)
+    copied = -(-packed.N // packed.nc) * packed.M * packed.K
+    s.details["swept lines"][f"L{level}"] = {
+        "extra_cycles": extras,
+        "if_kept": kept,
+        "if_not": not_kept,
+    }
+    how = (
+        f"the real kernel, {packed.mr} x {packed.nr} tiles, kc = {packed.kc}, one thread, A of "
+        f"{packed.M * packed.K * 4 / 2**20:.1f} MiB packed for each of "
+        f"{-(-packed.N // packed.nc)} column blocks against read in place: "
+        f"{measured / copied:.2f} cycles an element copied (the median of "
+        + ", ".join(f"{x / copied:.2f}" for x in extras)
+        + f"), where the model charges {kept / copied:.2f} from L{level} and "
+        f"{not_kept / copied:.2f} from memory: "
+        + ("kept" if keeps else "memory's pace")
+        + f"; {_spread(readings)}"
+    )
+    return Finding(keeps, f"measured: {how}")

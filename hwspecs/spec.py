@@ -121,6 +121,10 @@ class CacheSpec:
     # Read where the model prices lines swept again through one set of L2 (an A block read in
     # place); L1's set overflow and the last level's capacity share are priced as they are
     replacement: str = "lru"
+    # whether a sweep over more than the levels above hold finds its lines here again: false
+    # where a level beyond L2 gives swept lines no more than memory does (a last level other
+    # tenants share, or one that keeps few clean victims), so a sweep waits on memory
+    keeps_swept_lines: bool = True
 
 
 # the eviction policies a cache level may name (``CacheSpec.replacement``)
@@ -251,6 +255,17 @@ class HwSpec:
         level's ``usable_fraction``."""
         return self.cache_bytes_per_core(level) * self.cache(level).usable_fraction
 
+    def keeps_swept_lines(self, level: int) -> bool:
+        """Whether lines a sweep meets at ``level`` come from there, not from memory
+        (``CacheSpec.keeps_swept_lines``)."""
+        return self.cache(level).keeps_swept_lines
+
+    def swept_bytes_held(self) -> float:
+        """Usable bytes per core of the farthest level that keeps swept lines: a sweep over
+        more comes from memory."""
+        kept = [c.level for c in self.caches if c.keeps_swept_lines]
+        return self.usable_bytes_per_core(max(kept))
+
     @property
     def peak_flops_per_core(self) -> float:
         """fp32 FLOP/s of one core at full FMA issue."""
@@ -311,6 +326,7 @@ class HwSpec:
                 f"shared by {cache.shared_by_cores}, "
                 f"{cache.bandwidth_bytes_per_cycle:g} B/cycle, "
                 f"tiles may use {cache.usable_fraction:g}"
+                + ("" if cache.keeps_swept_lines else ", swept lines come from memory")
             )
         lines.append(f"  memory   {self.memory.bandwidth_gbs:g} GB/s")
         lines.append(f"  core model: {self.core_model_from}")
@@ -529,6 +545,11 @@ def validate_spec(spec: HwSpec, where: str) -> HwSpec:
     if levels != list(range(1, len(levels) + 1)) or not levels:
         raise HwSpecError(f"{where}: caches must list levels 1..n once each, got {levels}")
     for c in spec.caches:
+        if c.level <= 2 and not c.keeps_swept_lines:
+            raise HwSpecError(
+                f"{where}: caches.L{c.level}.keeps_swept_lines = false, but the model takes what "
+                "L1 and L2 hold from there; set it only on a level beyond L2 (or remove it)"
+            )
         if c.replacement not in REPLACEMENT_POLICIES:
             raise HwSpecError(
                 f"{where}: caches.L{c.level}.replacement {_short(c.replacement)} is not a policy "

@@ -433,14 +433,16 @@ def a_pack_prefetch_rows(
     the prefetch leads by ``memory.prefetch_ahead_cycles``, each row's kc elements copied at a
     store a cycle. 0 where A is not packed row by row along a contiguous k (a gathered A, or
     one whose k stride is not 1: its rows share their lines), or where A (``a_bytes``, one
-    batch entry's) fits in the last level's usable share of a core, so its rows come from there.
+    batch entry's) fits in the usable share of a core of the farthest level that keeps swept
+    lines (``HwSpec.swept_bytes_held``), so its rows come from there.
 
     The copy's loads are a few instructions an element, so the reorder window reaches only a
     few lines ahead, and rows a whole A row apart are short streams the prefetchers barely
     start on: copied from DRAM, the copy waited for most lines (Zen 2, 2048^3, side by side: 3%
-    faster with the prefetch, par = n). From L3 it gained nothing, or lost (384x4096x1024: 2.5%
-    slower, not understood)."""
-    held = hw.usable_bytes_per_core(hw.caches[-1].level)
+    faster with the prefetch, par = n; Emerald Rapids, whose L3 streams no faster than memory,
+    A of 16 MiB: 0.8 cycles an element against 1.9-2.1). From L3 it gained nothing, or lost
+    (384x4096x1024: 2.5% slower, not understood)."""
+    held = hw.swept_bytes_held()
     if not packs_rows or a_k_stride != 1 or a_bytes <= held:
         return 0
     per_row = kc / hw.core.store_ports

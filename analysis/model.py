@@ -941,13 +941,13 @@ def _strided_pack_cycles_per_elem(
     """
     source = share_bytes if packs > 1 else tensor_bytes
     level = _level_holding(source, hw, threads if source == tensor_bytes else 1)
-    per_line = max(segment, hw.cache(1).line_bytes // 4) * rows_in_flight
-    latency = _latency_of_level_holding(source, hw, threads if source == tensor_bytes else 1)
-    wait = latency / per_line
+    in_flight = max(segment, hw.cache(1).line_bytes // 4) * rows_in_flight  # elements
+    latency = hw.cache(level).latency_cycles if level is not None else hw.caches[-1].latency_cycles
+    wait = latency / in_flight
     if not hw.keeps_swept_lines(level if level is not None else hw.caches[-1].level):
         # L2 keeps a capacity's worth of the sweep; the rest comes from memory, lines in flight
         lost = last_level_miss_share(source, _usable_bytes(hw, 2))
-        kept = (1 - lost) * hw.cache(2).latency_cycles / per_line
+        kept = (1 - lost) * hw.cache(2).latency_cycles / in_flight
         wait = max(wait, kept + lost * _memory_parallel_cycles_per_elem(hw))
     return max(per_elem, wait)
 

@@ -264,7 +264,7 @@ class HwSpec:
         """Usable bytes per core of the farthest level that keeps swept lines: a sweep over
         more comes from memory."""
         kept = [c.level for c in self.caches if c.keeps_swept_lines]
-        return self.usable_bytes_per_core(max(kept))
+        return self.usable_bytes_per_core(max(kept, default=1))
 
     @property
     def peak_flops_per_core(self) -> float:

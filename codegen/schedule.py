@@ -369,11 +369,7 @@ def schedule_from_config(space: CpuSpace, cfg: Config) -> CpuSchedule:
             bool(c["pack_a"]) and a_gather is None,
             linear(a, r.k),
             c["kc"],
-            # the rows a thread packs: its share of them under par=m, else all of them
-            group_extent(w, r.m)
-            * group_extent(w, r.k)
-            * 4
-            // (c["threads"] if PAR_LOOPS[c["par"]] == "m" else 1),
+            group_extent(w, r.m) * group_extent(w, r.k) * 4,
         ),
     )
 
@@ -436,9 +432,10 @@ def a_pack_prefetch_rows(
     """How many rows ahead A's packing copy prefetches the row it will copy: enough rows that
     the prefetch leads by ``memory.prefetch_ahead_cycles``, each row's kc elements copied at a
     store a cycle. 0 where A is not packed row by row along a contiguous k (a gathered A, or
-    one whose k stride is not 1: its rows share their lines), or where the A a thread packs
-    (``a_bytes``, one batch entry's) fits in the usable share of a core of the farthest level
-    that keeps swept lines (``HwSpec.swept_bytes_held``), so its rows come from there.
+    one whose k stride is not 1: its rows share their lines), or where A (``a_bytes``, one
+    batch entry's, as the model takes a once-packed A's source) fits in the usable share of a
+    core of the farthest level that keeps swept lines (``HwSpec.swept_bytes_held``), so its rows
+    come from there.
 
     The copy's loads are a few instructions an element, so the reorder window reaches only a
     few lines ahead, and rows a whole A row apart are short streams the prefetchers barely

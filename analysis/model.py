@@ -941,10 +941,11 @@ def _strided_pack_cycles_per_elem(
     """
     source = share_bytes if packs > 1 else tensor_bytes
     level = _level_holding(source, hw, threads if source == tensor_bytes else 1)
+    # where no level holds it, the last level's: streamed rows are prefetched, not waited for
+    at = level if level is not None else hw.caches[-1].level
     in_flight = max(segment, hw.cache(1).line_bytes // 4) * rows_in_flight  # elements
-    latency = hw.cache(level).latency_cycles if level is not None else hw.caches[-1].latency_cycles
-    wait = latency / in_flight
-    if not hw.keeps_swept_lines(level if level is not None else hw.caches[-1].level):
+    wait = hw.cache(at).latency_cycles / in_flight
+    if not hw.keeps_swept_lines(at):
         # L2 keeps a capacity's worth of the sweep; the rest comes from memory, lines in flight
         lost = last_level_miss_share(source, _usable_bytes(hw, 2))
         kept = (1 - lost) * hw.cache(2).latency_cycles / in_flight
@@ -1074,13 +1075,6 @@ def _usable_bytes(hw: HwSpec, level: int, readers: int = 1) -> float:
     """Bytes of cache ``level`` that data ``readers`` threads all read may claim: the usable
     share per core, times as many of those threads as share the level."""
     return hw.usable_bytes_per_core(level) * min(readers, hw.cache(level).shared_by_cores)
-
-
-def _latency_of_level_holding(nbytes: float, hw: HwSpec, readers: int = 1) -> float:
-    """Load latency from the nearest level beyond L1 whose share per core holds ``nbytes`` (the
-    last level's when none does: streamed data is prefetched, so DRAM latency is not charged)."""
-    level = _level_holding(nbytes, hw, readers)
-    return hw.cache(level).latency_cycles if level is not None else hw.caches[-1].latency_cycles
 
 
 def _pack_cycles_per_elem(

@@ -203,8 +203,8 @@ class Space:
     # the vector registers): local search moves them together, since one alone is seldom valid
     joint_moves: tuple[tuple[str, ...], ...] = ()
     # sample() may take a drawn value without a solve when changing that one decision of the
-    # current config keeps it valid (a sufficient test, about 100x cheaper than a solve); a space
-    # that keeps this off samples exactly as it always has (the CPU's searches stay as they were)
+    # current config keeps it valid (a sufficient test, about 100x cheaper than a solve); off, every
+    # drawn value is settled by a solve
     sample_by_replacement: ClassVar[bool] = False
     # CP-SAT parameters for the search's solves (solve, nearest, and so sample), set after the
     # defaults; empty: every solve as it always was

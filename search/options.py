@@ -24,7 +24,7 @@ class SearchOptions:
     | strategy | ``cga`` (constraint-preserving GA) or ``random`` | cga |
     | seed | makes the whole search reproducible | 0 |
     | budget | configs scored by the cheap estimate (GA generations, then one-variable
-      descent) | 960 |
+      descent) | 1920 |
     | population | GA population size | 32 |
     | mutation | per-variable probability that a child's value is freed and re-drawn | 0.2 |
     | compile_top | distinct candidates compiled and scored from their assembly | 16 |
@@ -33,7 +33,7 @@ class SearchOptions:
 
     strategy: str = "cga"
     seed: int = 0
-    budget: int = 960
+    budget: int = 1920
     population: int = 32
     mutation: float = 0.2
     compile_top: int = 16

@@ -1281,7 +1281,9 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
       round trips' prediction (Emerald Rapids, kept samples of 2026-12-02; tested). Zen 5's
       (7.7 against a round trip of 14) predicts the Zen 5 tiles below at 15.1, 25.0 and 46.6
       cycles a k step with B in place (round trips: 19.5, 38.3, 77.6), 11.6-46.9 with B packed
-      (16.6-79.2): 0-27% under where the round trips were 6-47% over.
+      (16.6-79.2): 0-27% under where the round trips were 6-47% over. Where a spec says the
+      pace holds only for refetched B rows (``memory.set_refill_beyond_refetches``: Zen 4, whose
+      A rows refill an L2 round trip apart), first touches and A's broadcasts wait as without.
     - The two wait side by side, in their own sets: they overlap as the k step's issue and its
       misses do (``_miss_overlap_power``), not one after the other (Zen 5 slice, 1024^3, one
       thread, kc = 64, A in place: 16 x 16 to 28 x 16 tiles ran 15.1, 26.0 and 64.1 cycles a k
@@ -1297,8 +1299,10 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
     rows_in_flight = max(1.0, hw.core.reorder_window / max(mix.instructions, 1.0))
     # k steps whose FMAs the schedulers hold waiting (dispatch stops when they are full)
     held = hw.core.scheduler_entries / max(mix.fma, 1.0)
-    # how far apart one L1 set takes its refills (0: not measured)
+    # how far apart one L1 set takes its refills (0: not measured): B's one-line rows refetched
+    # keep it, first touches and A's broadcasts where the spec says it holds for them too
     refill = hw.memory.set_refill_cycles
+    beyond = refill if hw.memory.set_refill_beyond_refetches else 0.0
     if b_rows_fetched_by_the_loop(s, hw):
         row_lines = _b_row_lines(s, hw)
         transfer = row_lines * line / l2.bandwidth_bytes_per_cycle
@@ -1322,14 +1326,14 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
         # a row of several lines evicted by the rows ahead, refetch an L2 round trip apart
         one_line_pace = refill > 0 and row_lines == 1 and (sweeps == 1 or sets == 1)
         refetch = refill if one_line_pace else l2.latency_cycles
-        first_pace = refill
+        first_pace = beyond
         if len(hw.caches) >= 3:
             # the lines L2's sets cannot keep either come from L3, as many at once as from L2
             # (the set's pace is its fills in flight: each takes L3's latency then)
             overflow = _b_panel_l2_set_overflow(s, hw)
             # first touches too: rows prefetched into crowded L2 sets are gone when loaded (a
             # spec without a measured pace keeps its L2 floor: none that picks sets lacks one)
-            first_pace = refill * _from_l3_stretch(hw, overflow)
+            first_pace = beyond * _from_l3_stretch(hw, overflow)
             if thrash > 0:
                 # swept, L2's losses fall among L1's misses; evicted by the rows ahead of a
                 # panel met once, a line is lost in L2 as any of the panel's is
@@ -1358,7 +1362,7 @@ def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMi
             # schedulers hold (and the window reaches) overlap, bound by the lines' transfer
             transfer = s.mr * line / l2.bandwidth_bytes_per_cycle
             steps_waiting = max(1.0, min(rows_in_flight, held))
-            pace = refill if refill > 0 else l2.latency_cycles
+            pace = beyond if beyond > 0 else l2.latency_cycles
             sets = 1 if joins_b else _overflowing_sets(a_stride, s.mr, isz, hw)
             a_extra = thrash * max(transfer, s.mr / sets * pace / steps_waiting)
         elif not _rows_fit_l1(a_stride, s.mr, s.kc * isz, hw):

@@ -304,6 +304,11 @@ SOURCES: dict[str, tuple[str, str]] = {
         "where a software prefetch for L2 lands is documented per core family, not probed yet",
     ),
     "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
+    "memory.set_refill_beyond_refetches": (
+        "assumed",
+        "whether the set's pace holds beyond refetched rows is read from kernels timed side by "
+        "side, not probed",
+    ),
     "caches.*.replacement": (
         "assumed",
         "which line a full set evicts is not probed: a chase would need huge pages to address "

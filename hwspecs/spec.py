@@ -184,6 +184,10 @@ class MemorySpec:
     swept_line_refill_cycles: float = dataclasses.field(
         default=0.0, metadata={"range": (0.0, 1000.0)}
     )
+    # whether ``set_refill_cycles``, which the probe times as one-line rows of one set refetched
+    # sweep after sweep (and which B rows refetched so keep), also paces B rows met for the first
+    # time and A's broadcasts that thrash a set (false: those wait as on a spec without a pace)
+    set_refill_beyond_refetches: bool = True
 
 
 @dataclass(frozen=True)

@@ -650,18 +650,19 @@ def test_thrashing_sets_refetch_side_by_side():
     do so side by side. 1 x 16 tiles with kc=64 swept by every call, one thread, on Zen 4: rows
     3 KiB apart (four sets) ran at 5.3 cycles per k step and 5 KiB apart (four sets) at 4.1-5.4,
     4 KiB apart (one set) at 10.7; the model had charged every thrashing panel one L2 round trip
-    per k step (14.6 for all three); it now predicts 3.9, 4.2 and 14.6. (Two sets, 2 KiB apart:
-    9.6-10 measured, 7.3 predicted; one set with one line per row: 10.7 against 14.6. Both are
-    misses the README reports.)"""
+    per k step (14.6 for all three). The one set now refills at the pace Zen 4's probe measures
+    (``memory.set_refill_cycles``, 10.01; stop 113), the four sets side by side: about 5, 11.3
+    and 5.4. (Two sets, 2 KiB apart: 9.6-10 measured, 7.3 predicted, a miss the README
+    reports.)"""
     hw = load_target("znver4")
     per_step = {}
     for n in (768, 1024, 1280):
         cfg = f"mr=1,nr=16,kc=64,mc=192,nc={n},order=nkm,pack_a=1,pack_b=0,unroll=4,par=n"
         _, cycles = _predicted_cycles(hw, matmul(192, n, 384), cfg + ",threads=1")
         per_step[n] = cycles / (192 * n // 16 * 384)
-    assert per_step[1024] > hw.cache(2).latency_cycles
+    assert hw.memory.set_refill_cycles <= per_step[1024] <= 1.1 * 10.7
     for n in (768, 1280):
-        assert per_step[n] < 0.4 * per_step[1024]
+        assert per_step[n] < 0.5 * per_step[1024]
 
 
 def test_a_panel_met_once_in_one_set_waits_for_its_refills():
@@ -826,7 +827,8 @@ def test_unpacked_panel_met_once_overlaps_its_misses():
     )
     t_once, t_reused = (p.seconds for p in model.estimate_batch([once, reused]))
     assert 1.15 < t_reused / t_once < 1.8
-    # at a 4 KiB stride 64 one-line rows share one set: most are evicted, and the k steps slow down
+    # at a 4 KiB stride 64 one-line rows share one set: most are evicted, and the k steps wait
+    # for the set's refills (8 rows fit its ways beside the rest)
     space4k = build_cpu_space(matmul(512, 1024, 512), hw)
     short, long = (
         schedule_from_config(
@@ -835,7 +837,7 @@ def test_unpacked_panel_met_once_overlaps_its_misses():
         for kc in (8, 64)
     )
     t_short, t_long = (p.seconds for p in model.estimate_batch([short, long]))
-    assert t_long > 2 * t_short
+    assert t_long > 1.4 * t_short
 
 
 def test_threads_writing_one_line_pair_and_warm_last_level():

@@ -1242,48 +1242,47 @@ def _vector_slots(cols: int, lanes: int, pipe_bits: int) -> int:
 def _conflict_miss_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, mix: KStepMix) -> float:
     """Extra cycles per k step when an unpacked operand's micro-panel is not in L1.
 
-    - B is one strided stream (a new row every k step). A panel swept again by the next mr-row
-      tile, in the same order, keeps none of the lines of an L1 set they overflow (LRU), and each
-      such set refetches its lines one L2 round trip after another, the panel's sets side by side
-      (measured on Zen 4 at 2048^3, 7 x 16 tiles, kc=24, rows 8 KiB apart, all in one set: met
-      by one call 105-137 GFLOP/s, swept by 10 calls 62-90). Rows met
-      for the first time, on the first call of each sweep over the mr-row tiles, are independent
-      loads many k steps ahead in the reorder window, so their misses overlap (a 9 x 16 tile that
-      never reuses its panel, at a 2 or 4 KiB stride, ran at FMA speed, 176-206 GFLOP/s), but no
-      faster than their sets take refills (``memory.set_refill_cycles``, where measured), for
-      rows of one line or less: met once by each call, those of one set wait one refill apart,
-      first touches and rows evicted by the rows ahead alike (Zen 3 slice, rows 4 and 8 KiB
-      apart, 1 x 8, 5 x 8, 5 x 16 and 6 x 16 tiles: 8.2-11.7 cycles per k step, the probe 9.8;
+    - B is one strided stream (a new row every k step). A panel swept again by the next mr-row tile,
+      in the same order, keeps none of the lines of an L1 set they overflow (LRU), and each such set
+      refetches its lines one after another, at its measured pace for one-line rows (else an L2
+      round trip apart), the panel's sets side by side (measured on Zen 4 at 2048^3, 7 x 16 tiles,
+      kc=24, rows 8 KiB apart, all in one set: met by one call 105-137 GFLOP/s, swept by 10 calls
+      62-90). Rows met for the first time, on the first call of each sweep over the mr-row tiles,
+      are independent loads many k steps ahead in the reorder window, so their misses overlap (a 9 x
+      16 tile that never reuses its panel, at a 2 or 4 KiB stride, ran at FMA speed, 176-206
+      GFLOP/s), but no faster than their sets take refills (``memory.set_refill_cycles``, where
+      measured), for rows of one line or less: met once by each call, those of one set wait one
+      refill apart, first touches and rows evicted by the rows ahead alike (Zen 3 slice, rows 4 and
+      8 KiB apart, 1 x 8, 5 x 8, 5 x 16 and 6 x 16 tiles: 8.2-11.7 cycles per k step, the probe 9.8;
       4160 bytes apart 3.3-7.6). A panel in one set swept again by the next tiles refills at the
-      same pace, the probe's own sweep; one over several sets keeps its L2 round trip, which it
-      was measured nearer to (README, stop 64). Rows of more lines met for the first time wait
-      for a refill of each of their sets at least, the sets side by side (two lines took
-      12.8-13.8 there, three 15.8, four 13.5; 2 x 24 to 4 x 24 tiles met by one call, 1.1-1.2x
-      the floor's prediction, 1.5-2.1x without it: README, stop 67); evicted by the rows
-      ahead, they wait an L2 round trip.
-      Strides within ``memory.prefetch_stride_bytes`` are prefetched by the hardware; rows the
-      micro-kernel prefetches itself (``b_prefetch_rows``) arrive before their first touch,
+      same pace, the probe's own sweep; one over several sets keeps its L2 round trip, which it was
+      measured nearer to (README, stop 64). Rows of more lines met for the first time wait for a
+      refill of each of their sets at least, the sets side by side (two lines took 12.8-13.8 there,
+      three 15.8, four 13.5; 2 x 24 to 4 x 24 tiles met by one call, 1.1-1.2x the floor's
+      prediction, 1.5-2.1x without it: README, stop 67); evicted by the rows ahead, they wait an L2
+      round trip. Strides within ``memory.prefetch_stride_bytes`` are prefetched by the hardware;
+      rows the micro-kernel prefetches itself (``b_prefetch_rows``) arrive before their first touch,
       leaving only the transfer (N=1000, 192-row panels met once: 188-208 GFLOP/s prefetched,
       105-155 without). Where the panel's L2 sets cannot keep it with the rows prefetched past it
-      (``_b_panel_l2_set_overflow``), that share of its lines comes from L3 at each touch, first
-      or swept, or again after the rows ahead evicted it, and one set's pace stretches by L3's
-      latency over L2's for them (Emerald Rapids, 8 x 16 tiles, rows 16 KiB apart, kc 128: met
-      once per call 29.2 ms, swept by 2, 4 and 21 calls 30.3, 30.6 and 26.5; README, stop 109).
-    - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows
-      a page or more apart pay: per line, or per broadcast when the rows' lines thrash one set.
-      Those broadcasts refill one set, one after another; the k steps whose FMAs wait in the
-      schedulers overlap theirs (Zen 4, 12 to 28 rows 4 KiB apart, 16 columns, kc = 32: 25, 47,
-      76, 115 and 161 cycles per k step measured, 22, 44, 75, 113 and 159 predicted). Rows
-      whose lines fall in several sets refill each set in turn, the sets side by side (rows 4.5
-      pages apart, two sets: 28 rows ran 2.25x faster than 4 pages apart, stop 102). The
-      refills come an L2 round trip apart where the set's pace is not measured (Zen 4), at that
-      pace where it is: Golden Cove's, at most 4 cycles, ran tall tiles at 0.37-0.45 of the
-      round trips' prediction (Emerald Rapids, kept samples of 2026-12-02; tested). Zen 5's
-      (7.7 against a round trip of 14) predicts the Zen 5 tiles below at 15.1, 25.0 and 46.6
-      cycles a k step with B in place (round trips: 19.5, 38.3, 77.6), 11.6-46.9 with B packed
-      (16.6-79.2): 0-27% under where the round trips were 6-47% over. Where a spec says the
-      pace holds only for refetched B rows (``memory.set_refill_beyond_refetches``: Zen 4, whose
-      A rows refill an L2 round trip apart), first touches and A's broadcasts wait as without.
+      (``_b_panel_l2_set_overflow``), that share of its lines comes from L3 at each touch, first or
+      swept, or again after the rows ahead evicted it, and one set's pace stretches by L3's latency
+      over L2's for them (Emerald Rapids, 8 x 16 tiles, rows 16 KiB apart, kc 128: met once per call
+      29.2 ms, swept by 2, 4 and 21 calls 30.3, 30.6 and 26.5; README, stop 109).
+    - A is mr sequential streams, which the stream prefetcher follows within a page, so only rows a
+      page or more apart pay: per line, or per broadcast when the rows' lines thrash one set. Those
+      broadcasts refill one set, one after another; the k steps whose FMAs wait in the schedulers
+      overlap theirs (Zen 4, 12 to 28 rows 4 KiB apart, 16 columns, kc = 32: 25, 47, 76, 115 and 161
+      cycles per k step measured, 22, 44, 75, 113 and 159 predicted). Rows whose lines fall in
+      several sets refill each set in turn, the sets side by side (rows 4.5 pages apart, two sets:
+      28 rows ran 2.25x faster than 4 pages apart, stop 102). The refills come an L2 round trip
+      apart where the set's pace is not measured, or does not hold for them (Zen 4), at that pace
+      where it is: Golden Cove's, at most 4 cycles, ran tall tiles at 0.37-0.45 of the round trips'
+      prediction (Emerald Rapids, kept samples of 2026-12-02; tested). Zen 5's (7.7 against a round
+      trip of 14) predicts the Zen 5 tiles below at 15.1, 25.0 and 46.6 cycles a k step with B in
+      place (round trips: 19.5, 38.3, 77.6), 11.6-46.9 with B packed (16.6-79.2): 0-27% under where
+      the round trips were 6-47% over. Where a spec says the pace holds only for refetched B rows
+      (``memory.set_refill_beyond_refetches`` false: Zen 4), first touches and A's broadcasts wait
+      as on a spec without a pace.
     - The two wait side by side, in their own sets: they overlap as the k step's issue and its
       misses do (``_miss_overlap_power``), not one after the other (Zen 5 slice, 1024^3, one
       thread, kc = 64, A in place: 16 x 16 to 28 x 16 tiles ran 15.1, 26.0 and 64.1 cycles a k

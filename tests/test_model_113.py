@@ -45,9 +45,9 @@ def _predict(hw, config: str) -> float:
 
 
 def test_one_line_rows_swept_in_one_set_take_the_measured_pace():
-    """Bench of 2026-12-06 on the Zen 4 slice: twelve such samples ran 143-311 ms, 11.2 cycles a
+    """Bench of 2026-12-06 on the Zen 4 slice: eleven such samples ran 143-311 ms, 11.2 cycles a
     k step one thread; an L2 round trip a row (the spec without a pace) put them at 1.39-1.47x
-    their times, the probe's 10.01 at 0.98-1.04 (tier 2)."""
+    their times, the probe's 10.01 at 0.98-1.04."""
     samples = _swept_one_row_samples()
     assert len(samples) >= 10
     without = with_value(HW, "memory.set_refill_cycles", 0.0)

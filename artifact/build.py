@@ -359,8 +359,7 @@ def _stage(out: Path) -> Staging:
     _clear_abandoned(out)
     if out.exists():
         try:
-            tmp = Path(tempfile.mkdtemp(prefix=STAGING, dir=out))
-            return Staging(out, tmp, False, _hold(tmp))
+            return _held(Path(tempfile.mkdtemp(prefix=STAGING, dir=out)), out, False)
         except OSError as e:
             raise BuildError(
                 f"-o {out}: cannot write in this directory ({e.strerror}); choose a directory "
@@ -374,7 +373,17 @@ def _stage(out: Path) -> Staging:
             f"-o {out}: cannot create it in {out.parent} ({e.strerror}); choose a directory you "
             "can write"
         ) from None
-    return Staging(out, Path(tmp), True, _hold(Path(tmp)))
+    return _held(Path(tmp), out, True)
+
+
+def _held(tmp: Path, out: Path, new_out: bool) -> Staging:
+    """The staging of ``tmp``, just made, once it holds its lock; removed again if that fails or
+    a signal (a terminal that hung up) stops the build before the caller can clean up."""
+    try:
+        return Staging(out, tmp, new_out, _hold(tmp))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 HELD = ".held"  # in a staging directory: locked while its build runs

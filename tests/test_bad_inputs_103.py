@@ -469,3 +469,18 @@ def test_a_node_after_a_kernel_is_not_held_to_todays_schema(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
     assert [k.name for k in read_onnx(path, {}).kernels] == ["matmul_0"]
+
+
+def test_a_signal_while_the_staging_folder_takes_its_lock_leaves_no_folder(tmp_path, monkeypatch):
+    """A SIGHUP between the staging folder's creation and its lock (before the build's own
+    clean-up is in place) left '.lib.aotune-partial-*' behind (CI, stop 113)."""
+    from aotune.artifact import build
+
+    def stopped(_: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build, "_hold", stopped)
+    for out in (tmp_path / "lib", tmp_path):  # a new output folder, and an existing one
+        with pytest.raises(KeyboardInterrupt):
+            build.stage_output_dir(out)
+        assert not [p for p in tmp_path.rglob("*") if build.STAGING in p.name]

@@ -14,7 +14,7 @@ from aotune.benchmarks import cpu_record
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.hwspecs.calibrate import SOURCES, check_coverage
-from aotune.hwspecs.spec import SPEC_DIR, load_target, spec_from_dict
+from aotune.hwspecs.spec import SPEC_DIR, builtin_names, load_target, spec_from_dict
 from aotune.hwspecs.spec_toml import with_value
 
 HW = load_target("znver4")
@@ -29,19 +29,22 @@ def _swept_one_row_samples() -> list[dict]:
     of them, mc = 1) evicted by the rows ahead."""
     doc = cpu_record.read_record(RECORD)
     (row,) = [r for r in doc["rows"] if r["workload"] == ROW]
+    space = build_cpu_space(matmul(384, 4096, 1024), HW)
     return [
         s
         for s in row["accuracy"]["samples"]
-        if s["config"].startswith("mr=1,nr=16,")
-        and "pack_b=0" in s["config"]
-        and int(s["config"].split("kc=")[1].split(",")[0]) >= 32
+        if (c := space.parse_config(s["config"]))["mr"] == 1
+        and c["nr"] == 16
+        and not c["pack_b"]
+        and c["kc"] >= 32
     ]
 
 
-def _predict(hw, config: str) -> float:
+def _predict(hw, configs: list[str]) -> list[float]:
+    """Tier-1 seconds of ``configs`` of the row's workload on ``hw``."""
     space = build_cpu_space(matmul(384, 4096, 1024), hw)
-    sched = schedule_from_config(space, space.parse_config(config))
-    return AnalyticalCpuModel(hw).estimate_batch([sched])[0].seconds
+    scheds = [schedule_from_config(space, space.parse_config(c)) for c in configs]
+    return [p.seconds for p in AnalyticalCpuModel(hw).estimate_batch(scheds)]
 
 
 def test_one_line_rows_swept_in_one_set_take_the_measured_pace():
@@ -51,8 +54,8 @@ def test_one_line_rows_swept_in_one_set_take_the_measured_pace():
     samples = _swept_one_row_samples()
     assert len(samples) >= 10
     without = with_value(HW, "memory.set_refill_cycles", 0.0)
-    for s in samples:
-        now, before = _predict(HW, s["config"]), _predict(without, s["config"])
+    configs = [s["config"] for s in samples]
+    for s, now, before in zip(samples, _predict(HW, configs), _predict(without, configs)):
         assert 0.85 < now / s["measured_s"] < 1.2, s["config"]
         assert before / now > 1.2, s["config"]
 
@@ -83,8 +86,7 @@ def test_first_touches_and_a_broadcasts_keep_their_price_on_zen4():
 def test_every_cpu_spec_says_where_the_field_comes_from_and_calibration_keeps_it():
     """Each built-in CPU spec states the field with its own origin; a file without it extends the
     pace (what every spec did before); hw calibrate takes it from the built-in spec."""
-    for name in ("emeraldrapids", "haswell", "skylake-avx512", "neoverse-n1", "znver2", "znver3",
-                 "znver4", "znver5"):  # fmt: skip
+    for name in builtin_names("cpu"):
         spec = load_target(name)
         assert FIELD in dict(spec.origin), name
         assert spec.memory.set_refill_beyond_refetches == (name != "znver4")

@@ -349,10 +349,11 @@ def panels_serve_one_tile(s: CpuSchedule) -> bool:
     """Whether each packed B panel serves one tile, whatever the tile: C has one row per batch
     entry (M = 1: a depthwise convolution's groups, a matrix-vector product). The panel's source
     lines arrive during its copy and its tile needs the copy done, so no FMAs run beside that
-    traffic and the terms add (Zen 4, NCHW depthwise rows: measured at a median 1.21-1.27x the
-    overlapped prediction, 0.89-0.95x the sum). Only M = 1 is claimed: with more rows, tiles of
-    fewer rows than M would share a panel and keep the overlap, and how much of it is not
-    measured; a rule on the tile would rank them apart by that alone."""
+    traffic and the terms add (Zen 4, NCHW depthwise rows, the four kept timings with a copied
+    block read from L1 where it fits: measured at a median 1.44-1.58x the overlapped prediction,
+    1.04-1.17x the sum). Only M = 1 is claimed: with more rows, tiles of fewer rows than M would
+    share a panel and keep the overlap, and how much of it is not measured; a rule on the tile
+    would rank them apart by that alone."""
     return s.pack_b and s.M == 1
 
 
@@ -899,11 +900,15 @@ PANEL_L1_SHARE = 0.7
 
 def _packed_b_block_stays_in_l1(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> bool:
     """Whether the kc x nc block of B a copy writes (the thread's columns, in whole tiles) is
-    still in L1 when the tiles after the copy read it: the block fits the share of L1 a panel
-    keeps. Zen 4, NCHW depthwise (each panel serves one tile), one thread: 64-column blocks ran
-    at 0.70x the time of 4096-column ones, the L2 read of B that the old price charged both."""
-    block = s.kc * -(-min(s.nc, share.n_share) // s.nr) * s.nr * 4
-    return s.pack_b and block <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024
+    still in L1 when the tiles after the copy first read each of its panels: the block, with the
+    A block and the C tiles the m block's tiles touch before the last panel's turn, fits the
+    share of L1 a panel keeps. Zen 4, NCHW depthwise (each panel serves one tile), one thread:
+    64-column blocks ran at 0.70x the time of 4096-column ones, the L2 read of B that the old
+    price charged both."""
+    cols = -(-min(s.nc, share.n_share) // s.nr) * s.nr
+    rows = min(s.mc, share.m_share)
+    touched = (s.kc * cols + rows * s.kc + rows * cols) * 4
+    return s.pack_b and touched <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024
 
 
 def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:

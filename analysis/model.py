@@ -547,7 +547,7 @@ def traffic_bytes(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float
     k_call = s.K / share.k_blocks
     a_bytes_l2 = calls * s.mr * k_call * a_tile * isz
     b_panels = calls if not b_reused else share.n_tiles * share.k_blocks * mblocks
-    if b_reused and _reuse_bytes(s, share)[1] <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024:
+    if b_reused and _reuse_bytes(s, share)[1] <= _panel_l1_room(hw):
         b_panels = share.n_tiles * share.k_blocks  # all of B the m blocks use stays in L1
     if b_reused:
         b_panels += b_thrash * (calls - b_panels)
@@ -892,10 +892,15 @@ def _panel_stays_in_l1(s: CpuSchedule, hw: HwSpec) -> bool:
     every call (seen on Zen 4: a 1 x 192 tile with kc=32, a 24 KiB panel, ran at half the predicted
     speed, L2-bound; with kc=24, an 18 KiB panel, at FMA speed).
     """
-    return s.kc * s.nr * 4 <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024
+    return s.kc * s.nr * 4 <= _panel_l1_room(hw)
 
 
 PANEL_L1_SHARE = 0.7
+
+
+def _panel_l1_room(hw: HwSpec) -> float:
+    """Bytes of L1 that B's panels keep from one use to the next (``PANEL_L1_SHARE`` of it)."""
+    return PANEL_L1_SHARE * hw.cache(1).size_kib * 1024
 
 
 def _packed_b_block_stays_in_l1(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> bool:
@@ -908,7 +913,7 @@ def _packed_b_block_stays_in_l1(s: CpuSchedule, hw: HwSpec, share: ThreadShare) 
     cols = -(-min(s.nc, share.n_share) // s.nr) * s.nr
     rows = min(s.mc, share.m_share)
     touched = (s.kc * cols + rows * s.kc + rows * cols) * 4
-    return s.pack_b and touched <= PANEL_L1_SHARE * hw.cache(1).size_kib * 1024
+    return s.pack_b and touched <= _panel_l1_room(hw)
 
 
 def _with_split_loads(mix: KStepMix, s: CpuSchedule, hw: HwSpec) -> KStepMix:

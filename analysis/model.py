@@ -1036,7 +1036,11 @@ def _vector_pack_cycles_per_elem(
     them only if the pages touched in between fit too (``_pages_between_b_packs``), else each
     pack pays one miss per row (on Zen 3, 2 x 24 tiles over rows 4 KiB apart, kc = 64, 64 DTLB
     entries: packing ~0.3 of the time, 0.15 predicted); where they outrun the second-level TLB
-    too, the share it cannot keep walks (``stlb_reach``).
+    too, the share it cannot keep walks (``stlb_reach``). Rows a whole number of L1 ways apart
+    also crowd the panel's lines into few sets (``_b_copy_set_refill_cycles_per_elem``); the
+    bandwidth, that set's refills and a translation per row overlap as waits of the same rows
+    (Zen 4, 16-wide panels over rows 8 KiB apart, kc = 320: 0.62 cycles an element, the set's
+    pace alone, where the translation added to the bandwidth said 0.93).
     """
     isz = 4
     readers = _b_pack_readers(s, source_bytes, threads)
@@ -1056,14 +1060,33 @@ def _vector_pack_cycles_per_elem(
     new_page = new_page_per_row(s.b_sk * isz, hw)
     between = _pages_between_b_packs(s, hw, share)
     row_elems = min(s.nc, share.n_share)  # of a block's row: what one translation serves
+    # a panel row's lines, its set's refills and its translation are waits of one row: they overlap
+    waits = [per_elem, _b_copy_set_refill_cycles_per_elem(s, hw)]
     if s.kc * new_page > hw.memory.dtlb_entries:
-        per_elem += hw.memory.tlb_miss_cycles * new_page / s.nr
+        waits.append(hw.memory.tlb_miss_cycles * new_page / s.nr)
     elif between > hw.memory.dtlb_entries:
-        per_elem += hw.memory.tlb_miss_cycles * new_page / row_elems
+        waits[0] += hw.memory.tlb_miss_cycles * new_page / row_elems
+    per_elem = _overlapped_terms(waits)
     # as ``_page_walk_cycles`` charges the micro-kernel's rows
     walked = last_level_miss_share(between, stlb_reach(hw, s.b_sk * isz))
     per_elem += walked * hw.memory.page_walk_cycles * new_page / row_elems
     return per_elem
+
+
+def _b_copy_set_refill_cycles_per_elem(s: CpuSchedule, hw: HwSpec) -> float:
+    """Cycles per element at which L1 takes a B copy's source lines where they crowd its sets:
+    the copy walks a panel down its kc rows, so rows a whole number of L1 ways apart put every
+    line of a panel column in one set, and one set takes its refills ``memory.set_refill_cycles``
+    apart (new lines as refetched ones). The panel's lines spread over the sets they fall in
+    (Zen 4, B from L3, rows 4 KiB apart, kc 64, one thread: 9.0, 7.3, 5.3 and 4.6 cycles a line
+    for rows of 1, 2, 3 and 4 lines, where rows 4224 bytes apart took 4.4-4.7)."""
+    line, isz = hw.cache(1).line_bytes, 4
+    total = _sets(hw.cache(1))
+    sets = _panel_sets(s.b_sk * isz, s.kc, s.nr * isz, line, total)
+    # the misses in flight reach into the next panels, whose lines sit in the next sets
+    panel_lines = s.kc * -(-s.nr * isz // line)
+    sets = min(total, sets * max(1.0, hw.memory.misses_in_flight / panel_lines))
+    return hw.memory.set_refill_cycles / sets * isz / line
 
 
 def _pages_between_b_packs(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> int:

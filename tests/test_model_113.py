@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tomllib
 
+import pytest
 from aotune.analysis.model import AnalyticalCpuModel
 from aotune.analysis.workload import matmul
 from aotune.benchmarks import cpu_record
@@ -79,7 +80,8 @@ def test_first_touches_and_a_broadcasts_keep_their_price_on_zen4():
             AnalyticalCpuModel(hw).estimate_batch([sched])[0].seconds
             for hw in (HW, without, extended)
         )
-        assert now == before
+        # the B copy's own source lines take the set's pace too (stop 115): a hair here
+        assert now == pytest.approx(before, rel=1e-4)
         assert abs(wider / now - 1) > 0.05
 
 

@@ -207,9 +207,9 @@ CALL_INSTRUCTIONS = (
 
 def _overlapped_terms(terms: Sequence[float], power: int = 4) -> float:
     """The micro-kernels' work and the traffic of each level beyond L1 (or a k step's issue and
-    its operand's refills), which overlap as the L1 misses do with issue (``_overlapped``'s
-    4-norm), or less (``power`` 2) where only the loop's own loads fetch B
-    (``_miss_overlap_power``)."""
+    its operand's refills, or a B copy's bandwidth, set refills and translations), which overlap
+    as the L1 misses do with issue (``_overlapped``'s 4-norm), or less (``power`` 2) where only
+    the loop's own loads fetch B (``_miss_overlap_power``)."""
     return sum(v**power for v in terms) ** (1.0 / power)
 
 
@@ -1039,8 +1039,8 @@ def _vector_pack_cycles_per_elem(
     too, the share it cannot keep walks (``stlb_reach``). Rows a whole number of L1 ways apart
     also crowd the panel's lines into few sets (``_b_copy_set_refill_cycles_per_elem``); the
     bandwidth, that set's refills and a translation per row overlap as waits of the same rows
-    (Zen 4, 16-wide panels over rows 8 KiB apart, kc = 320: 0.62 cycles an element, the set's
-    pace alone, where the translation added to the bandwidth said 0.93).
+    (Zen 4, 16-wide panels over rows 8 KiB apart, kc = 320: 0.62 cycles an element, where the
+    translation added to the bandwidth said 0.92).
     """
     isz = 4
     readers = _b_pack_readers(s, source_bytes, threads)
@@ -1077,13 +1077,14 @@ def _b_copy_set_refill_cycles_per_elem(s: CpuSchedule, hw: HwSpec) -> float:
     """Cycles per element at which L1 takes a B copy's source lines where they crowd its sets:
     the copy walks a panel down its kc rows, so rows a whole number of L1 ways apart put every
     line of a panel column in one set, and one set takes its refills ``memory.set_refill_cycles``
-    apart (new lines as refetched ones). The panel's lines spread over the sets they fall in
-    (Zen 4, B from L3, rows 4 KiB apart, kc 64, one thread: 9.0, 7.3, 5.3 and 4.6 cycles a line
-    for rows of 1, 2, 3 and 4 lines, where rows 4224 bytes apart took 4.4-4.7)."""
+    apart, first touches as refetches (Zen 4, rows 4 KiB apart: 9.0 cycles a line for one-line
+    panel rows, where rows 4224 bytes apart took 4.4-4.7). A panel row's lines spread over the
+    sets they fall in, and a line's refill serves its elements (a row narrower than a line leaves
+    the rest to the next panel, not timed)."""
     line, isz = hw.cache(1).line_bytes, 4
     total = _sets(hw.cache(1))
     sets = _panel_sets(s.b_sk * isz, s.kc, s.nr * isz, line, total)
-    # the misses in flight reach into the next panels, whose lines sit in the next sets
+    # the misses in flight reach the next panels, whose lines sit in the next sets
     panel_lines = s.kc * -(-s.nr * isz // line)
     sets = min(total, sets * max(1.0, hw.memory.misses_in_flight / panel_lines))
     return hw.memory.set_refill_cycles / sets * isz / line

@@ -186,7 +186,8 @@ class MemorySpec:
     )
     # whether ``set_refill_cycles``, which the probe times as one-line rows of one set refetched
     # sweep after sweep (and which B rows refetched so keep), also paces B rows met for the first
-    # time and A's broadcasts that thrash a set (false: those wait as on a spec without a pace)
+    # time and A's broadcasts that thrash a set (false: those wait as on a spec without a pace);
+    # a B packing copy's walk down crowded rows takes the pace either way (stop 115)
     set_refill_beyond_refetches: bool = True
 
 

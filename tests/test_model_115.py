@@ -13,10 +13,12 @@ from aotune.analysis.workload import matmul
 from aotune.codegen.schedule import schedule_from_config
 from aotune.constraints.cpu import build_cpu_space
 from aotune.hwspecs.spec import load_target
-from hypothesis import assume, given, settings
+from aotune.hwspecs.spec_toml import with_value
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 HW = load_target("znver4")
+NO_PACE = with_value(HW, "memory.set_refill_cycles", 0.0)
 
 # Timed side by side on the 2-vCPU AMD EPYC (Zen 4) slice, one thread, `aotune accuracy --config`:
 # 4-row tiles, kc, A in place, order mkn, B packed for each of 8 m blocks (mc = 4) against once
@@ -39,7 +41,7 @@ TIMED = [
 
 def _copy(shape: tuple[int, int, int], nr: int, kc: int, hw=HW):
     m, n, k = shape
-    nc = n if n % nr == 0 else n // nr * nr
+    nc = min(n if n % nr == 0 else n // nr * nr, 4096 // nr * nr)
     text = f"mr=4,nr={nr},kc={kc},mc=4,nc={nc},order=mkn,pack_a=0,pack_b=1,unroll=1,par=m,threads=1"
     space = build_cpu_space(matmul(m, n, k), hw)
     return schedule_from_config(space, space.parse_config(text))
@@ -88,8 +90,16 @@ def test_short_panels_reach_the_next_panels_sets():
 
 @pytest.mark.parametrize(("shape", "nr", "kc", "measured"), TIMED)
 def test_the_copy_price_follows_the_side_by_side_times(shape, nr, kc, measured):
-    """Each of the day's timings within 25% of the copy's price per element."""
+    """These timings within 25% of the copy's price per element (two-line rows a page multiple
+    apart are the loosest: priced at 0.78-0.84 of their times)."""
     assert _price(_copy(shape, nr, kc)) == pytest.approx(measured, rel=0.25)
+
+
+@pytest.mark.xfail(strict=True, reason="left open: a deep panel's translations, rows spread")
+def test_a_deep_copy_over_rows_that_spread_over_the_sets():
+    """kc = 320 over rows 8320 bytes apart, 16 wide: 0.356 cycles an element, where the copy's
+    translation per row, overlapped with the bandwidth, prices 0.63 (added to it: 0.92)."""
+    assert _price(_copy((32, 2080, 640), 16, 320)) == pytest.approx(0.356, rel=0.25)
 
 
 def test_the_bandwidth_alone_missed_the_crowded_copies():
@@ -105,8 +115,8 @@ def test_the_bandwidth_alone_missed_the_crowded_copies():
 
 def test_a_translation_per_row_overlaps_the_sets_refills():
     """kc = 320 (more rows than the DTLB holds), 16 wide, rows 8 KiB apart: a translation and a
-    set refill per row, 10 cycles each on Zen 4. Timed: 0.62 cycles an element, the pace alone;
-    the two added would say 0.93 plus the bandwidth."""
+    set refill per row, 10 cycles each on Zen 4. Timed: 0.62 cycles an element; the translation
+    added to the bandwidth said 0.92, and added to the set's pace too it would say 1.25."""
     s = _copy((32, 2048, 640), 16, 320)
     tlb = HW.memory.tlb_miss_cycles / s.nr
     pace = model._b_copy_set_refill_cycles_per_elem(s, HW)
@@ -117,23 +127,18 @@ def test_a_translation_per_row_overlaps_the_sets_refills():
     )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
-    n_lines=st.integers(16, 72),
-    nr_vectors=st.integers(1, 4),
-    kc=st.sampled_from([8, 16, 32, 64, 128]),
+    pages=st.integers(1, 4),
+    nr_vectors=st.integers(1, 2),
+    kc=st.sampled_from([32, 48, 64]),
 )
-def test_the_copy_is_never_cheaper_than_its_bandwidth_nor_dearer_than_its_waits_added(
-    n_lines, nr_vectors, kc
-):
-    """For any row stride (N = 16 * n_lines floats) and panel width: the price lies between the
-    largest of its waits and their sum."""
-    assume(kc * nr_vectors <= 128)  # the tile's L1 footprint
-    n, nr = 16 * n_lines, 16 * nr_vectors
-    s = _copy((32, n, 256), nr, kc)
-    bandwidth = _bandwidth_price(s)
-    pace = model._b_copy_set_refill_cycles_per_elem(s, HW)
-    price = _price(s)
-    assert price >= max(bandwidth, pace) - 1e-9
-    tlb = HW.memory.tlb_miss_cycles / s.nr if s.kc > HW.memory.dtlb_entries else 0.0
-    assert price <= bandwidth + pace + tlb + 0.05
+def test_rows_a_page_multiple_apart_copy_slower_than_rows_a_line_further(pages, nr_vectors, kc):
+    """Any B whose rows are a whole number of pages apart, panels of one or two lines a row and
+    panels shallower than the DTLB: the copy is priced at least 1.15x the one over rows a line
+    further apart, whose lines spread over the sets and which the pace leaves as it was."""
+    nr = 16 * nr_vectors
+    crowded = _copy((32, 1024 * pages, 256), nr, kc)
+    spread = _copy((32, 1024 * pages + 16, 256), nr, kc)
+    assert _price(crowded) > 1.15 * _price(spread)
+    assert _price(spread) == pytest.approx(_price(spread, NO_PACE), rel=0.01)

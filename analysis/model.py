@@ -1060,13 +1060,13 @@ def _vector_pack_cycles_per_elem(
     new_page = new_page_per_row(s.b_sk * isz, hw)
     between = _pages_between_b_packs(s, hw, share)
     row_elems = min(s.nc, share.n_share)  # of a block's row: what one translation serves
-    # a panel row's lines, its set's refills and its translation are waits of one row: they overlap
-    waits = [per_elem, _b_copy_set_refill_cycles_per_elem(s, hw)]
+    translation = 0.0  # per element, where a panel's rows outrun the DTLB
     if s.kc * new_page > hw.memory.dtlb_entries:
-        waits.append(hw.memory.tlb_miss_cycles * new_page / s.nr)
+        translation = hw.memory.tlb_miss_cycles * new_page / s.nr
     elif between > hw.memory.dtlb_entries:
-        waits[0] += hw.memory.tlb_miss_cycles * new_page / row_elems
-    per_elem = _overlapped_terms(waits)
+        per_elem += hw.memory.tlb_miss_cycles * new_page / row_elems
+    # a panel row's lines, its set's refills and its translation are waits of one row: they overlap
+    per_elem = _overlapped_terms([per_elem, _b_copy_set_refill_cycles_per_elem(s, hw), translation])
     # as ``_page_walk_cycles`` charges the micro-kernel's rows
     walked = last_level_miss_share(between, stlb_reach(hw, s.b_sk * isz))
     per_elem += walked * hw.memory.page_walk_cycles * new_page / row_elems
@@ -1085,7 +1085,7 @@ def _b_copy_set_refill_cycles_per_elem(s: CpuSchedule, hw: HwSpec) -> float:
     total = _sets(hw.cache(1))
     sets = _panel_sets(s.b_sk * isz, s.kc, s.nr * isz, line, total)
     # the misses in flight reach the next panels, whose lines sit in the next sets
-    panel_lines = s.kc * -(-s.nr * isz // line)
+    panel_lines = s.kc * _b_row_lines(s, hw)
     sets = min(total, sets * max(1.0, hw.memory.misses_in_flight / panel_lines))
     return hw.memory.set_refill_cycles / sets * isz / line
 

@@ -623,10 +623,29 @@ def _l2_sets_follow_addresses(hw: HwSpec, array_bytes: int) -> bool:
     """Whether an array of ``array_bytes`` read in place picks its L2 sets by its addresses: on
     a spec with L3 whose frames lie in address order (``memory.addresses_pick_l2_sets``), for an
     array large enough for numpy to ask for huge pages. Off it, the set bits above the page
-    offset scatter, and no in-place read crowds a few sets."""
+    offset scatter: a C block crowds only its page offsets' sets (``_l2_set_overflow_share``),
+    and A and B read in place are not taken to crowd any (on Zen 4, B read in place over rows
+    16 KiB apart ran at 0.68-0.89 of the price that keeps it in L2, stop 108)."""
     if len(hw.caches) < 3 or not hw.memory.addresses_pick_l2_sets:
         return False
     return array_bytes >= HUGE_PAGE_ARRAY_BYTES
+
+
+def _l2_set_overflow_share(
+    hw: HwSpec, stride_bytes: int, rows: int, row_bytes: int, array_bytes: int
+) -> float:
+    """Share of the lines of rows ``stride_bytes`` apart (of an array of ``array_bytes``) beyond
+    what their L2 sets keep (a spec with L3: the caller checks). Where the addresses pick the sets
+    (``_l2_sets_follow_addresses``), they are the sets the addresses say; elsewhere the frames
+    scatter the set bits above the page offset, but the offset still picks the rest: the lines
+    at one page offset share the ways of all that offset's sets, taken as spread evenly over them
+    (Zen 4, 1 MiB L2 of 8 ways: 256 lines an offset; 384 rows 16 KiB apart overflow them)."""
+    l2 = hw.cache(2)
+    sets, ways = _sets(l2), l2.conflict_slack * l2.associativity
+    per_page = max(1, hw.memory.page_bytes // l2.line_bytes)
+    if sets > per_page and not _l2_sets_follow_addresses(hw, array_bytes):
+        sets, ways = per_page, ways * sets / per_page
+    return _set_overflow_share(stride_bytes, rows, row_bytes, l2.line_bytes, sets, ways)
 
 
 def _a_block_l2_set_overflow(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
@@ -1822,20 +1841,12 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     ):
         return 0.0
     rows, cols = _c_block(s, m_share, n_share)
-    l2 = hw.cache(2)
     # the A and B lines of the calls in between pass through L2 too; rows a power of two apart
-    # use few L2 sets: a block that fits L2 by size may still not stay (checked only for blocks
-    # that fit by size, which bounds the lines counted)
+    # use few L2 sets (by page offset where the frames scatter): a block that fits L2 by size may
+    # still not stay (checked only for blocks that fit by size, which bounds the lines counted)
     between = _bytes_between_visits(s, m_share, n_share)
     if between <= hw.cache_bytes_per_core(2) and (
-        _set_overflow_share(
-            s.c_sm * 4,
-            rows,
-            cols * 4,
-            l2.line_bytes,
-            _sets(l2),
-            l2.conflict_slack * l2.associativity,
-        )
+        _l2_set_overflow_share(hw, s.c_sm * 4, rows, cols * 4, s.M * s.N * _batch_copies(s, 2) * 4)
         <= 0.5
     ):
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads

@@ -1520,7 +1520,9 @@ def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) ->
     k block (nmk, mkn) or of the panel's own (nkm), each over the pages its block's columns span
     (mkn: the thread's whole width, its n blocks come in between). Zen 3 slice, 6 x 16 tiles,
     one call per panel over 2048 rows 4032 bytes apart: 10.6-11.1 cycles per k step against 6
-    FMA cycles, prefetched 64 rows ahead or not at all."""
+    FMA cycles, prefetched 64 rows ahead or not at all. Only the first of a block's column tiles
+    to meet a row's page walks for it: the tiles after it read the same rows' pages a panel later
+    (``_page_meeting_tile_share``)."""
     page, stride = hw.memory.page_bytes, s.b_sk * 4
     if s.pack_b or s.a_shared or s.b_gather is not None:
         return 0.0
@@ -1531,7 +1533,17 @@ def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) ->
     pages = rows * (new_page if stride < page else row_pages)
     # the TLB keeps its reach's worth of a sweep too large for it (as the last cache level does)
     missed = last_level_miss_share(pages, stlb_reach(hw, stride, row_pages))
-    return missed * hw.memory.page_walk_cycles * new_page / _sweep_calls(s, m_share)
+    walks = missed * hw.memory.page_walk_cycles * new_page / _sweep_calls(s, m_share)
+    return walks * _page_meeting_tile_share(s, hw, n_share)
+
+
+def _page_meeting_tile_share(s: CpuSchedule, hw: HwSpec, n_share: int) -> float:
+    """Share of a block's column tiles (nr wide, swept one after another over the same k rows)
+    that meet a row's page before any other tile of the block: one per page its columns span in
+    a row, the rest read pages whose translation the tile before them just used."""
+    cols = min(s.nc, n_share)
+    tiles = -(-cols // s.nr)
+    return min(1.0, -(-cols * 4 // hw.memory.page_bytes) / tiles)
 
 
 def new_page_per_row(stride_bytes: int, hw: HwSpec) -> float:

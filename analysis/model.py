@@ -1520,9 +1520,10 @@ def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) ->
     k block (nmk, mkn) or of the panel's own (nkm), each over the pages its block's columns span
     (mkn: the thread's whole width, its n blocks come in between). Zen 3 slice, 6 x 16 tiles,
     one call per panel over 2048 rows 4032 bytes apart: 10.6-11.1 cycles per k step against 6
-    FMA cycles, prefetched 64 rows ahead or not at all. Only the first of a block's column tiles
-    to meet a row's page walks for it: the tiles after it read the same rows' pages a panel later
-    (``_page_meeting_tile_share``)."""
+    FMA cycles, prefetched 64 rows ahead or not at all. Only the first of the column tiles swept
+    back to back over the same k rows to meet a row's page walks for it
+    (``_page_meeting_tile_share``); the tiles after it find the translation still in the TLB,
+    unless their k rows' pages alone outgrow its reach."""
     page, stride = hw.memory.page_bytes, s.b_sk * 4
     if s.pack_b or s.a_shared or s.b_gather is not None:
         return 0.0
@@ -1534,16 +1535,18 @@ def _page_walk_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) ->
     # the TLB keeps its reach's worth of a sweep too large for it (as the last cache level does)
     missed = last_level_miss_share(pages, stlb_reach(hw, stride, row_pages))
     walks = missed * hw.memory.page_walk_cycles * new_page / _sweep_calls(s, m_share)
-    return walks * _page_meeting_tile_share(s, hw, n_share)
+    first = _page_meeting_tile_share(cols, s.nr, page)
+    later = last_level_miss_share(s.kc * new_page, stlb_reach(hw, stride))
+    return walks * (first + (1.0 - first) * later)
 
 
-def _page_meeting_tile_share(s: CpuSchedule, hw: HwSpec, n_share: int) -> float:
-    """Share of a block's column tiles (nr wide, swept one after another over the same k rows)
-    that meet a row's page before any other tile of the block: one per page its columns span in
-    a row, the rest read pages whose translation the tile before them just used."""
-    cols = min(s.nc, n_share)
-    tiles = -(-cols // s.nr)
-    return min(1.0, -(-cols * 4 // hw.memory.page_bytes) / tiles)
+def _page_meeting_tile_share(cols: int, nr: int, page_bytes: int) -> float:
+    """Share of the nr-wide tiles over ``cols`` columns of the same k rows (a block's; under
+    mkn, the thread's whole width, its n blocks back to back) that each row's page walks fall
+    to: the pages a row's columns span, rows starting at any offset in a page, over the tiles;
+    at most one a tile, as a panel one tile wide is charged."""
+    tiles = -(-cols // nr)
+    return min(1.0, (1.0 + (cols * 4 - 4) / page_bytes) / tiles)
 
 
 def new_page_per_row(stride_bytes: int, hw: HwSpec) -> float:

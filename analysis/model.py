@@ -1856,10 +1856,13 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
     ):
         return 0.0
     rows, cols = _c_block(s, m_share, n_share)
-    # the A and B lines of the calls in between pass through L2 too; rows a power of two apart
-    # use few L2 sets (by page offset where the frames scatter): a block that fits L2 by size may
-    # still not stay (checked only for blocks that fit by size, which bounds the lines counted)
+    # the A and B lines of the calls in between pass through L2 too, and so do the panels the
+    # packs of the next k block write (every order packs between two visits); rows a power of
+    # two apart use few L2 sets (by page offset where the frames scatter): a block that fits L2
+    # by size may still not stay (checked only for blocks that fit by size, which bounds the
+    # lines counted)
     between = _bytes_between_visits(s, m_share, n_share)
+    between += (s.pack_a * min(s.mc, m_share) + s.pack_b * min(s.nc, n_share)) * s.kc * 4
     if between <= hw.cache_bytes_per_core(2) and (
         _l2_set_overflow_share(hw, s.c_sm * 4, rows, cols * 4, s.M * s.N * _batch_copies(s, 2) * 4)
         <= 0.5

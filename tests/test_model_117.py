@@ -5,9 +5,6 @@ still in the TLB (``_page_meeting_tile_share``). And Zen 4's walks are charged a
 
 from __future__ import annotations
 
-import gzip
-import json
-
 import pytest
 from aotune.analysis import model
 from aotune.analysis.features import kernel_features
@@ -129,8 +126,7 @@ def test_zen2_s_128x1000x4032_sample_best_is_the_model_best_again(monkeypatch):
     """Zen 2's kept timing of 2026-12-04: the sample's fastest kernel reads B in place in blocks
     many tiles wide. Walks charged to every tile (as before this stop) ranked it below a slower
     one (top-1 0.941); charged to the first tile at each page, it is the model's best."""
-    path = cpu_record.RECORDS_DIR / "znver2-matmul-2026-12-04.json.gz"
-    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc = cpu_record.read_record(cpu_record.RECORDS_DIR / "znver2-matmul-2026-12-04.json.gz")
     row = next(r for r in doc["rows"] if r["workload"] == "matmul 128x1000x4032")
     cut = {**doc, "rows": [row]}
 

@@ -7,25 +7,22 @@ from __future__ import annotations
 
 import pytest
 from aotune.analysis import model
-from aotune.analysis.features import kernel_features
-from aotune.analysis.model import AnalyticalCpuModel, ThreadShare
-from aotune.analysis.workload import matmul
+from aotune.analysis.model import ThreadShare
 from aotune.benchmarks import cpu_record
-from aotune.codegen.compile import compile_kernel
-from aotune.codegen.schedule import CpuSchedule, schedule_from_config
-from aotune.constraints.cpu import build_cpu_space
+from aotune.codegen.schedule import CpuSchedule
 from aotune.hwspecs.spec import HwSpec, load_target
 from aotune.hwspecs.spec_toml import with_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from .model_helpers import matmul_schedule, predicted_ms
 
 ZEN4 = load_target("znver4")
 SHAPE = (128, 1000, 4032)  # B's rows 4000 bytes apart: nearly every row on a new page
 
 
 def _schedule(hw: HwSpec, text: str, shape: tuple[int, int, int] = SHAPE) -> CpuSchedule:
-    space = build_cpu_space(matmul(*shape), hw)
-    return schedule_from_config(space, space.parse_config(text))
+    return matmul_schedule(hw, text, shape)
 
 
 def _walks(hw: HwSpec, s: CpuSchedule) -> float:
@@ -97,12 +94,6 @@ ONE_TILE_HIGH_MS = {4: 11.73, 8: 6.76, 12: 5.81, 16: 5.67}
 MC96_MS = {4: 6.24, 8: 5.63, 12: 5.66, 16: 5.49}
 
 
-def _predicted(hw: HwSpec, s: CpuSchedule) -> float:
-    loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
-    (p,) = AnalyticalCpuModel(hw).predict_batch([s], [loop])
-    return p.seconds * 1e3
-
-
 def test_zen4_s_calibrated_walks_bring_one_tile_high_blocks_toward_their_times():
     """Each one-tile-high block meets every B row once per 16-column block, after all 4032 of
     them: the walk is charged per k step. With Zen 4's measured walk every such block is priced
@@ -115,11 +106,11 @@ def test_zen4_s_calibrated_walks_bring_one_tile_high_blocks_toward_their_times()
     text = "mr={},nr=16,kc=192,mc={},nc=16,order=nmk,pack_a=0,pack_b=0,unroll=4,par=n,threads=2"
     for mr, ran in ONE_TILE_HIGH_MS.items():
         s = _schedule(ZEN4, text.format(mr, mr))
-        before, now = _predicted(no_walks, s), _predicted(ZEN4, s)
+        before, now = predicted_ms(no_walks, s), predicted_ms(ZEN4, s)
         assert before < now <= ran
     for mr in MC96_MS:
         s = _schedule(ZEN4, text.format(mr, 96))
-        assert _predicted(ZEN4, s) == pytest.approx(_predicted(no_walks, s), rel=0.02)
+        assert predicted_ms(ZEN4, s) == pytest.approx(predicted_ms(no_walks, s), rel=0.02)
 
 
 def test_zen2_s_128x1000x4032_sample_best_is_the_model_best_again(monkeypatch):

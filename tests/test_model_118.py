@@ -5,19 +5,16 @@ those panels as well, comes from L3, and the calls that step down C's rows wait 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 
 import pytest
 from aotune.analysis import model
-from aotune.analysis.features import kernel_features
-from aotune.analysis.model import AnalyticalCpuModel, ThreadShare
-from aotune.analysis.workload import matmul
+from aotune.analysis.model import ThreadShare
 from aotune.benchmarks import cpu_record
-from aotune.codegen.compile import compile_kernel
-from aotune.codegen.schedule import CpuSchedule, schedule_from_config
-from aotune.constraints.cpu import CpuSpace, build_cpu_space
+from aotune.codegen.schedule import CpuSchedule
 from aotune.hwspecs.spec import HwSpec, load_target
+
+from .model_helpers import matmul_schedule, predicted_ms
 
 ZEN4 = load_target("znver4")
 BERT = (384, 4096, 1024)
@@ -27,25 +24,13 @@ PICK = "mr=2,nr=48,kc=32,mc=88,nc=1728,order=nmk,pack_a=0,pack_b=1,unroll=2,par=
 SAMPLE_BEST = "mr=5,nr=16,kc=24,mc=5,nc=1680,order=nkm,pack_a=0,pack_b=1,unroll=4,par=m,threads=2"
 
 
-@functools.cache
-def _space(hw: HwSpec, shape: tuple[int, int, int]) -> CpuSpace:
-    return build_cpu_space(matmul(*shape), hw)
-
-
 def _schedule(hw: HwSpec, text: str, shape: tuple[int, int, int] = BERT) -> CpuSchedule:
-    space = _space(hw, shape)
-    return schedule_from_config(space, space.parse_config(text))
+    return matmul_schedule(hw, text, shape)
 
 
 def _fetch_wait(hw: HwSpec, s: CpuSchedule) -> float:
     share = ThreadShare.of(s)
     return model._c_tile_fetch_cycles(s, hw, share.m_share, share.n_share)
-
-
-def _predicted_ms(hw: HwSpec, s: CpuSchedule) -> float:
-    loop = kernel_features(compile_kernel(s, hw), hw.isa.arch).loop
-    (p,) = AnalyticalCpuModel(hw).predict_batch([s], [loop])
-    return p.seconds * 1e3
 
 
 def test_a_c_block_that_fits_l2_only_without_the_packed_panels_waits_an_l3_hit():
@@ -70,8 +55,8 @@ def test_the_pick_is_priced_behind_the_sample_s_fastest_kernel_as_it_ran():
     """Timed side by side three times on the Zen 4 slice (stop 118): the pick 18.8-19.7 ms, the
     sample's fastest (5 x 16, one-tile-high blocks) 16.0-16.8. The pick had been priced 15.95 ms,
     under the fastest's 16.51; now it is priced above it."""
-    pick = _predicted_ms(ZEN4, _schedule(ZEN4, PICK))
-    best = _predicted_ms(ZEN4, _schedule(ZEN4, SAMPLE_BEST))
+    pick = predicted_ms(ZEN4, _schedule(ZEN4, PICK))
+    best = predicted_ms(ZEN4, _schedule(ZEN4, SAMPLE_BEST))
     assert best < pick <= 19.65
 
 

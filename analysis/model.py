@@ -1595,8 +1595,8 @@ def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> b
     whatever the calls in flight (1.4-10): 7x7 NCHW convolutions, 49-float rows as 32 + 17
     columns, 35-90; NHWC depthwise, 32 channels as 16 + 16, 30-49. That is the price with the
     vCPUs far apart (hand-over 170-190 ns); timed near (35-45 ns) the same lines cost 0-9. The
-    placement is decided at run time, so the model prices the far one (README, stop 73); Zen 4's
-    samples, not kept, had read 7x7 and 14x14 NCHW par=n kernels over-priced at a full wait."""
+    placement is decided at run time, so the model prices the far one (README, stop 73); on
+    Zen 4 ``hw calibrate``'s probe read 21-59 cycles a line (``shared_line_store_cycles``)."""
     if s.par != "n" or share.threads < 2:
         return False
     widths = {-(-(hi - lo) // s.lanes) for lo, hi in share.ranges}
@@ -1604,17 +1604,29 @@ def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> b
 
 
 def _shared_line_wait_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
-    """Cycles per C tile row-line that the lines another thread writes add to a visit: a line
-    the other core wrote since comes back for the store, about a last-level latency; a line both
-    write on every visit, a pair's other line on visits that miss L1. None where the threads meet
-    those lines only at their runs' ends (``_threads_meet_shared_lines_once``)."""
+    """Cycles per C tile row-line that the lines another thread writes add to a visit: each
+    such line's store waits ``shared_line_store_cycles`` (``shared_line_share`` of them)."""
+    return shared_line_store_cycles(hw) * shared_line_share(s, hw, share)
+
+
+def shared_line_share(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
+    """Share of a C tile row's lines whose store on a visit waits for the other core: a line the
+    other core wrote since comes back for the store; a line both write does on every visit, a
+    pair's other line on visits that miss L1. None where the threads meet those lines only at
+    their runs' ends (``_threads_meet_shared_lines_once``)."""
     if _threads_meet_shared_lines_once(s, share):
         return 0.0
     line_shared = _c_line_sharing(s, hw, share.ranges)
     pair_shared = _c_line_pair_sharing(s, hw, share.ranges) - line_shared
-    return hw.caches[-1].latency_cycles * (
-        line_shared + pair_shared * _c_visits_from_beyond_l1(s, hw, share)
-    )
+    return line_shared + pair_shared * _c_visits_from_beyond_l1(s, hw, share)
+
+
+def shared_line_store_cycles(hw: HwSpec) -> float:
+    """What a visit's store of a C line the other core wrote since waits: the spec's measured
+    ``memory.shared_line_store_cycles`` (``hw calibrate``'s shared-line probe), else the last
+    level's latency (stop 73's price, which Zen 5's timings with the vCPUs far apart bore out)."""
+    measured = hw.memory.shared_line_store_cycles
+    return measured if measured > 0 else float(hw.caches[-1].latency_cycles)
 
 
 def _threads_meet_shared_lines_once(s: CpuSchedule, share: ThreadShare) -> bool:

@@ -189,6 +189,12 @@ class MemorySpec:
     # time and A's broadcasts that thrash a set (false: those wait as on a spec without a pace);
     # a B packing copy's walk down crowded rows takes the pace either way (stop 115)
     set_refill_beyond_refetches: bool = True
+    # cycles a C line two cores both write adds to a visit that stores it, where the other core
+    # wrote it since: its move between the cores, as far as the stores in flight overlap such
+    # moves (0: not measured; the last level's latency is charged, as priced since stop 73)
+    shared_line_store_cycles: float = dataclasses.field(
+        default=0.0, metadata={"range": (0.0, 100_000.0)}
+    )
 
 
 @dataclass(frozen=True)

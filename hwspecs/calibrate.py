@@ -61,6 +61,7 @@ from aotune.hwspecs.probes import (
     probe_scheduler,
     probe_set_capacity,
     probe_set_refills,
+    probe_shared_lines,
     probe_store_alias,
     probe_stores,
     probe_swept_lines,
@@ -248,6 +249,12 @@ PROBES: tuple[Probe, ...] = (
         ("core.store_alias_cycles",),
         probe_store_alias,
         "the real kernel with C rows a page apart and not",
+    ),
+    Probe(
+        "shared lines",
+        ("memory.shared_line_store_cycles",),
+        probe_shared_lines,
+        "the real kernel's threads splitting C's rows mid-line and on line pairs",
     ),
     Probe(
         "copy share",

@@ -2075,6 +2075,112 @@ def probe_store_alias(s: Session) -> dict[str, Finding]:
     return {path: s.checked(path, round(wait, 2), 0.0, 100.0, how)}
 
 
+# The shared-line probe's kernel: one register tile per thread across C's columns (the threads
+# split them, par=n), 32 row tiles, kc = 8 (short calls, where the wait shows), 96 k blocks
+SHARED_PROBE_TILES, SHARED_PROBE_KC, SHARED_PROBE_BLOCKS = 32, 8, 96
+# readings of interleaved rounds; each kernel keeps its fastest round of all, as the bench's do
+SHARED_PROBE_READINGS, SHARED_PROBE_ROUNDS = 5, 8
+SHARED_PROBE_ROWS = (8, 4, 2, 1)  # the tallest tile the target's space has
+
+
+def shared_probe_schedules(spec: HwSpec) -> tuple[CpuSchedule, CpuSchedule] | None:
+    """The shared-line probe's two kernels: a matmul whose columns two or more threads split
+    (par=n) as one tile each, ``nr`` columns wide and a whole number of 128-byte line pairs, down
+    the same rows at once; N = threads x nr (every thread's columns start a line pair: no line is
+    shared) against one column fewer (the last thread's tile ends a column short, still as many
+    vectors, and every row's split falls mid-line). B packed, A in place, nmk. None where the
+    target has one core or no such tile."""
+    if spec.core.cores < 2:
+        return None
+    lanes, pair = spec.isa.vector_bits // 32, 2 * spec.cache(1).line_bytes
+    nr = lanes * (pair // math.gcd(pair, 4 * lanes))  # whole vectors, whole line pairs
+    k = SHARED_PROBE_KC * SHARED_PROBE_BLOCKS
+    for mr in SHARED_PROBE_ROWS:
+        m, n = mr * SHARED_PROBE_TILES, nr * spec.core.cores
+        fixed: dict[str, int | str] = {"mr": mr, "nr": nr, "kc": SHARED_PROBE_KC, "mc": m}
+        fixed |= {"nc": n, "pack_a": 0, "pack_b": 1, "threads": spec.core.cores, "unroll": 1}
+        fixed |= {"order": "nmk", "par": "n"}
+        shared = _fixed_matmul_schedule(spec, (m, n - 1, k), fixed)
+        clear = _fixed_matmul_schedule(spec, (m, n, k), fixed)
+        if shared is not None and clear is not None:
+            return shared, clear
+    return None
+
+
+def shared_line_cycles(
+    extra_cycles_per_call: float, masked_cycles_per_call: float, lines_per_call: float
+) -> float:
+    """Cycles per shared C line stored: the shared kernel's extra cycles per call beyond the
+    clear one's, less what its masked row ends add, over the shared lines a call stores."""
+    if lines_per_call <= 0:
+        raise CalibrationError("a shared-line reading needs shared lines in the call")
+    return max(0.0, extra_cycles_per_call - masked_cycles_per_call) / lines_per_call
+
+
+def probe_shared_lines(s: Session) -> dict[str, Finding]:
+    """What a store of a C line another core wrote since adds to a visit, as the threads of a
+    par=n kernel meet such lines on every row: ``shared_probe_schedules``' two kernels timed as
+    the bench's accuracy rows time kernels (interleaved rounds of a short warm-up and a few
+    calls, each kernel's fastest round: ``codegen.runner.time_side_by_side``); the difference per
+    call, less the masked stores of the short tile's rows, over the shared lines a call stores
+    (as the model counts them, ``shared_line_share``). Timed as one long run instead (``best``),
+    the shared kernel slowed to 1.5-5x its rounds' time on the Zen 4 slice while the other kept
+    its own (README, stop 119): the price is that of the kernels the model ranks, not of a
+    sustained tug of war. The hand-over read beside it says where the VM placed the CPUs (the
+    wait follows it: README, stop 73). Needs the clock, the call overhead and the masked-store
+    cost first."""
+    from aotune.analysis.model import ThreadShare, shared_line_share
+    from aotune.benchmarks.suite import ACCURACY_ROUND_SECONDS, ACCURACY_WARMUP_SECONDS
+    from aotune.codegen.runner import time_side_by_side
+    from aotune.codegen.workers import workers
+
+    path = "memory.shared_line_store_cycles"
+    scheds = shared_probe_schedules(s.host)
+    if scheds is None:
+        return {path: s.assumed(path, "one core, or no tile for the probe in the tile space")}
+    shared, clear = scheds
+    share = ThreadShare.of(shared)
+    line = s.host.cache(1).line_bytes
+    lines = shared_line_share(shared, s.host, share) * shared.mr * -(-shared.nr * 4 // line)
+    masked_extra = max(
+        0.0, float(s.value("core.masked_store_cycles")) - 1.0 / s.host.core.store_ports
+    )
+    calls = [_kernel_runs(s, x, 1) for x in scheds]
+    handover = workers().handoff_seconds(repeats=5)
+    per_call = (share.calls, ThreadShare.of(clear).calls)
+
+    def wait_of(both: float, apart: float) -> float:
+        extra = per_call_difference_cycles((both, apart), 1, 0.0, per_call, s.ghz)
+        return shared_line_cycles(extra, masked_extra * shared.mr, lines)
+
+    readings = []
+    for _ in range(SHARED_PROBE_READINGS):
+        timed = time_side_by_side(
+            calls,
+            min_runs=5,
+            min_seconds=ACCURACY_ROUND_SECONDS * SHARED_PROBE_ROUNDS,
+            rounds=SHARED_PROBE_ROUNDS,
+            warmup_seconds=ACCURACY_WARMUP_SECONDS,
+        )
+        readings.append(tuple(seconds for seconds, _, _ in timed))
+    waits = [wait_of(*r) for r in readings]
+    # each kernel's fastest round of all, as the bench keeps a kernel's fastest round
+    wait = wait_of(*(min(r[i] for r in readings) for i in range(2)))
+    s.details["shared lines"] = {"cycles_per_line": wait, "readings": waits}
+    near = f"{handover * 1e9:.0f} ns" if handover is not None else "not read"
+    how = (
+        f"the real kernel of {shared.mr} x {shared.nr} tiles, one per thread on "
+        f"{shared.threads} threads, kc = {SHARED_PROBE_KC}, N = {shared.N} (every row's split "
+        f"mid-line: {lines:.1f} shared lines a call) against N = {clear.N} (none), timed as the "
+        f"bench times kernels (interleaved rounds, each kernel's fastest of "
+        f"{SHARED_PROBE_READINGS * SHARED_PROBE_ROUNDS} kept): the difference per call over "
+        f"those lines; {SHARED_PROBE_READINGS} readings of {SHARED_PROBE_ROUNDS} rounds read "
+        + ", ".join(f"{w:.1f}" for w in waits)
+        + f"; core hand-over {near} beside it"
+    )
+    return {path: s.checked(path, round(wait, 1), 0.5, 100_000.0, how)}
+
+
 # The copy probe's kernels: 4 x two-vector tiles over B's rows in 33 panels (rows off a page
 # multiple apart), kc = 64, A in place, one thread; B packed once per m block of one tile, 8
 # blocks, against once per call

@@ -875,6 +875,69 @@ def test_the_alias_probe_steps_down_rows_a_page_apart_and_not(target):
     assert charged == pytest.approx(64 * hw.core.store_alias_cycles * (kt - 1) / kt)
 
 
+def test_the_shared_line_wait_from_synthetic_readings():
+    # 300 cycles a call more, 20 of them masked row ends, over 14 shared lines: 20 a line
+    assert probes.shared_line_cycles(300.0, 20.0, 14.0) == pytest.approx(20.0)
+    assert probes.shared_line_cycles(10.0, 20.0, 14.0) == 0.0  # slower clear kernel: none
+    with pytest.raises(CalibrationError):
+        probes.shared_line_cycles(300.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("target", builtin_names("cpu"))
+def test_the_shared_line_probe_splits_rows_mid_line_and_on_line_pairs(target):
+    """Both kernels of the shared-line probe exist in every CPU target's space: one tile per
+    thread, as many vectors each, down the same rows (the model's lockstep case); one column
+    fewer puts every row's split mid-line, the full width on line-pair boundaries, and the
+    model charges only the first for shared lines, at the spec's price."""
+    from aotune.analysis import model
+
+    hw = load_target(target)
+    kernels = probes.shared_probe_schedules(hw)
+    assert kernels is not None, target
+    shared, clear = kernels
+    line = hw.cache(1).line_bytes
+    for s in (shared, clear):
+        share = model.ThreadShare.of(s)
+        assert s.par == "n" and s.threads == hw.core.cores >= 2 and share.n_tiles == 1
+        assert (s.nr * 4) % (2 * line) == 0 and s.nr % s.lanes == 0
+        assert s.kc == probes.SHARED_PROBE_KC and s.pack_b and not s.pack_a
+        assert model._threads_store_shared_lines_at_once(s, share)
+    assert (shared.M, shared.N + 1, shared.K) == (clear.M, clear.N, clear.K)
+    assert model.ThreadShare.of(shared).calls == model.ThreadShare.of(clear).calls
+    full = model.ThreadShare.of(shared)
+    assert model.shared_line_share(shared, hw, full) > 0.9
+    assert model.shared_line_share(clear, hw, model.ThreadShare.of(clear)) == 0.0
+    price = model.shared_line_store_cycles(hw)
+    expected = hw.memory.shared_line_store_cycles or hw.caches[-1].latency_cycles
+    assert price == expected
+    assert model._shared_line_wait_cycles(shared, hw, full) == pytest.approx(
+        price * model.shared_line_share(shared, hw, full)
+    )
+
+
+def test_the_shared_line_price_is_the_specs_where_measured():
+    """A measured ``memory.shared_line_store_cycles`` sets what a shared line's store costs; the
+    kernel whose rows split mid-line is priced higher by the lines it shares, the other not."""
+    from aotune.analysis.features import kernel_features
+    from aotune.analysis.model import AnalyticalCpuModel, ThreadShare, shared_line_share
+    from aotune.codegen.compile import compile_kernel
+
+    hw = load_target("znver4")
+    shared, clear = probes.shared_probe_schedules(hw)
+    feats = [kernel_features(compile_kernel(s, hw), hw.isa.arch).loop for s in (shared, clear)]
+    low, high = (with_value(hw, "memory.shared_line_store_cycles", v) for v in (10.0, 30.0))
+    t_low, t_high = (
+        [p.seconds for p in AnalyticalCpuModel(h).predict_batch([shared, clear], feats)]
+        for h in (low, high)
+    )
+    assert t_low[1] == t_high[1]  # no shared line: no change
+    share = ThreadShare.of(shared)
+    lines = shared_line_share(shared, hw, share) * shared.mr * -(-shared.nr * 4 // 64)
+    calls = share.calls  # the lockstep wait adds in full to each call
+    extra = (t_high[0] - t_low[0]) * hw.core.frequency_ghz * 1e9
+    assert extra == pytest.approx(20.0 * lines * calls, rel=0.01)
+
+
 def _queue(pace: float) -> float:
     """A synthetic difference per call: 12 cycles of floor, a queue of 8 lines at the pace that
     the calls' issue hides up to 40 cycles."""

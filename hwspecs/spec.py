@@ -193,7 +193,7 @@ class MemorySpec:
     # wrote it since: its move between the cores, as far as the stores in flight overlap such
     # moves (0: not measured; the last level's latency is charged, as priced since stop 73)
     shared_line_store_cycles: float = dataclasses.field(
-        default=0.0, metadata={"range": (0.0, 100_000.0)}
+        default=0.0, metadata={"range": (0.0, 1000.0)}
     )
 
 

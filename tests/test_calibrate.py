@@ -876,11 +876,30 @@ def test_the_alias_probe_steps_down_rows_a_page_apart_and_not(target):
 
 
 def test_the_shared_line_wait_from_synthetic_readings():
-    # 300 cycles a call more, 20 of them masked row ends, over 14 shared lines: 20 a line
-    assert probes.shared_line_cycles(300.0, 20.0, 14.0) == pytest.approx(20.0)
-    assert probes.shared_line_cycles(10.0, 20.0, 14.0) == 0.0  # slower clear kernel: none
+    # a model that charges 5 cycles a call besides 14 lines at the price: 285 measured is 20
+    def model(price):
+        return 5.0 + 14.0 * price
+
+    assert probes.shared_line_cycles(285.0, model) == pytest.approx(20.0)
+    assert probes.shared_line_cycles(3.0, model) == 0.0  # under the model's other charges: none
     with pytest.raises(CalibrationError):
-        probes.shared_line_cycles(300.0, 0.0, 0.0)
+        probes.shared_line_cycles(285.0, lambda price: 5.0)
+
+
+def test_the_model_s_extra_for_the_probe_kernels_is_the_shared_lines_at_the_price():
+    """On the 2-core Zen 4 slice the model prices the two kernels apart by the shared lines
+    alone: 15.5 a call (8 rows, 2 lines a row, 15 of 16 rows split mid-line) at the price."""
+    from aotune.analysis import model
+
+    hw = load_target("znver4")
+    shared, clear = probes.shared_probe_schedules(hw)
+    extra = probes.shared_kernels_model_extra(hw, shared, clear)
+    share = model.ThreadShare.of(shared)
+    lines = model.shared_line_share(shared, hw, share) * shared.mr * 2
+    assert lines == pytest.approx(15.5)
+    assert extra(2.0) - extra(1.0) == pytest.approx(lines)
+    assert extra(1.0) == pytest.approx(lines)  # nothing else differs
+    assert probes.shared_line_cycles(27.5 * lines, extra) == pytest.approx(27.5)
 
 
 @pytest.mark.parametrize("target", builtin_names("cpu"))
@@ -907,12 +926,6 @@ def test_the_shared_line_probe_splits_rows_mid_line_and_on_line_pairs(target):
     full = model.ThreadShare.of(shared)
     assert model.shared_line_share(shared, hw, full) > 0.9
     assert model.shared_line_share(clear, hw, model.ThreadShare.of(clear)) == 0.0
-    price = model.shared_line_store_cycles(hw)
-    expected = hw.memory.shared_line_store_cycles or hw.caches[-1].latency_cycles
-    assert price == expected
-    assert model._shared_line_wait_cycles(shared, hw, full) == pytest.approx(
-        price * model.shared_line_share(shared, hw, full)
-    )
 
 
 def test_the_shared_line_price_is_the_specs_where_measured():
@@ -932,7 +945,8 @@ def test_the_shared_line_price_is_the_specs_where_measured():
     )
     assert t_low[1] == t_high[1]  # no shared line: no change
     share = ThreadShare.of(shared)
-    lines = shared_line_share(shared, hw, share) * shared.mr * -(-shared.nr * 4 // 64)
+    line = hw.cache(1).line_bytes
+    lines = shared_line_share(shared, hw, share) * shared.mr * -(-shared.nr * 4 // line)
     calls = share.calls  # the lockstep wait adds in full to each call
     extra = (t_high[0] - t_low[0]) * hw.core.frequency_ghz * 1e9
     assert extra == pytest.approx(20.0 * lines * calls, rel=0.01)

@@ -18,6 +18,7 @@ physical bounds is not used: the field falls back to the closest built-in spec, 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import mmap
 import os
@@ -2114,10 +2115,11 @@ def shared_line_cycles(
     kernel over the clear one (``model_extra``, linear in the price) match the measured ones:
     read through the model, so whatever else it charges one kernel and not the other (a masked
     row end, rows a page apart on a many-core host) is not taken for the lines' wait."""
-    slope = model_extra(2.0) - model_extra(1.0)
+    at_one = model_extra(1.0)
+    slope = model_extra(2.0) - at_one
     if slope <= 0:
         raise CalibrationError("a shared-line reading needs the model to charge shared lines")
-    return max(0.0, (extra_cycles_per_call - (model_extra(1.0) - slope)) / slope)
+    return max(0.0, (extra_cycles_per_call - (at_one - slope)) / slope)
 
 
 def shared_kernels_model_extra(
@@ -2125,13 +2127,14 @@ def shared_kernels_model_extra(
 ) -> Callable[[float], float]:
     """The model's extra micro-kernel cycles per call of ``shared`` over ``clear`` on ``spec``
     with a shared C line priced at the argument (tier 1: the kernels' k steps from their
-    schedules, as both run the same loop)."""
+    schedules, as both run the same loop); each price is priced once."""
     from aotune.analysis.model import ThreadShare, micro_kernel_cycles, mix_from_schedule
 
     def per_call(h: HwSpec, x: CpuSchedule) -> float:
         share = ThreadShare.of(x)
         return micro_kernel_cycles(x, h, mix_from_schedule(x, h), share)[0] / share.calls
 
+    @functools.cache
     def extra(price: float) -> float:
         h = with_value(spec, "memory.shared_line_store_cycles", price)
         return per_call(h, shared) - per_call(h, clear)
@@ -2144,16 +2147,16 @@ def probe_shared_lines(s: Session) -> dict[str, Finding]:
     par=n kernel meet such lines on every row: ``shared_probe_schedules``' two kernels timed as
     the bench's accuracy rows time kernels (interleaved rounds of a short warm-up and a few
     calls, each kernel's fastest round: ``codegen.runner.time_side_by_side``); the difference per
-    call, less the masked stores of the short tile's rows, over the shared lines a call stores
-    (as the model counts them, ``shared_line_share``), read through the model's own price of
-    the two kernels (``shared_line_cycles``). Timed as one long run instead (``best``),
+    call read through the model's own price of the two kernels (``shared_line_cycles``): what
+    else it charges one and not the other is not the lines' wait, and the lines count as it
+    counts them. Timed as one long run instead (``best``),
     the shared kernel slowed to 1.5-5x its rounds' time on the Zen 4 slice while the other kept
     its own (README, stop 119): the price is that of the kernels the model ranks, not of a
     sustained tug of war. The hand-over read beside it says where the VM placed the CPUs (the
     wait follows it: README, stop 73). Needs the clock and the masked-store cost first (an empty
     call's overhead cancels: both kernels make as many calls). A reading under half a cycle (the
     vCPUs near, on Zen 5) is not stored: 0 means not measured, so the spec's stays."""
-    from aotune.analysis.model import ThreadShare, shared_line_share
+    from aotune.analysis.model import ThreadShare
     from aotune.benchmarks.suite import ACCURACY_ROUND_SECONDS, ACCURACY_WARMUP_SECONDS
     from aotune.codegen.runner import time_side_by_side
     from aotune.codegen.workers import workers
@@ -2164,9 +2167,8 @@ def probe_shared_lines(s: Session) -> dict[str, Finding]:
         return {path: s.assumed(path, "one core, or no tile for the probe in the tile space")}
     shared, clear = scheds
     share = ThreadShare.of(shared)
-    line = s.host.cache(1).line_bytes
-    lines = shared_line_share(shared, s.host, share) * shared.mr * -(-shared.nr * 4 // line)
     model_extra = shared_kernels_model_extra(s.spec_so_far(), shared, clear)
+    lines = model_extra(2.0) - model_extra(1.0)  # shared lines a call, as the model charges
     calls = [_kernel_runs(s, x, 1) for x in scheds]
     handover = workers().handoff_seconds(repeats=5)
     call_counts = (share.calls, ThreadShare.of(clear).calls)

@@ -1596,7 +1596,7 @@ def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> b
     columns, 35-90; NHWC depthwise, 32 channels as 16 + 16, 30-49. That is the price with the
     vCPUs far apart (hand-over 170-190 ns); timed near (35-45 ns) the same lines cost 0-9. The
     placement is decided at run time, so the model prices the far one (README, stop 73); on
-    Zen 4 ``hw calibrate``'s probe read 20-81 cycles a line, 27.5 kept
+    Zen 4 ``hw calibrate``'s probe read 20-91 cycles a line, 51.5 kept
     (``shared_line_store_cycles``)."""
     if s.par != "n" or share.threads < 2:
         return False

@@ -384,7 +384,9 @@ def micro_kernel_cycles(
     walks = _page_walk_cycles(s, hw, share.m_share, share.n_share)
     c_fetch = _c_tile_fetch_cycles(s, hw, share.m_share, share.n_share)  # every tile class's
     lockstep = _threads_store_shared_lines_at_once(s, share)
-    shared_wait = _shared_line_wait_cycles(s, hw, share)
+    shared_wait = _shared_line_wait_cycles(s, hw, share) * shared_lines_contended_share(
+        s, hw, mix, share
+    )
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(share.m_share, share.n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
@@ -1602,6 +1604,38 @@ def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> b
         return False
     widths = {-(-(hi - lo) // s.lanes) for lo, hi in share.ranges}
     return share.n_tiles == 1 and len(widths) == 1
+
+
+def shared_lines_contended_share(
+    s: CpuSchedule, hw: HwSpec, mix: KStepMix, share: ThreadShare
+) -> float:
+    """Share of the slowest thread's run during which a thread it shares C lines with still runs
+    (par=n; neighbours in column order, the last beside the first through the rows' ends): a
+    thread given fewer columns finishes first, and from then on the lines they share stay with
+    the slower one. A run is the thread's tiles per row block, each its k steps at their own
+    bound and a call (Zen 4 slice, 8 x 48 tiles, kc = 8: 48 columns beside 16 ran 240-320 cycles
+    a call, beside 48 480-590; README, stop 120)."""
+    if s.par != "n" or share.threads < 2:
+        return 1.0
+
+    def run_cycles(width: int) -> float:
+        full, tail = divmod(width, s.nr)
+        cycles = 0.0
+        for tiles, cols in ((full, s.nr), (int(tail > 0), tail)):
+            if tiles:
+                step = _cycles_per_kstep(_tail_mix(mix, s, s.mr, cols, hw), hw, s.kc)[0]
+                cycles += tiles * (s.kc * step + hw.core.call_cycles)
+        return cycles
+
+    runs = [run_cycles(hi - lo) for lo, hi in share.ranges]
+    slowest = max(runs)
+    threads = len(runs)
+    together = max(
+        max(runs[(i - 1) % threads], runs[(i + 1) % threads])
+        for i, run in enumerate(runs)
+        if run == slowest
+    )
+    return min(1.0, together / slowest)
 
 
 def _shared_line_wait_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:

@@ -371,9 +371,10 @@ def micro_kernel_cycles(
     waiting for these stores: ``_b_after_c_store_cycles``), a C tile fetched from beyond
     L2 beyond what the call's prefetch of it hides (``c_prefetch_steps``), and C lines another
     thread writes too, or whose pair it does (on each visit, unless the threads meet them only at
-    their runs' ends). A swept B row's lines refilled one set each add their cost to the k step
-    (``_swept_row_refill_cycles``). Plus, once, the wait for
-    A's lines from DRAM read in place (``a_demand_miss_cycles``).
+    their runs' ends; for the share of the run the other thread still runs where it has fewer
+    columns: ``shared_lines_contended_share``). A swept B row's lines refilled one set each add
+    their cost to the k step (``_swept_row_refill_cycles``). Plus, once, the wait for A's lines
+    from DRAM read in place (``a_demand_miss_cycles``).
     """
     c, lanes, isz = hw.core, s.lanes, 4
     vload_rate = _vector_load_rate(hw)
@@ -384,9 +385,9 @@ def micro_kernel_cycles(
     walks = _page_walk_cycles(s, hw, share.m_share, share.n_share)
     c_fetch = _c_tile_fetch_cycles(s, hw, share.m_share, share.n_share)  # every tile class's
     lockstep = _threads_store_shared_lines_at_once(s, share)
-    shared_wait = _shared_line_wait_cycles(s, hw, share) * shared_lines_contended_share(
-        s, hw, mix, share
-    )
+    shared_wait = _shared_line_wait_cycles(s, hw, share)
+    if shared_wait > 0.0 and not lockstep:
+        shared_wait *= shared_lines_contended_share(s, hw, mix, share)
     compute_cycles = load_cycles = 0.0
     for tiles, rows, cols in _tile_classes(share.m_share, share.n_share, s.mr, s.nr):
         tile_mix = _tail_mix(mix, s, rows, cols, hw)
@@ -403,8 +404,7 @@ def micro_kernel_cycles(
             tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
         )
         # a row whose last vector overhangs the tile stores it with a mask
-        masked = last_vector_lanes_used(cols, lanes) < column_vector_widths(cols, lanes)[-1]
-        call_cycles += rows * _masked_store_extra_cycles(hw) * masked
+        call_cycles += rows * _masked_store_extra_cycles(hw) * _row_end_masked(cols, lanes)
         # C fills queued in few L1 sets arise only while the window holds the next call (most
         # calls are too long for that: the sets are not counted then); the call's issue hides them
         in_window = _next_call_in_window(tile_mix, hw, s.kc)
@@ -430,6 +430,12 @@ def micro_kernel_cycles(
         compute_cycles += tiles * (s.K * step + share.k_blocks * call_cycles)
         load_cycles += tiles * s.K * load_k
     return compute_cycles + a_demand_miss_cycles(s, hw, share), load_cycles
+
+
+def _row_end_masked(cols: int, lanes: int) -> bool:
+    """Whether a tile row of ``cols`` columns stores its last vector with a lane mask: the
+    vector overhangs the tile."""
+    return last_vector_lanes_used(cols, lanes) < column_vector_widths(cols, lanes)[-1]
 
 
 def _masked_store_extra_cycles(hw: HwSpec) -> float:
@@ -1609,12 +1615,13 @@ def _threads_store_shared_lines_at_once(s: CpuSchedule, share: ThreadShare) -> b
 def shared_lines_contended_share(
     s: CpuSchedule, hw: HwSpec, mix: KStepMix, share: ThreadShare
 ) -> float:
-    """Share of the slowest thread's run during which a thread it shares C lines with still runs
-    (par=n; neighbours in column order, the last beside the first through the rows' ends): a
-    thread given fewer columns finishes first, and from then on the lines they share stay with
-    the slower one. A run is the thread's tiles per row block, each its k steps at their own
-    bound and a call (Zen 4 slice, 8 x 48 tiles, kc = 8: 48 columns beside 16 ran 240-320 cycles
-    a call, beside 48 480-590; README, stop 120)."""
+    """Share of the charged (widest) thread's run during which a thread it shares C lines with
+    still runs (par=n): a thread given fewer columns finishes first, and from then on the lines
+    they share stay with the slower one. A run is the thread's tiles per row block, each its k
+    steps at their own bound, a call and its masked row ends; the neighbours are those in column
+    order, the last beside the first through the rows' ends, the longer of the two taken (an
+    approximation where three or more threads split the rows). Zen 4 slice, 8 x 48 tiles, kc 8:
+    48 columns beside 16 ran 240-320 cycles a call, beside 48 480-590 (README, stop 120)."""
     if s.par != "n" or share.threads < 2:
         return 1.0
 
@@ -1624,18 +1631,19 @@ def shared_lines_contended_share(
         for tiles, cols in ((full, s.nr), (int(tail > 0), tail)):
             if tiles:
                 step = _cycles_per_kstep(_tail_mix(mix, s, s.mr, cols, hw), hw, s.kc)[0]
-                cycles += tiles * (s.kc * step + hw.core.call_cycles)
+                masked = _row_end_masked(cols, s.lanes)
+                call = hw.core.call_cycles + s.mr * _masked_store_extra_cycles(hw) * masked
+                cycles += tiles * (s.kc * step + call)
         return cycles
 
     runs = [run_cycles(hi - lo) for lo, hi in share.ranges]
-    slowest = max(runs)
+    widest = max(hi - lo for lo, hi in share.ranges)
     threads = len(runs)
-    together = max(
-        max(runs[(i - 1) % threads], runs[(i + 1) % threads])
-        for i, run in enumerate(runs)
-        if run == slowest
+    return max(
+        min(1.0, max(runs[(i - 1) % threads], runs[(i + 1) % threads]) / runs[i])
+        for i, (lo, hi) in enumerate(share.ranges)
+        if hi - lo == widest
     )
-    return min(1.0, together / slowest)
 
 
 def _shared_line_wait_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:

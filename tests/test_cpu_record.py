@@ -52,6 +52,7 @@ def test_the_zen4_records_are_kept():
         "znver4-matmul-2026-12-07-b.json.gz",
         "znver4-matmul-2026-12-07-c.json.gz",
         "znver4-matmul-2026-12-07-d.json.gz",
+        "znver4-matmul-2026-12-07-e.json.gz",
         "znver4-operators-2026-12-01.json.gz",
         "znver4-operators-2026-12-01-b.json.gz",
         "znver4-operators-2026-12-01-c.json.gz",

@@ -89,10 +89,10 @@ def test_a_slowest_thread_beside_an_equal_one_contends_throughout():
 
 @pytest.mark.slow
 def test_zen4_s_7x7_nchw_conv_ranks_its_unequal_splits(monkeypatch):
-    """The 7x7 NCHW convolution's 49-column rows split 48 + 1 (and 16 + 16 + 16 + 1 as 32 + 17)
-    between the threads:
-    against the median of its four kept Zen 4 timings the model ranks its samples at Spearman
-    0.859 with the narrower thread's early finish, 0.836 without."""
+    """The 7x7 NCHW convolution's 49-column rows split 48 + 1 between the threads under 48-column
+    tiles, 32 + 17 under 16-column ones (the second thread's last tile one column wide): against
+    the median of its four kept Zen 4 timings the model ranks its samples at Spearman 0.859 with
+    the narrower thread's early finish, 0.836 without."""
     docs = [cpu_record.read_record(p) for p in ZEN4_OPERATORS]
     doc = cpu_record.median_record(docs, [p.name for p in ZEN4_OPERATORS])
     doc = {**doc, "rows": [r for r in doc["rows"] if r["workload"] == CONV_7X7_NCHW]}

@@ -169,9 +169,14 @@ def check_scheduler(address: Any, timeout: float | None = None) -> None:
     probe.join(limit + 5)  # the probe ends itself at ``limit``; this is a backstop
     outcome = result[0] if result else TimeoutError()
     # Dask's connect says "Timed out trying to connect" as an OSError
-    if isinstance(outcome, TimeoutError) or (
+    timed_out = isinstance(outcome, TimeoutError) or (
         isinstance(outcome, OSError) and "timed out" in str(outcome).lower()
-    ):
+    )
+    # Dask retries a connection the peer drops until its time is up (on a busy machine it
+    # runs out before the drop is seen): ask the socket whether the peer hangs up at once
+    if timed_out and _closes_at_once(tcp, min(limit, 1.0)):
+        outcome, timed_out = ConnectionAbortedError("closed by the peer"), False
+    if timed_out:
         raise BuildError(
             f"nothing at {address} answered as a Dask scheduler within {limit:g} s (something "
             f"accepts connections there but says nothing); {_start_hint(address)}"
@@ -215,6 +220,18 @@ def _handshake(address: str, timeout: float) -> Any:
         return asyncio.run(bounded())
     except BaseException as e:  # MemoryError, msgpack's, comm errors: all say "not Dask"
         return e
+
+
+def _closes_at_once(address: str, timeout: float) -> bool:
+    """Whether the service at the TCP ``address`` accepts a connection and closes it without a
+    word within ``timeout`` seconds (a silent one keeps it open; a Dask scheduler speaks)."""
+    host, port = scheduler_host_port(address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            return sock.recv(1) == b""
+    except OSError:  # silent until the timeout, reset, or gone: not a clean hang-up
+        return False
 
 
 def _check_reachable(address: str, timeout: float) -> None:

@@ -170,6 +170,19 @@ def test_a_service_that_answers_garbage_is_a_protocol_error(
             fanout._dask([], address, lambda t: None, lambda t, r: None, timeout=2.0)
 
 
+def test_a_service_that_hangs_up_is_named_so_when_dask_times_out(monkeypatch):
+    """On a busy machine Dask's connect kept retrying a peer that accepts and hangs up at once
+    until its time ran out, and the build said the peer 'says nothing' (a full CI run beside
+    another one). The socket tells the two apart: a silent peer keeps the connection open."""
+    monkeypatch.setattr(fanout, "_handshake", lambda address, timeout: TimeoutError())
+    with tcp_service(b"") as closes:
+        with pytest.raises(BuildError, match="not as a Dask scheduler .it closed the connection"):
+            fanout.check_scheduler(closes, timeout=1.0)
+    with tcp_service(None) as silent:
+        with pytest.raises(BuildError, match="says nothing"):
+            fanout.check_scheduler(silent, timeout=1.0)
+
+
 def _local_cluster(distributed):
     """An in-process Dask cluster on TCP. Dask gives its IO loop 10 s to start and asserts it
     did: once in a full CI run on a busy 2-vCPU slice it did not (the test passed alone, three

@@ -1637,12 +1637,11 @@ def shared_lines_contended_share(
         return cycles
 
     runs = [run_cycles(hi - lo) for lo, hi in share.ranges]
-    widest = max(hi - lo for lo, hi in share.ranges)
     threads = len(runs)
     return max(
         min(1.0, max(runs[(i - 1) % threads], runs[(i + 1) % threads]) / runs[i])
         for i, (lo, hi) in enumerate(share.ranges)
-        if hi - lo == widest
+        if hi - lo == share.n_share  # the charged thread: par=n's share is the widest range
     )
 
 

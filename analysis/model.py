@@ -1646,21 +1646,48 @@ def shared_lines_contended_share(
 
 
 def _shared_line_wait_cycles(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
-    """Cycles per C tile row-line that the lines another thread writes add to a visit: each
-    such line's store waits ``shared_line_store_cycles`` (``shared_line_share`` of them)."""
-    return shared_line_store_cycles(hw) * shared_line_share(s, hw, share)
+    """Cycles per C tile row-line that the lines another thread writes add to a visit: each line
+    both write waits ``shared_line_store_cycles`` (``shared_line_share`` of them); each line
+    whose pair's other line the other writes (``shared_pair_shares``) waits
+    ``shared_pair_store_cycles`` beside a miss beyond L2 it takes anyway, and a shared line's
+    price where it comes back from the other core instead of from L2."""
+    line_price = shared_line_store_cycles(hw)
+    beyond_l2, from_l2 = shared_pair_shares(s, hw, share)
+    line = line_price * (shared_line_share(s, hw, share) + from_l2)
+    return line + shared_pair_store_cycles(hw) * beyond_l2
 
 
 def shared_line_share(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:
-    """Share of a C tile row's lines whose store on a visit waits for the other core: a line the
-    other core wrote since comes back for the store; a line both write does on every visit, a
-    pair's other line on visits that miss L1. None where the threads meet those lines only at
-    their runs' ends (``_threads_meet_shared_lines_once``)."""
+    """Share of a C tile row's lines the other core writes too: such a line comes back for the
+    store on every visit. None where the threads meet those lines only at their runs' ends
+    (``_threads_meet_shared_lines_once``)."""
     if _threads_meet_shared_lines_once(s, share):
         return 0.0
+    return _c_line_sharing(s, hw, share.ranges)
+
+
+def shared_pair_shares(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[float, float]:
+    """Shares of a C tile row's lines, per visit, whose 128-byte pair's other line the other
+    core writes, (on visits whose lines come from beyond L2, on visits that would find them in
+    L2): the L2 fetches a pair's other line beside a miss and takes it from the other core,
+    whose next visit then misses too. The first visit's lines come from beyond L2; the others
+    from L1, unless the C block between two visits leaves it, then from L2 where it and the
+    calls' A and B lines fit the core's share. Zen 4 slice, one-line tiles per thread against
+    the rows split, one k block, C beyond L2: 17-20 cycles a line in the slow mode, 1.6-2 in
+    the fast one; 8 x 48 tiles beside each other, 96 visits from L2: 40-50 (README, stops 120
+    and 121)."""
+    if _threads_meet_shared_lines_once(s, share):
+        return 0.0, 0.0
     line_shared = _c_line_sharing(s, hw, share.ranges)
     pair_shared = _c_line_pair_sharing(s, hw, share.ranges) - line_shared
-    return line_shared + pair_shared * _c_visits_from_beyond_l1(s, hw, share)
+    if pair_shared <= 0.0:
+        return 0.0, 0.0
+    kt = share.k_blocks
+    later = 0.0 if _c_stays_in_l1(s, hw, share.m_share, share.n_share) else kt - 1.0
+    between = _bytes_between_visits(s, share.m_share, share.n_share)
+    in_l2 = len(hw.caches) >= 2 and between <= hw.cache_bytes_per_core(2)
+    from_l2 = later if in_l2 else 0.0
+    return pair_shared * (1.0 + later - from_l2) / kt, pair_shared * from_l2 / kt
 
 
 def shared_line_store_cycles(hw: HwSpec) -> float:
@@ -1669,6 +1696,14 @@ def shared_line_store_cycles(hw: HwSpec) -> float:
     level's latency (stop 73's price, which Zen 5's timings with the vCPUs far apart bore out)."""
     measured = hw.memory.shared_line_store_cycles
     return measured if measured > 0 else float(hw.caches[-1].latency_cycles)
+
+
+def shared_pair_store_cycles(hw: HwSpec) -> float:
+    """What a visit's store of a C line waits where the other core wrote the other line of its
+    pair since: the spec's measured ``memory.shared_pair_store_cycles`` (``hw calibrate``'s
+    line-pair probe), else what a line both cores write waits (the price before stop 121)."""
+    measured = hw.memory.shared_pair_store_cycles
+    return measured if measured > 0 else shared_line_store_cycles(hw)
 
 
 def _threads_meet_shared_lines_once(s: CpuSchedule, share: ThreadShare) -> bool:

@@ -888,18 +888,23 @@ def test_the_shared_line_wait_from_synthetic_readings():
 
 def test_the_model_s_extra_for_the_probe_kernels_is_the_shared_lines_at_the_price():
     """On the 2-core Zen 4 slice the model prices the two kernels apart by the shared lines
-    alone: 15.5 a call (8 rows, 2 lines a row, 15 of 16 rows split mid-line) at the price."""
+    alone: 15 a call (8 rows, 2 lines a row, 15 of 16 rows split mid-line) at the price, and
+    half a line a call whose pair is shared (on the 16th row): at the price too on the visits
+    that would find it in L2, at the pair's price on the first, from beyond L2."""
     from aotune.analysis import model
 
-    hw = load_target("znver4")
+    hw = with_value(load_target("znver4"), "memory.shared_pair_store_cycles", 10.0)
     shared, clear = probes.shared_probe_schedules(hw)
     extra = probes.shared_kernels_model_extra(hw, shared, clear)
     share = model.ThreadShare.of(shared)
     lines = model.shared_line_share(shared, hw, share) * shared.mr * 2
-    assert lines == pytest.approx(15.5)
-    assert extra(2.0) - extra(1.0) == pytest.approx(lines)
-    assert extra(1.0) == pytest.approx(lines)  # nothing else differs
-    assert probes.shared_line_cycles(27.5 * lines, extra) == pytest.approx(27.5)
+    beyond, from_l2 = (x * shared.mr * 2 for x in model.shared_pair_shares(shared, hw, share))
+    assert lines == pytest.approx(15.0)
+    assert (beyond, from_l2) == pytest.approx((0.5 / 96, 0.5 * 95 / 96))
+    assert extra(2.0) - extra(1.0) == pytest.approx(lines + from_l2)
+    assert extra(1.0) == pytest.approx(lines + from_l2 + 10.0 * beyond)  # nothing else differs
+    wait = 27.5 * (lines + from_l2) + 10.0 * beyond
+    assert probes.shared_line_cycles(wait, extra) == pytest.approx(27.5)
 
 
 @pytest.mark.parametrize("target", builtin_names("cpu"))
@@ -932,7 +937,12 @@ def test_the_shared_line_price_is_the_specs_where_measured():
     """A measured ``memory.shared_line_store_cycles`` sets what a shared line's store costs; the
     kernel whose rows split mid-line is priced higher by the lines it shares, the other not."""
     from aotune.analysis.features import kernel_features
-    from aotune.analysis.model import AnalyticalCpuModel, ThreadShare, shared_line_share
+    from aotune.analysis.model import (
+        AnalyticalCpuModel,
+        ThreadShare,
+        shared_line_share,
+        shared_pair_shares,
+    )
     from aotune.codegen.compile import compile_kernel
 
     hw = load_target("znver4")
@@ -946,7 +956,9 @@ def test_the_shared_line_price_is_the_specs_where_measured():
     assert t_low[1] == t_high[1]  # no shared line: no change
     share = ThreadShare.of(shared)
     line = hw.cache(1).line_bytes
-    lines = shared_line_share(shared, hw, share) * shared.mr * -(-shared.nr * 4 // line)
+    # the lines both write, and those whose pair is shared met again where L2 would hold them
+    lines = shared_line_share(shared, hw, share) + shared_pair_shares(shared, hw, share)[1]
+    lines *= shared.mr * -(-shared.nr * 4 // line)
     calls = share.calls  # the lockstep wait adds in full to each call
     extra = (t_high[0] - t_low[0]) * hw.core.frequency_ghz * 1e9
     assert extra == pytest.approx(20.0 * lines * calls, rel=0.01)

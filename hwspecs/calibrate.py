@@ -62,6 +62,7 @@ from aotune.hwspecs.probes import (
     probe_set_capacity,
     probe_set_refills,
     probe_shared_lines,
+    probe_shared_pairs,
     probe_store_alias,
     probe_stores,
     probe_swept_lines,
@@ -255,6 +256,12 @@ PROBES: tuple[Probe, ...] = (
         ("memory.shared_line_store_cycles",),
         probe_shared_lines,
         "the real kernel's threads splitting C's rows mid-line and on line pairs",
+    ),
+    Probe(
+        "shared line pairs",
+        ("memory.shared_pair_store_cycles",),
+        probe_shared_pairs,
+        "the real kernel's threads splitting C's line pairs and its rows, C beyond L2",
     ),
     Probe(
         "copy share",

@@ -2123,11 +2123,15 @@ def shared_line_cycles(
 
 
 def shared_kernels_model_extra(
-    spec: HwSpec, shared: CpuSchedule, clear: CpuSchedule
+    spec: HwSpec,
+    shared: CpuSchedule,
+    clear: CpuSchedule,
+    path: str = "memory.shared_line_store_cycles",
 ) -> Callable[[float], float]:
     """The model's extra micro-kernel cycles per call of ``shared`` over ``clear`` on ``spec``
-    with a shared C line priced at the argument (tier 1: the kernels' k steps from their
-    schedules, as both run the same loop); each price is priced once."""
+    with the price at ``path`` (a shared C line's, or a shared pair's) set to the argument
+    (tier 1: the kernels' k steps from their schedules, as both run the same loop); each price
+    is priced once."""
     from aotune.analysis.model import ThreadShare, micro_kernel_cycles, mix_from_schedule
 
     def per_call(h: HwSpec, x: CpuSchedule) -> float:
@@ -2136,10 +2140,30 @@ def shared_kernels_model_extra(
 
     @functools.cache
     def extra(price: float) -> float:
-        h = with_value(spec, "memory.shared_line_store_cycles", price)
+        h = with_value(spec, path, price)
         return per_call(h, shared) - per_call(h, clear)
 
     return extra
+
+
+def _side_by_side_readings(runs: Sequence[Callable[[], None]]) -> list[tuple[float, ...]]:
+    """``SHARED_PROBE_READINGS`` readings of the kernels ``runs`` timed as the bench's accuracy
+    rows time kernels: interleaved rounds of a short warm-up and a few calls, each kernel's
+    fastest round (``codegen.runner.time_side_by_side``); seconds per run, in ``runs``' order."""
+    from aotune.benchmarks.suite import ACCURACY_ROUND_SECONDS, ACCURACY_WARMUP_SECONDS
+    from aotune.codegen.runner import time_side_by_side
+
+    readings = []
+    for _ in range(SHARED_PROBE_READINGS):
+        timed = time_side_by_side(
+            runs,
+            min_runs=5,
+            min_seconds=ACCURACY_ROUND_SECONDS * SHARED_PROBE_ROUNDS,
+            rounds=SHARED_PROBE_ROUNDS,
+            warmup_seconds=ACCURACY_WARMUP_SECONDS,
+        )
+        readings.append(tuple(seconds for seconds, _, _ in timed))
+    return readings
 
 
 def probe_shared_lines(s: Session) -> dict[str, Finding]:
@@ -2157,8 +2181,6 @@ def probe_shared_lines(s: Session) -> dict[str, Finding]:
     call's overhead cancels: both kernels make as many calls). A reading under half a cycle (the
     vCPUs near, on Zen 5) is not stored: 0 means not measured, so the spec's stays."""
     from aotune.analysis.model import ThreadShare
-    from aotune.benchmarks.suite import ACCURACY_ROUND_SECONDS, ACCURACY_WARMUP_SECONDS
-    from aotune.codegen.runner import time_side_by_side
     from aotune.codegen.workers import workers
 
     path = "memory.shared_line_store_cycles"
@@ -2177,16 +2199,7 @@ def probe_shared_lines(s: Session) -> dict[str, Finding]:
         extra = per_call_difference_cycles((both, apart), 1, 0.0, call_counts, s.ghz)
         return shared_line_cycles(extra, model_extra)
 
-    readings = []
-    for _ in range(SHARED_PROBE_READINGS):
-        timed = time_side_by_side(
-            calls,
-            min_runs=5,
-            min_seconds=ACCURACY_ROUND_SECONDS * SHARED_PROBE_ROUNDS,
-            rounds=SHARED_PROBE_ROUNDS,
-            warmup_seconds=ACCURACY_WARMUP_SECONDS,
-        )
-        readings.append(tuple(seconds for seconds, _, _ in timed))
+    readings = _side_by_side_readings(calls)
     waits = [wait_of(*r) for r in readings]
     # each kernel's fastest round of all, as the bench keeps a kernel's fastest round
     wait = wait_of(*(min(r[i] for r in readings) for i in range(2)))
@@ -2203,6 +2216,85 @@ def probe_shared_lines(s: Session) -> dict[str, Finding]:
         + f"; core hand-over {near} beside it"
     )
     return {path: s.checked(path, round(wait, 1), 0.5, 1000.0, how)}
+
+
+# The pair probe's kernels: one-line tiles per thread, one k block of kc = 8 (every visit's C
+# lines from beyond L2), C rows at least twice the L2 a core has, in m blocks of 64 row tiles
+PAIR_PROBE_KC, PAIR_PROBE_BLOCK_TILES, PAIR_PROBE_L2_MULTIPLE = 8, 64, 2
+PAIR_PROBE_FLOOR = 0.1  # cycles: 0 would read as not measured
+
+
+def pair_probe_schedules(spec: HwSpec) -> tuple[CpuSchedule, CpuSchedule] | None:
+    """The line-pair probe's two kernels: C rows of one L1 line per thread, ``nr`` = a line's
+    floats, the columns split between the threads (par=n: each 128-byte pair's two lines
+    stored by two cores) against the same matmul with the rows split (par=m: each pair stored
+    by one core); K = kc, so each C tile is visited once, its lines from beyond L2 (C sized
+    past each core's share of L2). B packed, A in place, nmk. None where the target has one
+    core, lines that are not whole vectors, no second cache level or no such tile."""
+    if spec.core.cores < 2 or len(spec.caches) < 2:
+        return None
+    lanes, line = spec.isa.vector_bits // 32, spec.cache(1).line_bytes
+    nr = line // 4
+    if line % 4 or nr % lanes:
+        return None
+    n = nr * spec.core.cores
+    for mr in SHARED_PROBE_ROWS:
+        mc = mr * PAIR_PROBE_BLOCK_TILES
+        rows = PAIR_PROBE_L2_MULTIPLE * spec.cache_bytes_per_core(2) // line
+        m = mc * -(-rows // mc)
+        fixed: dict[str, int | str] = {"mr": mr, "nr": nr, "kc": PAIR_PROBE_KC, "mc": mc}
+        fixed |= {"pack_a": 0, "pack_b": 1, "threads": spec.core.cores, "unroll": 1}
+        fixed |= {"order": "nmk"}
+        split = _fixed_matmul_schedule(spec, (m, n, PAIR_PROBE_KC), fixed | {"nc": nr, "par": "n"})
+        whole = _fixed_matmul_schedule(spec, (m, n, PAIR_PROBE_KC), fixed | {"nc": n, "par": "m"})
+        if split is not None and whole is not None:
+            return split, whole
+    return None
+
+
+def probe_shared_pairs(s: Session) -> dict[str, Finding]:
+    """What a store of a C line that missed waits where another core writes the other line of
+    its 128-byte pair: ``pair_probe_schedules``' two kernels timed side by side as the
+    shared-line probe times its own (``_side_by_side_readings``, each kernel's fastest round of
+    all), the difference per call read through the model's price of the two kernels. C is sized
+    past L2: one visit a run to lines a warm L2 holds misses nowhere, and on the Zen 4 slice it
+    cost 0-2.6 cycles a line where C past L2 cost 17-20 (README, stop 121). Needs the clock
+    first. A reading under ``PAIR_PROBE_FLOOR`` is stored as that: 0 means not measured."""
+    from aotune.analysis.model import ThreadShare
+    from aotune.codegen.workers import workers
+
+    path = "memory.shared_pair_store_cycles"
+    scheds = pair_probe_schedules(s.host)
+    if scheds is None:
+        return {path: s.assumed(path, "one core, one cache level, or no one-line tile")}
+    split, whole = scheds
+    model_extra = shared_kernels_model_extra(s.spec_so_far(), split, whole, path)
+    lines = model_extra(2.0) - model_extra(1.0)  # pair-shared lines a call, as the model counts
+    calls = [_kernel_runs(s, x, 1) for x in scheds]
+    handover = workers().handoff_seconds(repeats=5)
+    call_counts = (ThreadShare.of(split).calls, ThreadShare.of(whole).calls)
+
+    def wait_of(both: float, apart: float) -> float:
+        extra = per_call_difference_cycles((both, apart), 1, 0.0, call_counts, s.ghz)
+        return shared_line_cycles(extra, model_extra)
+
+    readings = _side_by_side_readings(calls)
+    waits = [wait_of(*r) for r in readings]
+    wait = max(PAIR_PROBE_FLOOR, wait_of(*(min(r[i] for r in readings) for i in range(2))))
+    s.details["shared pairs"] = {"cycles_per_line": wait, "readings": waits}
+    near = f"{handover * 1e9:.0f} ns" if handover is not None else "not read"
+    how = (
+        f"the real kernel of {split.mr} x {split.nr} tiles (one line), one k block, "
+        f"{split.M} rows of C ({split.M * split.N * 4 >> 20} MiB), its {split.N} columns split "
+        f"between {split.threads} threads ({lines:.0f} lines a call in pairs the threads share) "
+        f"against its rows split (none), timed as the bench times kernels (interleaved rounds, "
+        f"each kernel's fastest of {SHARED_PROBE_READINGS * SHARED_PROBE_ROUNDS} kept): the "
+        f"difference per call over those lines; {SHARED_PROBE_READINGS} readings of "
+        f"{SHARED_PROBE_ROUNDS} rounds read "
+        + ", ".join(f"{w:.1f}" for w in waits)
+        + f"; core hand-over {near} beside it"
+    )
+    return {path: s.checked(path, round(wait, 1), PAIR_PROBE_FLOOR, 1000.0, how)}
 
 
 # The copy probe's kernels: 4 x two-vector tiles over B's rows in 33 panels (rows off a page

@@ -370,9 +370,10 @@ def micro_kernel_cycles(
     calls' write-backs in the sets a sweep down C's rows crowds, or the next call's B loads
     waiting for these stores: ``_b_after_c_store_cycles``), a C tile fetched from beyond
     L2 beyond what the call's prefetch of it hides (``c_prefetch_steps``), and C lines another
-    thread writes too, or whose pair it does (on each visit, unless the threads meet them only at
-    their runs' ends; for the share of the run the other thread still runs where it has fewer
-    columns: ``shared_lines_contended_share``). A swept B row's lines refilled one set each add
+    thread writes too (on each visit) or whose pair it does (on visits that miss L1:
+    ``shared_pair_shares``), unless the threads meet them only at their runs' ends; for the
+    share of the run the other thread still runs where it has fewer columns
+    (``shared_lines_contended_share``). A swept B row's lines refilled one set each add
     their cost to the k step (``_swept_row_refill_cycles``). Plus, once, the wait for A's lines
     from DRAM read in place (``a_demand_miss_cycles``).
     """
@@ -1578,10 +1579,10 @@ def _c_line_pair_sharing(s: CpuSchedule, hw: HwSpec, ranges: Sequence[tuple[int,
     """Share of the slowest thread's C lines that sit in a 128-byte line pair another thread also
     writes, when the threads split the rows' contiguous axis (par=n): where a thread's columns, or
     a row, end in the middle of one. The L2 fetches the other line of a pair beside an access that
-    missed L1, so such a line moves between the cores on the visits that miss L1
-    (``_c_visits_from_beyond_l1``). Measured on Zen 4: NHWC depthwise with 32 channels split
-    16 + 16 per thread (every pair shared) ran at 29-36 GFLOP/s where the model without this said
-    46-56; split by pixels, 63-86.
+    missed L1, so such a line moves between the cores on the visits that miss L1, at its own
+    price beyond L2 (``shared_pair_shares``). Measured on Zen 4: NHWC depthwise with 32 channels
+    split 16 + 16 per thread (every pair shared) ran at 29-36 GFLOP/s where the model without
+    this said 46-56; split by pixels, 63-86.
     """
     return _c_granule_sharing(s, ranges, 2 * hw.cache(1).line_bytes, hw.cache(1).line_bytes)
 
@@ -1670,24 +1671,22 @@ def shared_pair_shares(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> tuple[
     """Shares of a C tile row's lines, per visit, whose 128-byte pair's other line the other
     core writes, (on visits whose lines come from beyond L2, on visits that would find them in
     L2): the L2 fetches a pair's other line beside a miss and takes it from the other core,
-    whose next visit then misses too. The first visit's lines come from beyond L2; the others
-    from L1, unless the C block between two visits leaves it, then from L2 where it and the
-    calls' A and B lines fit the core's share. Zen 4 slice, one-line tiles per thread against
-    the rows split, one k block, C beyond L2: 17-20 cycles a line in the slow mode, 1.6-2 in
-    the fast one; 8 x 48 tiles beside each other, 96 visits from L2: 40-50 (README, stops 120
-    and 121)."""
+    whose next visit then misses too. Of the visits from beyond L1
+    (``_c_visits_from_beyond_l1``) the first comes from beyond L2, the others from L2 where the
+    C block stays there between visits (``_c_block_stays_in_l2``). Zen 4 slice, one-line tiles
+    per thread against the rows split, one k block, C beyond L2: the probe's runs read 16.5-17.9
+    cycles a line in the slow mode, 1.6-2.0 in the fast one (README, stop 121)."""
     if _threads_meet_shared_lines_once(s, share):
         return 0.0, 0.0
     line_shared = _c_line_sharing(s, hw, share.ranges)
     pair_shared = _c_line_pair_sharing(s, hw, share.ranges) - line_shared
     if pair_shared <= 0.0:
         return 0.0, 0.0
-    kt = share.k_blocks
-    later = 0.0 if _c_stays_in_l1(s, hw, share.m_share, share.n_share) else kt - 1.0
-    between = _bytes_between_visits(s, share.m_share, share.n_share)
-    in_l2 = len(hw.caches) >= 2 and between <= hw.cache_bytes_per_core(2)
-    from_l2 = later if in_l2 else 0.0
-    return pair_shared * (1.0 + later - from_l2) / kt, pair_shared * from_l2 / kt
+    visits = _c_visits_from_beyond_l1(s, hw, share)
+    again = visits - 1.0 / share.k_blocks  # the later visits from beyond L1
+    in_l2 = len(hw.caches) >= 2 and _c_block_stays_in_l2(s, hw, share.m_share, share.n_share)
+    from_l2 = again if in_l2 else 0.0
+    return pair_shared * (visits - from_l2), pair_shared * from_l2
 
 
 def shared_line_store_cycles(hw: HwSpec) -> float:
@@ -1699,9 +1698,10 @@ def shared_line_store_cycles(hw: HwSpec) -> float:
 
 
 def shared_pair_store_cycles(hw: HwSpec) -> float:
-    """What a visit's store of a C line waits where the other core wrote the other line of its
-    pair since: the spec's measured ``memory.shared_pair_store_cycles`` (``hw calibrate``'s
-    line-pair probe), else what a line both cores write waits (the price before stop 121)."""
+    """What a visit's store of a C line from beyond L2 waits where the other core wrote the
+    other line of its pair since: the spec's measured ``memory.shared_pair_store_cycles``
+    (``hw calibrate``'s line-pair probe), else what a line both cores write waits (the price
+    before stop 121)."""
     measured = hw.memory.shared_pair_store_cycles
     return measured if measured > 0 else shared_line_store_cycles(hw)
 
@@ -1944,21 +1944,25 @@ def _c_tile_fetch_cycles(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int)
         or len(hw.caches) < 3
     ):
         return 0.0
-    rows, cols = _c_block(s, m_share, n_share)
-    # the A and B lines of the calls in between pass through L2 too, and so do the panels the
-    # packs of the next k block write (every order packs between two visits); rows a power of
-    # two apart use few L2 sets (by page offset where the frames scatter): a block that fits L2
-    # by size may still not stay (checked only for blocks that fit by size, which bounds the
-    # lines counted)
-    between = _bytes_between_visits(s, m_share, n_share)
-    between += (s.pack_a * min(s.mc, m_share) + s.pack_b * min(s.nc, n_share)) * s.kc * 4
-    if between <= hw.cache_bytes_per_core(2) and (
-        _l2_set_overflow_share(hw, s.c_sm * 4, rows, cols * 4, s.M * s.N * _batch_copies(s, 2) * 4)
-        <= 0.5
-    ):
+    if _c_block_stays_in_l2(s, hw, m_share, n_share):
         return 0.0  # mostly in L2, whose latency hides under the call's independent loads
     kt = -(-s.K // s.kc)
     return _c_tile_wait_cycles(s, hw) * (kt - 1) / kt
+
+
+def _c_block_stays_in_l2(s: CpuSchedule, hw: HwSpec, m_share: int, n_share: int) -> bool:
+    """Whether a C tile is still in L2 when its next k block comes: the A and B lines of the
+    calls in between pass through L2 too, and so do the panels the packs of the next k block
+    write (every order packs between two visits); rows a power of two apart use few L2 sets (by
+    page offset where the frames scatter): a block that fits L2 by size may still not stay
+    (checked only for blocks that fit by size, which bounds the lines counted)."""
+    rows, cols = _c_block(s, m_share, n_share)
+    between = _bytes_between_visits(s, m_share, n_share)
+    between += (s.pack_a * min(s.mc, m_share) + s.pack_b * min(s.nc, n_share)) * s.kc * 4
+    if between > hw.cache_bytes_per_core(2):
+        return False
+    c_bytes = s.M * s.N * _batch_copies(s, 2) * 4
+    return _l2_set_overflow_share(hw, s.c_sm * 4, rows, cols * 4, c_bytes) <= 0.5
 
 
 def _c_visits_from_beyond_l1(s: CpuSchedule, hw: HwSpec, share: ThreadShare) -> float:

@@ -2118,7 +2118,7 @@ def shared_line_cycles(
     at_one = model_extra(1.0)
     slope = model_extra(2.0) - at_one
     if slope <= 0:
-        raise CalibrationError("a shared-line reading needs the model to charge shared lines")
+        raise CalibrationError("a shared-line reading needs the model to charge the lines")
     return max(0.0, (extra_cycles_per_call - (at_one - slope)) / slope)
 
 
@@ -2266,7 +2266,8 @@ def probe_shared_pairs(s: Session) -> dict[str, Finding]:
     path = "memory.shared_pair_store_cycles"
     scheds = pair_probe_schedules(s.host)
     if scheds is None:
-        return {path: s.assumed(path, "one core, one cache level, or no one-line tile")}
+        why = "one core, one cache level, lines not whole vectors, or no one-line tile"
+        return {path: s.assumed(path, why)}
     split, whole = scheds
     model_extra = shared_kernels_model_extra(s.spec_so_far(), split, whole, path)
     lines = model_extra(2.0) - model_extra(1.0)  # pair-shared lines a call, as the model counts

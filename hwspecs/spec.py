@@ -195,10 +195,10 @@ class MemorySpec:
     shared_line_store_cycles: float = dataclasses.field(
         default=0.0, metadata={"range": (0.0, 1000.0)}
     )
-    # cycles a C line adds to a visit that stores it from beyond L1 where the other line of its
+    # cycles a C line adds to a visit that stores it from beyond L2 where the other line of its
     # 128-byte pair is one another core writes: the L2 fetches that line beside the miss and
-    # takes it from the other core, which then takes it back (0: not measured; such a line
-    # waits as a line both cores write does, ``shared_line_store_cycles``)
+    # takes it from the other core, which then takes it back (on visits that would find it in
+    # L2 it waits ``shared_line_store_cycles``; 0: not measured, that price everywhere)
     shared_pair_store_cycles: float = dataclasses.field(
         default=0.0, metadata={"range": (0.0, 1000.0)}
     )

@@ -27,8 +27,11 @@ def test_zen4_s_depthwise_nhwc_ranks_by_the_probe_s_fast_minute_price():
     """The kept 2026-12-06 timing of Zen 4's NHWC depthwise row, where 14 of its 64 samples are
     par=n kernels whose threads write neighbouring lines of C in lockstep: at 27.5 cycles a line
     (the probe's fast minutes) the model ranks them as they ran (Spearman 0.835), at the last
-    level's 53 (about the probe's median, the built-in's 51.5) it did not (0.569)."""
-    hw = with_value(load_target("znver4"), "memory.shared_line_store_cycles", 27.5)
+    level's 53 (about the probe's median, the built-in's 51.5) it did not (0.569). Their lines
+    share pairs only, so this is with the pair's price unmeasured, taking the line's (since stop
+    121 `znver4` measures it apart: ``tests/test_model_121.py``)."""
+    unmeasured = with_value(load_target("znver4"), "memory.shared_pair_store_cycles", 0.0)
+    hw = with_value(unmeasured, "memory.shared_line_store_cycles", 27.5)
     doc = cpu_record.read_record(ZEN4_OPERATORS)
     doc = {**doc, "rows": [r for r in doc["rows"] if r["workload"] == DEPTHWISE_NHWC]}
     (row,) = cpu_record._compiled_rows(doc, hw, lambda _: None)

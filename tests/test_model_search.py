@@ -885,9 +885,9 @@ def _shared_line_cycles(monkeypatch, s, hw) -> float:
 
 def test_threads_storing_shared_pairs_at_once_wait_the_shared_line_price_per_line(monkeypatch):
     """Two threads with one 16-channel call each per row block go down the rows together: each C
-    line, in a pair the other thread writes, waits the spec's price of a shared line (Zen 4's
-    probe reading; a last-level latency where none is measured) per visit that misses L1, and
-    the calls in flight do not overlap those waits."""
+    line, in a pair the other thread writes, waits the spec's price of such a line (Zen 4's
+    line-pair probe reading; a shared line's where none is measured) on its one visit, from
+    beyond L2, and the calls in flight do not overlap those waits."""
     import aotune.analysis.model as model_module
     from aotune.analysis.workload import depthwise_conv2d
 
@@ -906,7 +906,7 @@ def test_threads_storing_shared_pairs_at_once_wait_the_shared_line_price_per_lin
     assert model_module._calls_in_flight(model_module.mix_from_schedule(s, hw), hw, s.kc) > 1.5
     # every tile's C row is one 64-byte line (16 channels); one k block, so one visit, from afar
     assert s.nr * 4 == hw.cache(1).line_bytes and share.k_blocks == 1
-    per_call = s.mr * model_module.shared_line_store_cycles(hw)
+    per_call = s.mr * model_module.shared_pair_store_cycles(hw)
     assert _shared_line_cycles(monkeypatch, s, hw) == pytest.approx(
         share.calls * per_call, rel=0.02
     )

@@ -2166,6 +2166,34 @@ def _side_by_side_readings(runs: Sequence[Callable[[], None]]) -> list[tuple[flo
     return readings
 
 
+def _shared_price_readings(
+    s: Session,
+    kernels: tuple[CpuSchedule, CpuSchedule],
+    model_extra: Callable[[float], float],
+) -> tuple[float, list[float], str]:
+    """(price, each reading's price, the core hand-over read beside them) of a shared-line or
+    line-pair probe: its two kernels (the one sharing, the one not) timed side by side
+    (``_side_by_side_readings``), each difference per call read through the model's price of
+    the two (``shared_line_cycles``); the price from each kernel's fastest round of all, as the
+    bench keeps a kernel's fastest round."""
+    from aotune.analysis.model import ThreadShare
+    from aotune.codegen.workers import workers
+
+    calls = [_kernel_runs(s, x, 1) for x in kernels]
+    handover = workers().handoff_seconds(repeats=5)
+    call_counts = tuple(ThreadShare.of(x).calls for x in kernels)
+
+    def price_of(both: float, apart: float) -> float:
+        extra = per_call_difference_cycles((both, apart), 1, 0.0, call_counts, s.ghz)
+        return shared_line_cycles(extra, model_extra)
+
+    readings = _side_by_side_readings(calls)
+    prices = [price_of(*r) for r in readings]
+    price = price_of(*(min(r[i] for r in readings) for i in range(2)))
+    near = f"{handover * 1e9:.0f} ns" if handover is not None else "not read"
+    return price, prices, near
+
+
 def probe_shared_lines(s: Session) -> dict[str, Finding]:
     """What a store of a C line another core wrote since adds to a visit, as the threads of a
     par=n kernel meet such lines on every row: ``shared_probe_schedules``' two kernels timed as
@@ -2180,31 +2208,16 @@ def probe_shared_lines(s: Session) -> dict[str, Finding]:
     wait follows it: README, stop 73). Needs the clock and the masked-store cost first (an empty
     call's overhead cancels: both kernels make as many calls). A reading under half a cycle (the
     vCPUs near, on Zen 5) is not stored: 0 means not measured, so the spec's stays."""
-    from aotune.analysis.model import ThreadShare
-    from aotune.codegen.workers import workers
 
     path = "memory.shared_line_store_cycles"
     scheds = shared_probe_schedules(s.host)
     if scheds is None:
         return {path: s.assumed(path, "one core, or no tile for the probe in the tile space")}
     shared, clear = scheds
-    share = ThreadShare.of(shared)
     model_extra = shared_kernels_model_extra(s.spec_so_far(), shared, clear)
     lines = model_extra(2.0) - model_extra(1.0)  # shared lines a call, as the model charges
-    calls = [_kernel_runs(s, x, 1) for x in scheds]
-    handover = workers().handoff_seconds(repeats=5)
-    call_counts = (share.calls, ThreadShare.of(clear).calls)
-
-    def wait_of(both: float, apart: float) -> float:
-        extra = per_call_difference_cycles((both, apart), 1, 0.0, call_counts, s.ghz)
-        return shared_line_cycles(extra, model_extra)
-
-    readings = _side_by_side_readings(calls)
-    waits = [wait_of(*r) for r in readings]
-    # each kernel's fastest round of all, as the bench keeps a kernel's fastest round
-    wait = wait_of(*(min(r[i] for r in readings) for i in range(2)))
+    wait, waits, near = _shared_price_readings(s, scheds, model_extra)
     s.details["shared lines"] = {"cycles_per_line": wait, "readings": waits}
-    near = f"{handover * 1e9:.0f} ns" if handover is not None else "not read"
     how = (
         f"the real kernel of {shared.mr} x {shared.nr} tiles, one per thread on "
         f"{shared.threads} threads, kc = {SHARED_PROBE_KC}, N = {shared.N} (splits mid-line on "
@@ -2260,8 +2273,6 @@ def probe_shared_pairs(s: Session) -> dict[str, Finding]:
     past L2: one visit a run to lines a warm L2 holds misses nowhere, and on the Zen 4 slice it
     cost 0-2.6 cycles a line where C past L2 cost 17-20 (README, stop 121). Needs the clock
     first. A reading under ``PAIR_PROBE_FLOOR`` is stored as that: 0 means not measured."""
-    from aotune.analysis.model import ThreadShare
-    from aotune.codegen.workers import workers
 
     path = "memory.shared_pair_store_cycles"
     scheds = pair_probe_schedules(s.host)
@@ -2271,19 +2282,9 @@ def probe_shared_pairs(s: Session) -> dict[str, Finding]:
     split, whole = scheds
     model_extra = shared_kernels_model_extra(s.spec_so_far(), split, whole, path)
     lines = model_extra(2.0) - model_extra(1.0)  # pair-shared lines a call, as the model counts
-    calls = [_kernel_runs(s, x, 1) for x in scheds]
-    handover = workers().handoff_seconds(repeats=5)
-    call_counts = (ThreadShare.of(split).calls, ThreadShare.of(whole).calls)
-
-    def wait_of(both: float, apart: float) -> float:
-        extra = per_call_difference_cycles((both, apart), 1, 0.0, call_counts, s.ghz)
-        return shared_line_cycles(extra, model_extra)
-
-    readings = _side_by_side_readings(calls)
-    waits = [wait_of(*r) for r in readings]
-    wait = max(PAIR_PROBE_FLOOR, wait_of(*(min(r[i] for r in readings) for i in range(2))))
+    wait, waits, near = _shared_price_readings(s, scheds, model_extra)
+    wait = max(PAIR_PROBE_FLOOR, wait)
     s.details["shared pairs"] = {"cycles_per_line": wait, "readings": waits}
-    near = f"{handover * 1e9:.0f} ns" if handover is not None else "not read"
     how = (
         f"the real kernel of {split.mr} x {split.nr} tiles (one line), one k block, "
         f"{split.M} rows of C ({split.M * split.N * 4 >> 20} MiB), its {split.N} columns split "

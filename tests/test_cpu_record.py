@@ -147,6 +147,18 @@ def test_the_zen4_records_of_today_s_kernels_are_kept(name, rows):
     assert doc["numpy_blas"]["kernel"] == "SkylakeX"
 
 
+@pytest.mark.parametrize(
+    ("name", "rows"),
+    [("matmul-2026-12-07", 8), ("operators-2026-12-07", 13), ("unseen-2026-12-07", 6)],
+)
+def test_the_zen3_records_are_kept(name, rows):
+    """Stop 122's benches on a Zen 3 slice, the first kept there: the model and kernels of stop
+    121, none of whose changes since stop 67 was made on a Zen 3, timed with the built-in spec
+    (``host``) against numpy's ``Haswell`` kernel, which is what this CPU gets unforced."""
+    doc = _assert_host_bench_kept("znver3", name, rows)
+    assert doc["numpy_blas"]["kernel"] == "Haswell"
+
+
 def test_the_emerald_rapids_host_timings_make_one_median():
     """The slice's timings with the built-in spec (``host``) are of one machine and one sample
     set, so ``rescore`` takes their median; the first matmul timing was made with a calibration

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 import pytest
@@ -20,12 +21,48 @@ def host():
     return load_target("host")
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """How many distinct inputs the fuzz suite tried (the README reports a long run's count)."""
+# the suite's workers (pytest-xdist): more than this only adds memory, not speed, on a shared box
+MAX_WORKERS = 8
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker per CPU this process may use (at most ``MAX_WORKERS``); on a single
+    CPU none, so the tests run in this process."""
+    cpus = len(os.sched_getaffinity(0))
+    return min(cpus, MAX_WORKERS) if cpus > 1 else 0
+
+
+def _fuzz_tried() -> set[tuple[str, ...]]:
+    """The distinct inputs this process's fuzz tests tried (none where they did not run here)."""
     for module in list(sys.modules.values()):
         tried = getattr(module, "TRIED", None)
         if getattr(module, "__name__", "").endswith("test_fuzz") and isinstance(tried, set):
-            terminalreporter.write_line(f"fuzz: {len(tried)} distinct inputs tried")
+            return tried
+    return set()
+
+
+def pytest_sessionfinish(session) -> None:
+    """A worker sends the fuzz inputs it tried to the controller, which counts them."""
+    sent = getattr(session.config, "workeroutput", None)
+    if sent is not None:
+        sent["fuzz_tried"] = sorted(list(argv) for argv in _fuzz_tried())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """The controller gathers each worker's fuzz inputs (pytest-xdist's hook)."""
+    tried = getattr(node, "workeroutput", {}).get("fuzz_tried", [])
+    node.config.stash.setdefault(_FUZZ_KEY, set()).update(tuple(argv) for argv in tried)
+
+
+_FUZZ_KEY = pytest.StashKey[set]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """How many distinct inputs the fuzz suite tried (the README reports a long run's count)."""
+    tried = _fuzz_tried() | config.stash.get(_FUZZ_KEY, set())
+    if tried:
+        terminalreporter.write_line(f"fuzz: {len(tried)} distinct inputs tried")
 
 
 @pytest.fixture(autouse=True)

@@ -32,6 +32,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return min(cpus, MAX_WORKERS) if cpus > 1 else 0
 
 
+# the fuzz inputs the workers tried, gathered on the controller
+_FUZZ_KEY = pytest.StashKey[set]()
+
+
 def _fuzz_tried() -> set[tuple[str, ...]]:
     """The distinct inputs this process's fuzz tests tried (none where they did not run here)."""
     for module in list(sys.modules.values()):
@@ -53,9 +57,6 @@ def pytest_testnodedown(node, error) -> None:
     """The controller gathers each worker's fuzz inputs (pytest-xdist's hook)."""
     tried = getattr(node, "workeroutput", {}).get("fuzz_tried", [])
     node.config.stash.setdefault(_FUZZ_KEY, set()).update(tuple(argv) for argv in tried)
-
-
-_FUZZ_KEY = pytest.StashKey[set]()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import capstone
 from aotune.analysis.elf import elf_sections
+from aotune.analysis.loop_chains import paired_slots, slots_touched, stack_round_trips
 from aotune.analysis.x86_features import x86_features_in_code
 from aotune.codegen.compile import Kernel
 from aotune.errors import CodegenError
@@ -39,6 +40,15 @@ class IsaTable:
     load_prefixes: tuple[str, ...] = ()
     broadcast_markers: tuple[str, ...] = ()
     prefetch_prefixes: tuple[str, ...] = ()  # software prefetches: no destination, an AGU slot
+    # what ``loop_chains`` needs to follow values through registers and the stack: a vector
+    # register's number, a stack slot's base and byte offset, the instructions that read their
+    # destination (FMAs), and, where memory operands are operands (x86), the mnemonics whose
+    # memory destination they only write (any other reads it first: ``add [rsp + 8], 1``)
+    vector_register_pattern: str = ""
+    stack_slot_pattern: str = ""
+    accumulating_prefixes: tuple[str, ...] = ()
+    overwriting_store_prefixes: tuple[str, ...] = ()
+    comparing_prefixes: tuple[str, ...] = ()  # read every operand, write none (x86 ``cmp``)
 
     def is_branch(self, mnemonic: str) -> bool:
         """Whether ``mnemonic`` is a direct (conditional or unconditional) branch."""
@@ -59,6 +69,22 @@ ISA_TABLES = {
         memory_from_operands=True,
         broadcast_markers=("vbroadcastss", "vpbroadcastd", "{1to"),
         prefetch_prefixes=("prefetch",),
+        vector_register_pattern=r"\b[xyz]mm(\d+)\b",
+        stack_slot_pattern=r"\[(?P<base>rsp|rbp)(?: (?P<off>[+-] (?:0x[0-9a-f]+|\d+)))?\]",
+        accumulating_prefixes=("vfmadd", "vfnmadd", "vfmsub", "vfnmsub"),
+        overwriting_store_prefixes=(
+            "mov",
+            "vmov",
+            "vextract",
+            "vpextr",
+            "vmaskmov",
+            "vpmaskmov",
+            "vcompress",
+            "vpcompress",
+            "vscatter",
+            "vpscatter",
+        ),
+        comparing_prefixes=("cmp", "test", "vptest", "ucomis", "vucomis", "comis", "vcomis"),
     ),
     "aarch64": IsaTable(
         getattr(capstone, "CS_ARCH_ARM64", getattr(capstone, "CS_ARCH_AARCH64", 1)),
@@ -73,6 +99,9 @@ ISA_TABLES = {
         load_prefixes=("ld",),
         broadcast_markers=("ld1r", "dup"),
         prefetch_prefixes=("prfm",),
+        vector_register_pattern=r"\b[vqdsh](\d+)\b",
+        stack_slot_pattern=r"\[(?P<base>sp|x29)(?:, #(?P<off>-?(?:0x[0-9a-f]+|\d+)))?\]",
+        accumulating_prefixes=("fmla", "fmls"),
     ),
 }
 
@@ -93,6 +122,12 @@ class LoopFeatures:
     loop_bytes: int
     loop_free: bool = False  # no k loop: the counts are the whole micro-kernel's, every k step
     prefetches: int = 0  # software prefetches (counted in no load class: they return no data)
+    # stack stores reloaded in the next pass on the loop-carried chain through the most of them,
+    # per iteration (``stack_round_trips``): a spilled accumulator waits on each store's forwarding
+    stack_round_trips: float = 0.0
+    # of ``spills``, the stack accesses to slots the loop does not both store and reload (a value
+    # kept on the stack and reloaded every pass, as a row's address; every one with no k loop)
+    unpaired_spills: int = 0
 
 
 @dataclass(frozen=True)
@@ -175,8 +210,9 @@ def _loops(insns: list[capstone.CsInsn], t: IsaTable) -> list[tuple[int, int]]:
 def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -> LoopFeatures:
     """Count the instruction classes of ``body``."""
     counts = dict.fromkeys(
-        ("fma", "vload", "sload", "bcast", "store", "spill", "prefetch", "other"), 0
+        ("fma", "vload", "sload", "bcast", "store", "spill", "unpaired", "prefetch", "other"), 0
     )
+    paired = set() if loop_free else paired_slots(body, t)
     for i in body:
         kind = _classify(i, t)
         text = f"{i.mnemonic} {i.op_str}"
@@ -184,6 +220,7 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
             counts["bcast"] += 1
         if any(f"[{r}" in i.op_str for r in t.stack_regs) and kind in ("load", "store"):
             counts["spill"] += 1
+            counts["unpaired"] += not paired or not slots_touched(i, t) <= paired
         if kind == "fma":
             counts["fma"] += 1
             if "[" in i.op_str:  # folded memory operand: a load too
@@ -216,6 +253,8 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
         body[-1].address - body[0].address,
         loop_free,
         counts["prefetch"],
+        0.0 if loop_free else stack_round_trips(body, t),
+        counts["unpaired"],
     )
 
 

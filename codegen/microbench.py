@@ -204,6 +204,9 @@ class Mix:
     masked_stores: int = 0
     # software prefetches into L1 of the loads' half, one line apart: no data comes back
     prefetches: int = 0
+    # the first this many FMA chains' accumulators stored to a stack slot and loaded back after
+    # every FMA, as a spilled accumulator is: such a chain waits on the store's forwarding too
+    through_memory: int = 0
 
     @property
     def name(self) -> str:
@@ -211,8 +214,9 @@ class Mix:
         fmas = ".".join(map(str, self.fmas)) or "0"
         masked = f"_k{self.masked_stores}" if self.masked_stores else ""
         fetched = f"_p{self.prefetches}" if self.prefetches else ""
+        spilled = f"_r{self.through_memory}" if self.through_memory else ""
         return (
-            f"mix_a{self.adds}_f{fmas}_l{self.loads}_s{self.stores}{masked}{fetched}"
+            f"mix_a{self.adds}_f{fmas}{spilled}_l{self.loads}_s{self.stores}{masked}{fetched}"
             f"_m{self.mem_bits}_u{self.unroll}"
         )
 
@@ -241,6 +245,11 @@ class Mix:
         one = _opaque(b, c64(1))
         mask = _lane_mask(b, mem_ty) if self.masked_stores else None
         prefetch = _prefetch_intrinsic(mod) if self.prefetches else None
+        # each chain's slot on the stack, as the register allocator places a spilled accumulator
+        slots = [b.alloca(x.type) for x in accs[: self.through_memory]]
+        slot_align = max(self.fmas, default=32) // 8
+        for at in slots:
+            at.align = slot_align
 
         def step(_i: ir.Value, values: list[ir.Value]) -> list[ir.Value]:
             fmas, adds = values[: len(accs)], values[len(accs) :]
@@ -250,6 +259,10 @@ class Mix:
                 fmas = [
                     b.call(_fma(mod, float_type(w)), [*coef[w], x]) for x, w in zip(fmas, self.fmas)
                 ]
+                for x, at in zip(fmas, slots):
+                    volatile_store(b, x, at, slot_align)
+                reloaded = [volatile_load(b, at, slot_align) for at in slots]
+                fmas = reloaded + fmas[len(reloaded) :]
                 for _ in range(self.loads):
                     at = b.add(scratch, c64(loads * mem_bytes % half))
                     volatile_load(b, _ptr(b, at, mem_ty), mem_bytes)

@@ -64,6 +64,7 @@ from aotune.hwspecs.probes import (
     probe_shared_lines,
     probe_shared_pairs,
     probe_store_alias,
+    probe_store_forwarding,
     probe_stores,
     probe_swept_lines,
     probe_tlb,
@@ -132,6 +133,12 @@ PROBES: tuple[Probe, ...] = (
         ("core.fma_units", "core.fma_width_bits", "core.fma_latency_cycles"),
         probe_fma,
         "one and many FMA chains per vector width",
+    ),
+    Probe(
+        "store forwarding",
+        ("core.store_forward_cycles",),
+        probe_store_forwarding,
+        "an FMA chain through a store and a load of its accumulator",
     ),
     Probe(
         "mixed-width FMAs",
@@ -317,7 +324,10 @@ SOURCES: dict[str, tuple[str, str]] = {
         "assumed",
         "where a software prefetch for L2 lands is documented per core family, not probed yet",
     ),
-    "core.spill_cycles": ("assumed", "a stack spill's cost in a k step is not probed yet"),
+    "core.spill_cycles": (
+        "assumed",
+        "a k step's access to a value kept on the stack is not probed yet",
+    ),
     "memory.set_refill_beyond_refetches": (
         "assumed",
         "whether the set's pace holds beyond refetched rows is read from kernels timed side by "

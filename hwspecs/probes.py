@@ -661,6 +661,41 @@ def probe_fma(s: Session) -> dict[str, Finding]:
     return out
 
 
+FORWARD_UNROLLS = (4, 8, 16, 32)  # loop layouts the forwarding chain is timed in
+
+
+def probe_store_forwarding(s: Session) -> dict[str, Finding]:
+    """Cycles a store of a full-width vector takes to reach a load of it: one FMA chain whose
+    accumulator goes to a stack slot and back after every FMA, less the same chain in a register
+    (a spilled accumulator's chain waits on both). Some cores forward on a fast path or, in some
+    loop layouts and runs, a slower one (Zen 3: about 10 or 22 cycles); the fastest layout is
+    taken, the path the spilled micro-kernels timed side by side ran on (README, stop 124)."""
+    v = s.vector_bits
+    plain = Mix(fmas=(v,), unroll=32)
+    spilled = {u: Mix(fmas=(v,), unroll=u, through_memory=1) for u in FORWARD_UNROLLS}
+    s.compile([plain, *spilled.values()])
+    fma, t = s.cycles_per(lambda n: s.mix(plain, n), 32)
+    chain, runs = {}, [t]
+    for u, k in spilled.items():
+        chain[u], t = s.cycles_per(lambda n, k=k: s.mix(k, n), u)
+        runs.append(t)
+    s.details["store_forwarding"] = {"chain_cycles": chain, "fma_cycles": fma}
+    fast, slow = min(chain.values()), max(chain.values())
+    layouts = ", ".join(f"{c:.2f}" for c in chain.values())
+    return {
+        "core.store_forward_cycles": s.checked(
+            "core.store_forward_cycles",
+            round(fast - fma, 1),
+            1.0,
+            40.0,
+            f"one chain of {v}-bit FMAs, its accumulator stored to the stack and loaded back "
+            f"after each, unrolled {', '.join(map(str, FORWARD_UNROLLS))} deep: {layouts} cycles "
+            f"a step (the fastest taken; the slowest is {slow - fma:.1f} cycles of forwarding), "
+            f"{fma:.2f} in a register; {_spread(runs)}",
+        )
+    }
+
+
 def probe_mixed_width(s: Session) -> dict[str, Finding]:
     """Cycles per FMA instruction in rows of full-width FMAs plus one narrower tail FMA."""
     v = s.vector_bits

@@ -85,8 +85,12 @@ class CoreSpec:
     # cycles a micro-kernel call costs beyond its k steps and the C tile's loads and stores: the
     # call and return, pointer set-up and the k loop's exit branch
     call_cycles: float = _in(0.0, 1000.0)
-    # cycles a stack spill and its reload add to a k step (a store slot and a forwarded load)
+    # cycles a k step's access to a value the loop keeps on the stack adds (a row's address
+    # reloaded every step); a spilled value's store and reload are priced by their chain instead
     spill_cycles: float = _in(0.0, 100.0)
+    # cycles from a full-width vector store to a load of its bytes forwarded from the store
+    # queue: what a spilled accumulator's chain waits on beside its FMA
+    store_forward_cycles: float = _in(0.0, 100.0)
     # cycles a load waits per older store whose address matches it only in the page-offset bits
     # (the bits the store queue compares before translation): "4K aliasing"
     store_alias_cycles: float = _in(0.0, 100.0)

@@ -1108,6 +1108,9 @@ def test_the_quickest_probes_read_physical_values_here():
         assert 0.1 <= masked.value <= 1000 and masked.origin.startswith("measured:")
         fetched = probes.probe_prefetches(s)["core.prefetches_per_cycle"]
         assert 0.1 <= fetched.value <= 16 and fetched.origin.startswith("measured:")
+        forward = probes.probe_store_forwarding(s)["core.store_forward_cycles"]
+        assert forward.origin.startswith(("measured:", "assumed:"))
+        assert 1.0 <= forward.value <= 40.0 and set(s.details["store_forwarding"]["chain_cycles"])
     finally:
         s.close()
 

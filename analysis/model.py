@@ -84,12 +84,15 @@ class KStepMix:
     vector_loads: float
     scalar_loads: float
     stores: float
-    spills: float
+    spills: float  # stack accesses a k step makes besides a spilled value's store and reload
     instructions: float
     mixed_fma: float = (
         0.0  # FMA instructions in rows that mix full vectors with a narrower tail vector
     )
     prefetches: float = 0.0  # software prefetches of B's rows ahead (no data comes back)
+    # stores reloaded on the loop-carried chain through the most of them (a spilled
+    # accumulator's), per k step: each adds the store's forwarding to the chain's FMA latency
+    stack_round_trips: float = 0.0
 
 
 def mix_from_schedule(s: CpuSchedule, hw: HwSpec) -> KStepMix:
@@ -155,9 +158,10 @@ def mix_from_features(s: CpuSchedule, f: LoopFeatures, hw: HwSpec) -> KStepMix:
         f.vector_loads / steps,
         f.scalar_loads / steps,
         f.stores / steps,
-        f.spills / steps,
+        f.unpaired_spills / steps,
         f.instructions / steps,
         prefetches=f.prefetches / steps,
+        stack_round_trips=f.stack_round_trips / steps,
     )
 
 
@@ -192,11 +196,13 @@ def _cycles_per_kstep(mix: KStepMix, hw: HwSpec, kc: int) -> tuple[float, float]
         mix.instructions / c.issue_width,
         mix.stores / c.store_ports,
     )
-    cycles = _overlapped(throughput, c.fma_latency_cycles / calls_in_flight)
+    # a spilled accumulator's chain waits on its store's forwarding as well as on its FMAs
+    chain = c.fma_latency_cycles + mix.stack_round_trips * c.store_forward_cycles
+    cycles = _overlapped(throughput, chain / calls_in_flight)
     if fma_rate <= 1.0:
         # one vector FMA a cycle through one pipe: no pipe to pick, so a call's own chains take
         # their turns and a step takes no longer than their latency or the pipe's throughput
-        cycles = min(cycles, max(throughput, c.fma_latency_cycles))
+        cycles = min(cycles, max(throughput, chain))
     return cycles + c.spill_cycles * mix.spills, load_cycles
 
 
@@ -1306,6 +1312,7 @@ def _tail_mix(mix: KStepMix, s: CpuSchedule, rows: int, cols: int, hw: HwSpec) -
         instructions,
         mixed,
         prefetches,
+        mix.stack_round_trips,
     )
 
 

@@ -212,7 +212,7 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
     counts = dict.fromkeys(
         ("fma", "vload", "sload", "bcast", "store", "spill", "unpaired", "prefetch", "other"), 0
     )
-    paired = set() if loop_free else paired_slots(body, t)
+    paired: set[tuple[str, int]] = set() if loop_free else paired_slots(body, t)
     for i in body:
         kind = _classify(i, t)
         text = f"{i.mnemonic} {i.op_str}"
@@ -220,7 +220,8 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
             counts["bcast"] += 1
         if any(f"[{r}" in i.op_str for r in t.stack_regs) and kind in ("load", "store"):
             counts["spill"] += 1
-            counts["unpaired"] += not paired or not slots_touched(i, t) <= paired
+            touched = slots_touched(i, t)  # none where the address is not a fixed slot
+            counts["unpaired"] += not touched or not touched <= paired
         if kind == "fma":
             counts["fma"] += 1
             if "[" in i.op_str:  # folded memory operand: a load too

@@ -8,6 +8,8 @@ the FMA (stop 123: packed 9- to 13-row x 8 tiles on Zen 3, 0.5 to 4 spills a k s
 data through vector registers and stack slots over many passes of the loop body and reports how
 fast the chain with the most reloads grows: a spilled value reloaded outside any chain (a B
 vector, a pointer) adds nothing, a value that only rotates through registers neither.
+``paired_slots`` names the slots the loop both stores and reloads (a spilled value's); an access
+to any other slot is to a value kept on the stack, which the model prices apart.
 The per-ISA facts (how a register and a stack slot are written, which instructions accumulate)
 are in ``features.ISA_TABLES``; the model turns the count into cycles with the core's
 store-forwarding latency.

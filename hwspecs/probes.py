@@ -667,9 +667,9 @@ FORWARD_UNROLLS = (4, 8, 16, 32)  # loop layouts the forwarding chain is timed i
 def probe_store_forwarding(s: Session) -> dict[str, Finding]:
     """Cycles a store of a full-width vector takes to reach a load of it: one FMA chain whose
     accumulator goes to a stack slot and back after every FMA, less the same chain in a register
-    (a spilled accumulator's chain waits on both). Some cores forward on a fast path or, in some
-    loop layouts and runs, a slower one (Zen 3: about 10 or 22 cycles); the fastest layout is
-    taken, the path the spilled micro-kernels timed side by side ran on (README, stop 124)."""
+    (a spilled accumulator's chain waits on both). It is timed in four loop layouts and the
+    fastest taken: on a 2-vCPU slice shared with other busy processes some layouts read twice the
+    idle cycles (Zen 3: 28-29 a step against 13.6-14.1 idle; README, stop 124)."""
     v = s.vector_bits
     plain = Mix(fmas=(v,), unroll=32)
     spilled = {u: Mix(fmas=(v,), unroll=u, through_memory=1) for u in FORWARD_UNROLLS}

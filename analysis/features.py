@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import capstone
 from aotune.analysis.elf import elf_sections
-from aotune.analysis.loop_chains import paired_slots, slots_touched, stack_round_trips
+from aotune.analysis.loop_chains import stack_traffic
 from aotune.analysis.x86_features import x86_features_in_code
 from aotune.codegen.compile import Kernel
 from aotune.errors import CodegenError
@@ -212,16 +212,15 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
     counts = dict.fromkeys(
         ("fma", "vload", "sload", "bcast", "store", "spill", "unpaired", "prefetch", "other"), 0
     )
-    paired: set[tuple[str, int]] = set() if loop_free else paired_slots(body, t)
-    for i in body:
+    traffic = None if loop_free else stack_traffic(body, t)
+    for index, i in enumerate(body):
         kind = _classify(i, t)
         text = f"{i.mnemonic} {i.op_str}"
         if any(mk in text for mk in t.broadcast_markers):
             counts["bcast"] += 1
         if any(f"[{r}" in i.op_str for r in t.stack_regs) and kind in ("load", "store"):
             counts["spill"] += 1
-            touched = slots_touched(i, t)  # none where the address is not a fixed slot
-            counts["unpaired"] += not touched or not touched <= paired
+            counts["unpaired"] += traffic is None or traffic.keeps_on_stack(index)
         if kind == "fma":
             counts["fma"] += 1
             if "[" in i.op_str:  # folded memory operand: a load too
@@ -254,7 +253,7 @@ def _mix(name: str, body: list[capstone.CsInsn], t: IsaTable, loop_free: bool) -
         body[-1].address - body[0].address,
         loop_free,
         counts["prefetch"],
-        0.0 if loop_free else stack_round_trips(body, t),
+        0.0 if traffic is None else traffic.round_trips,
         counts["unpaired"],
     )
 

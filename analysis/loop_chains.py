@@ -8,8 +8,8 @@ the FMA (stop 123: packed 9- to 13-row x 8 tiles on Zen 3, 0.5 to 4 spills a k s
 data through vector registers and stack slots over many passes of the loop body and reports how
 fast the chain with the most reloads grows: a spilled value reloaded outside any chain (a B
 vector, a pointer) adds nothing, a value that only rotates through registers neither.
-``paired_slots`` names the slots the loop both stores and reloads (a spilled value's); an access
-to any other slot is to a value kept on the stack, which the model prices apart.
+``stack_traffic`` also names the slots the loop both stores and reloads (a spilled value's); an
+access to any other slot is to a value kept on the stack, which the model prices apart.
 The per-ISA facts (how a register and a stack slot are written, which instructions accumulate)
 are in ``features.ISA_TABLES``; the model turns the count into cycles with the core's
 store-forwarding latency.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 PASSES = 16
 
 Location = tuple[str, int]  # ("v", register number) or (stack register, byte offset)
-Depth = tuple[int, int]  # (stack reloads, FMAs) along the longest chain into a value
+Uses = tuple[list[Location], list[Location]]  # (read, written) by one instruction
 
 
 def split_operands(op_str: str) -> list[str]:
@@ -60,16 +61,16 @@ def _slot(operand: str, t: IsaTable) -> Location | None:
     return m["base"], int((m["off"] or "0").replace(" ", ""), 0)
 
 
-def _uses(insn: capstone.CsInsn, t: IsaTable) -> tuple[list[Location], list[Location], bool]:
-    """(locations read, locations written, whether it reads stack slots) of one instruction:
-    vector registers and stack slots only, the chains a k loop's FMAs form."""
+def _uses(insn: capstone.CsInsn, t: IsaTable) -> Uses:
+    """(locations read, locations written) of one instruction: vector registers and stack slots
+    only, the chains a k loop's FMAs form."""
     m, ops = insn.mnemonic, split_operands(insn.op_str)
     if not ops:
-        return [], [], False
+        return [], []
     accumulates = any(m.startswith(p) for p in t.accumulating_prefixes)
     if any(m.startswith(p) for p in t.comparing_prefixes):
         slots = [s for op in ops if (s := _slot(op, t)) is not None]
-        return [r for op in ops for r in _registers(op, t)] + slots, [], bool(slots)
+        return [r for op in ops for r in _registers(op, t)] + slots, []
     if t.memory_from_operands:
         dest, sources = ops[0], ops[1:]
         if "[" in dest:  # a store, or an operation on memory that reads it first
@@ -77,26 +78,25 @@ def _uses(insn: capstone.CsInsn, t: IsaTable) -> tuple[list[Location], list[Loca
             reads = [r for op in sources for r in _registers(op, t)]
             plain = any(m.startswith(p) for p in t.overwriting_store_prefixes)
             if slot is not None and not plain:
-                return [*reads, slot], [slot], True
-            return reads, [slot] if slot is not None else [], False
+                return [*reads, slot], [slot]
+            return reads, [slot] if slot is not None else []
         slots = [s for op in sources if (s := _slot(op, t)) is not None]
         reads = [r for op in sources for r in _registers(op, t)]
         written = _registers(dest, t)
-        return (written if accumulates else []) + reads + slots, written, bool(slots)
+        return (written if accumulates else []) + reads + slots, written
     memory = [op for op in ops if op.startswith("[")]
     registers = [r for op in ops if not op.startswith("[") for r in _registers(op, t)]
     slot = _slot(memory[0], t) if memory else None
     if memory and any(m.startswith(p) for p in t.store_prefixes):
-        return registers, _paired_slots(slot, ops, len(registers)), False
+        return registers, _register_slots(slot, ops, len(registers))
     if memory and any(m.startswith(p) for p in t.load_prefixes):
-        slots = _paired_slots(slot, ops, len(registers))
-        return slots, registers, bool(slots)
+        return _register_slots(slot, ops, len(registers)), registers
     written = _registers(ops[0], t)
     reads = [r for op in ops[1:] for r in _registers(op, t)]
-    return (written if accumulates else []) + reads, written, False
+    return (written if accumulates else []) + reads, written
 
 
-def _paired_slots(slot: Location | None, ops: Sequence[str], count: int) -> list[Location]:
+def _register_slots(slot: Location | None, ops: Sequence[str], count: int) -> list[Location]:
     """The stack slots of a load or store of ``count`` registers (AArch64's ``ldp``/``stp``
     move two, at consecutive offsets of the registers' width)."""
     if slot is None:
@@ -105,45 +105,58 @@ def _paired_slots(slot: Location | None, ops: Sequence[str], count: int) -> list
     return [(slot[0], slot[1] + i * width) for i in range(count)]
 
 
-def slots_touched(insn: capstone.CsInsn, t: IsaTable) -> set[Location]:
-    """The stack slots one instruction reads or writes."""
-    reads, writes, _ = _uses(insn, t)
-    return {x for x in (*reads, *writes) if x[0] != "v"}
+def _is_slot(x: Location) -> bool:
+    return x[0] != "v"
 
 
-def paired_slots(body: Sequence[capstone.CsInsn], t: IsaTable) -> set[Location]:
-    """The stack slots the loop ``body`` both stores and reloads: a spilled value's, whose price is
-    its chain's (``stack_round_trips``); any other slot holds a value kept on the stack."""
-    read: set[Location] = set()
-    written: set[Location] = set()
-    for insn in body:
-        reads, writes, _ = _uses(insn, t)
-        read.update(x for x in reads if x[0] != "v")
-        written.update(x for x in writes if x[0] != "v")
-    return read & written
+@dataclass(frozen=True)
+class StackTraffic:
+    """What a k loop's body does through the stack, each instruction read once."""
+
+    round_trips: float  # stack reloads per iteration on the chain through the most of them
+    paired: frozenset[Location]  # slots the loop both stores and reloads: spilled values'
+    slots: tuple[frozenset[Location], ...]  # the slots each instruction of the body touches
+
+    def keeps_on_stack(self, index: int) -> bool:
+        """Whether instruction ``index`` touches a value kept on the stack (a slot the loop does
+        not both store and reload, or an address that is no fixed slot) rather than a spilled
+        value, whose price is its chain's."""
+        touched = self.slots[index]
+        return not touched or not touched <= self.paired
+
+
+def stack_traffic(body: Sequence[capstone.CsInsn], t: IsaTable) -> StackTraffic:
+    """The stack traffic of the loop ``body``: its chains' round trips, its paired slots."""
+    uses = [_uses(i, t) for i in body]
+    slots = tuple(frozenset(filter(_is_slot, (*reads, *writes))) for reads, writes in uses)
+    read = {x for reads, _ in uses for x in reads if _is_slot(x)}
+    written = {x for _, writes in uses for x in writes if _is_slot(x)}
+    return StackTraffic(_round_trips(uses) if read else 0.0, frozenset(read & written), slots)
 
 
 def stack_round_trips(body: Sequence[capstone.CsInsn], t: IsaTable) -> float:
     """Stack stores reloaded per iteration of the loop ``body`` along its loop-carried chain with
     the most of them (0 where no chain passes through the stack)."""
-    uses = [(_uses(i, t), any(i.mnemonic.startswith(p) for p in t.fma_prefixes)) for i in body]
-    if not any(reads_stack for (_, _, reads_stack), _ in uses):
-        return 0.0
-    depth: dict[Location, Depth] = {}
-    stored: set[Location] = set()  # slots a store of the loop wrote (a reload waits on it)
-    marks: list[Depth] = []
+    return stack_traffic(body, t).round_trips
 
-    def arriving(r: Location) -> Depth:
-        trips, fmas = depth.get(r, (0, 0))
-        return trips + (r in stored), fmas  # a reload of a slot the loop stored: one more trip
+
+def _round_trips(uses: Sequence[Uses]) -> float:
+    """Follows the reloads along every chain over ``PASSES`` passes of the body: the growth of the
+    longest between the half and the end is the steady rate per iteration."""
+    depth: dict[Location, int] = {}  # stack reloads along the longest chain into a value
+    stored: set[Location] = set()  # slots a store of the loop wrote (a reload waits on it)
+    marks: list[int] = []
+
+    def arriving(r: Location) -> int:
+        return depth.get(r, 0) + (r in stored)  # a reload of a slot the loop stored: one more
 
     for _ in range(PASSES):
-        for (reads, writes, _), fma in uses:
-            trips, fmas = max(map(arriving, reads), default=(0, 0))
+        for reads, writes in uses:
+            trips = max(map(arriving, reads), default=0)
             for w in writes:
-                depth[w] = (trips, fmas + fma)
-                if w[0] != "v":
+                depth[w] = trips
+                if _is_slot(w):
                     stored.add(w)
-        marks.append(max(depth.values(), default=(0, 0)))
+        marks.append(max(depth.values(), default=0))
     half = PASSES // 2
-    return (marks[-1][0] - marks[half - 1][0]) / (PASSES - half)
+    return (marks[-1] - marks[half - 1]) / (PASSES - half)

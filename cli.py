@@ -1236,9 +1236,23 @@ def _on_sigint(signum: int, frame: Any) -> None:
     if _running_command:
         _interrupt_seen = True
         _interrupt_signal = signal.Signals(signum)
+        if _inside_an_import(frame):
+            # raised inside an extension module's import (islpy's nanobind enums) it aborts the
+            # process; sent again a moment later, it lands once the import is done
+            _send_again_if_interrupt(KeyboardInterrupt)
+            return
         raise KeyboardInterrupt
     os.write(2, f"error: {_STOPPED_LINE.get(signum, 'interrupted')}\n".encode())
     os._exit(128 + signum)
+
+
+def _inside_an_import(frame: Any) -> bool:
+    """Whether ``frame`` runs under a module's import (an importlib frame below it)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _on_unraisable(unraisable: Any) -> None:

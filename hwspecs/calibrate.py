@@ -192,10 +192,14 @@ PROBES: tuple[Probe, ...] = (
     ),
     Probe(
         "set refills",
-        ("memory.set_refill_cycles", "memory.swept_line_refill_cycles"),
+        (
+            "memory.set_refill_cycles",
+            "memory.swept_line_refill_cycles",
+            "memory.swept_line_refill_overlap",
+        ),
         probe_set_refills,
-        "a sweep over more rows of one L1 set than it keeps, against fewer; rows of one vector"
-        " and of eight lines",
+        "a sweep over more rows of one L1 set than it keeps, against fewer; rows of one vector,"
+        " of eight lines, and of eight lines with FMAs enough to outlast their refills",
     ),
     Probe(
         "cache bandwidth",

@@ -1325,6 +1325,21 @@ def swept_line_reading(in_l1: float, swept: float, lines: int) -> tuple[float, b
     return 0.0, False
 
 
+HIDING_ROW_SPAN = 2.0  # the busy rows' FMAs outlast the swept rows' refills this many times
+
+
+def swept_line_overlap_reading(refills: float, busy_in_l1: float, busy_swept: float) -> float:
+    """The share of the shorter of a row's other work and its refills that the two overlap, from
+    cycles per row of rows of several lines swept beyond their set (``refills``, the whole cost a
+    refilled row takes) and of the same rows with more FMAs on each vector, kept in L1
+    (``busy_in_l1``) and swept (``busy_swept``): 0 where the refills add to the work (the swept
+    busy row takes both), 1 where the row takes only the longer, clipped to [0, 1]."""
+    shorter = min(refills, busy_in_l1)
+    if shorter <= 0.0:
+        return 0.0
+    return min(1.0, max(0.0, (refills + busy_in_l1 - busy_swept) / shorter))
+
+
 def probe_set_refills(s: Session) -> dict[str, Finding]:
     """How far apart one L1 set takes its refills, and what each line of a longer row costs:
     independent vector loads sweeping rows one way-size apart (one set per line of a row), one
@@ -1332,11 +1347,12 @@ def probe_set_refills(s: Session) -> dict[str, Finding]:
     row refilled from L2 on every sweep; no more rows than the first-level TLB holds, so no row
     waits for a translation); rows of one vector, then of ``SWEPT_ROW_LINES`` lines."""
     path, line_path = "memory.set_refill_cycles", "memory.swept_line_refill_cycles"
+    overlap_path = "memory.swept_line_refill_overlap"
     l1 = s.host.cache(1)
     way_bytes = l1.size_kib * 1024 // l1.associativity
 
     def assumed(why: str) -> dict[str, Finding]:
-        return {p: s.assumed(p, why) for p in (path, line_path)}
+        return {p: s.assumed(p, why) for p in (path, line_path, overlap_path)}
 
     if way_bytes > int(s.value("memory.page_bytes")):
         return assumed(f"one L1 way ({way_bytes} B) spans more than a page")
@@ -1356,12 +1372,25 @@ def probe_set_refills(s: Session) -> dict[str, Finding]:
     wide_in_l1, wide_swept = wide.per_row(few), wide.per_row(many)
     wide.release()
     per_line, line_shown = swept_line_reading(wide_in_l1, wide_swept, SWEPT_ROW_LINES)
+    # the same rows with FMAs enough to outlast their refills: whether the refills run beside
+    # the row's other work or after it
+    fma_rate = float(s.value("core.fma_units")) * min(
+        1.0, float(s.value("core.fma_width_bits")) / s.vector_bits
+    )
+    busy_fmas = max(2, math.ceil(HIDING_ROW_SPAN * wide_swept * fma_rate / vectors))
+    busy = RowSweep(s, busy_fmas, way_bytes, many, vectors=vectors)
+    busy_in_l1, busy_swept = busy.per_row(few), busy.per_row(many)
+    busy.release()
+    overlap = swept_line_overlap_reading(wide_swept, busy_in_l1, busy_swept)
     s.details["set refills"] = {
         "in_l1": in_l1,
         "swept": swept,
         "rows": [few, many],
         "wide_in_l1": wide_in_l1,
         "wide_swept": wide_swept,
+        "busy_fmas": busy_fmas,
+        "busy_in_l1": busy_in_l1,
+        "busy_swept": busy_swept,
     }
     line_how = (
         f"the same sweeps over rows of {SWEPT_ROW_LINES} lines ({vectors} {s.vector_bits}-bit "
@@ -1390,7 +1419,24 @@ def probe_set_refills(s: Session) -> dict[str, Finding]:
             f"the refills kept pace with the in-L1 step (within {SET_REFILL_SLACK}x): at most "
             f"that far apart"
         )
-    return {path: s.checked(path, round(value, 2), 0.5, 1000.0, how), line_path: found_line}
+    busy_how = (
+        f"the same rows with {busy_fmas} FMAs on each vector: {busy_in_l1:.2f} cycles per row over "
+        f"{few} rows, {busy_swept:.2f} over {many}, against {wide_swept:.2f} for the refilled row "
+        f"alone; {_spread(busy.timings)}; "
+    )
+    if line_shown:
+        found_overlap = Finding(
+            round(overlap, 2),
+            f"measured: {busy_how}the share of the shorter of the row's work and its refills "
+            "that the two overlap",
+        )
+    else:
+        found_overlap = Finding(0.0, f"measured: {busy_how}no refill cost to overlap: 0")
+    return {
+        path: s.checked(path, round(value, 2), 0.5, 1000.0, how),
+        line_path: found_line,
+        overlap_path: found_overlap,
+    }
 
 
 def _size(nbytes: int) -> str:

@@ -188,6 +188,11 @@ class MemorySpec:
     swept_line_refill_cycles: float = dataclasses.field(
         default=0.0, metadata={"range": (0.0, 1000.0)}
     )
+    # the share of the shorter of a k step's other work and those refills that the two overlap:
+    # 0, the refills add to the step (Emerald Rapids' kernels); 1, the step takes the longer
+    swept_line_refill_overlap: float = dataclasses.field(
+        default=0.0, metadata={"range": (0.0, 1.0)}
+    )
     # whether ``set_refill_cycles``, which the probe times as one-line rows of one set refetched
     # sweep after sweep (and which B rows refetched so keep), also paces B rows met for the first
     # time and A's broadcasts that thrash a set (false: those wait as on a spec without a pace);

@@ -1146,6 +1146,8 @@ def test_a_whole_calibration_writes_a_spec_that_tune_uses(tmp_path, capsys, monk
     assert spec.origin_of("memory.far_prefetch_stride_bytes").startswith("measured:")
     # rows of eight lines one L1 way apart: a cost a line, or 0 where the refills hid
     assert spec.origin_of("memory.swept_line_refill_cycles").startswith("measured:")
+    assert spec.origin_of("memory.swept_line_refill_overlap").startswith("measured:")
+    assert 0.0 <= spec.memory.swept_line_refill_overlap <= 1.0
     assert set(origin_from_toml(path.read_text())) == set(field_paths(spec))
     capsys.readouterr()
     argv = ["tune", "matmul", "--shape", "64x48x32", "--target", str(path), "--json"]

@@ -1493,9 +1493,10 @@ def _swept_row_refill_cycles(s: CpuSchedule, hw: HwSpec, m_share: int) -> float:
 def _with_swept_refills(step: float, refills: float, hw: HwSpec) -> float:
     """A k step of ``step`` cycles with its swept B row's refills (``_swept_row_refill_cycles``):
     added, less ``memory.swept_line_refill_overlap`` of the shorter of the two, the share the
-    core runs them beside the step's other work (Zen 5: 1.0, the set-refill probe's busy rows;
-    1 x 224 tiles over rows 16 KiB apart took 31.7 cycles a k step, the refills' 32.1 alone, where
-    rows spread over the sets took 12.9: README, stop 125; Emerald Rapids' kernels: 0)."""
+    core runs them beside the step's other work (Zen 5: 0.98, the set-refill probe's busy rows;
+    1 x 224 tiles over rows 16 KiB apart took 31.5-33.8 cycles a k step, about their 14 lines'
+    refills alone, where rows spread over the sets took 12.6-13.4: README, stop 125; Emerald
+    Rapids' kernels: 0)."""
     return step + refills - hw.memory.swept_line_refill_overlap * min(step, refills)
 
 

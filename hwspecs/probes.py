@@ -1345,7 +1345,9 @@ def probe_set_refills(s: Session) -> dict[str, Finding]:
     independent vector loads sweeping rows one way-size apart (one set per line of a row), one
     FMA each, half as many rows as the set has ways (all hits) against six times as many (each
     row refilled from L2 on every sweep; no more rows than the first-level TLB holds, so no row
-    waits for a translation); rows of one vector, then of ``SWEPT_ROW_LINES`` lines."""
+    waits for a translation); rows of one vector, then of ``SWEPT_ROW_LINES`` lines, then, where
+    those rows' refills stand out, the same rows with FMAs enough to outlast them (busy rows):
+    whether the refills run beside other work or after it."""
     path, line_path = "memory.set_refill_cycles", "memory.swept_line_refill_cycles"
     overlap_path = "memory.swept_line_refill_overlap"
     l1 = s.host.cache(1)
@@ -1372,26 +1374,18 @@ def probe_set_refills(s: Session) -> dict[str, Finding]:
     wide_in_l1, wide_swept = wide.per_row(few), wide.per_row(many)
     wide.release()
     per_line, line_shown = swept_line_reading(wide_in_l1, wide_swept, SWEPT_ROW_LINES)
-    # the same rows with FMAs enough to outlast their refills: whether the refills run beside
-    # the row's other work or after it
-    fma_rate = float(s.value("core.fma_units")) * min(
-        1.0, float(s.value("core.fma_width_bits")) / s.vector_bits
-    )
-    busy_fmas = max(2, math.ceil(HIDING_ROW_SPAN * wide_swept * fma_rate / vectors))
-    busy = RowSweep(s, busy_fmas, way_bytes, many, vectors=vectors)
-    busy_in_l1, busy_swept = busy.per_row(few), busy.per_row(many)
-    busy.release()
-    overlap = swept_line_overlap_reading(wide_swept, busy_in_l1, busy_swept)
     s.details["set refills"] = {
         "in_l1": in_l1,
         "swept": swept,
         "rows": [few, many],
         "wide_in_l1": wide_in_l1,
         "wide_swept": wide_swept,
-        "busy_fmas": busy_fmas,
-        "busy_in_l1": busy_in_l1,
-        "busy_swept": busy_swept,
     }
+    found_overlap = Finding(
+        0.0, "measured: the rows' refills did not stand out: none to overlap, 0"
+    )
+    if line_shown:
+        found_overlap = _swept_line_overlap(s, way_bytes, many, few, vectors, wide_swept)
     line_how = (
         f"the same sweeps over rows of {SWEPT_ROW_LINES} lines ({vectors} {s.vector_bits}-bit "
         f"loads, one FMA each): {wide_in_l1:.2f} cycles per row over {few} rows, "
@@ -1419,24 +1413,35 @@ def probe_set_refills(s: Session) -> dict[str, Finding]:
             f"the refills kept pace with the in-L1 step (within {SET_REFILL_SLACK}x): at most "
             f"that far apart"
         )
-    busy_how = (
-        f"the same rows with {busy_fmas} FMAs on each vector: {busy_in_l1:.2f} cycles per row over "
-        f"{few} rows, {busy_swept:.2f} over {many}, against {wide_swept:.2f} for the refilled row "
-        f"alone; {_spread(busy.timings)}; "
-    )
-    if line_shown:
-        found_overlap = Finding(
-            round(overlap, 2),
-            f"measured: {busy_how}the share of the shorter of the row's work and its refills "
-            "that the two overlap",
-        )
-    else:
-        found_overlap = Finding(0.0, f"measured: {busy_how}no refill cost to overlap: 0")
     return {
         path: s.checked(path, round(value, 2), 0.5, 1000.0, how),
         line_path: found_line,
         overlap_path: found_overlap,
     }
+
+
+def _swept_line_overlap(
+    s: Session, way_bytes: int, many: int, few: int, vectors: int, refilled: float
+) -> Finding:
+    """The set-refill probe's busy rows: its rows of several lines with FMAs enough to outlast
+    their refills (``refilled`` cycles a row), kept in L1 and swept beyond their set; what the
+    two readings say of how much of the refills the rows' other work hides."""
+    fma_rate = float(s.value("core.fma_units")) * min(
+        1.0, float(s.value("core.fma_width_bits")) / s.vector_bits
+    )
+    fmas = max(2, math.ceil(HIDING_ROW_SPAN * refilled * fma_rate / vectors))
+    busy = RowSweep(s, fmas, way_bytes, many, vectors=vectors)
+    in_l1, swept = busy.per_row(few), busy.per_row(many)
+    busy.release()
+    s.details["set refills"].update(busy_fmas=fmas, busy_in_l1=in_l1, busy_swept=swept)
+    overlap = swept_line_overlap_reading(refilled, in_l1, swept)
+    return Finding(
+        round(overlap, 2),
+        f"measured: the same rows with {fmas} FMAs on each vector: {in_l1:.2f} cycles per row "
+        f"over {few} rows, {swept:.2f} over {many}, against {refilled:.2f} for the refilled row "
+        f"alone; {_spread(busy.timings)}; the share of the shorter of the row's work and its "
+        "refills that the two overlap",
+    )
 
 
 def _size(nbytes: int) -> str:

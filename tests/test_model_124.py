@@ -198,10 +198,9 @@ def test_zen3_packed_tiles_that_spill_predict_their_times(mr):
 def test_every_cpu_spec_says_where_its_forwarding_latency_came_from(target):
     hw = load_target(target)
     assert 4.0 <= hw.core.store_forward_cycles <= 12.0
-    assert hw.origin_of("core.store_forward_cycles").startswith(
-        ("measured (stop 124, hw calibrate's store-forwarding probe", "documented microbenchmark:",
-         "assumed:")
-    )  # fmt: skip
+    origin = hw.origin_of("core.store_forward_cycles")
+    assert origin.startswith(("measured (stop ", "documented microbenchmark:", "assumed:"))
+    assert not origin.startswith("measured") or "hw calibrate's store-forwarding probe" in origin
 
 
 def test_a_spec_without_the_forwarding_latency_names_it(tmp_path: Path):

@@ -1495,7 +1495,7 @@ def _with_swept_refills(step: float, refills: float, hw: HwSpec) -> float:
     added, less ``memory.swept_line_refill_overlap`` of the shorter of the two, the share the
     core runs them beside the step's other work (Zen 5: 0.98, the set-refill probe's busy rows;
     1 x 224 tiles over rows 16 KiB apart took 31.5-33.8 cycles a k step, about their 14 lines'
-    refills alone, where rows spread over the sets took 12.6-13.4: README, stop 125; Emerald
+    refills alone, where rows spread over the sets took 12.5-13.4: README, stop 125; Emerald
     Rapids' kernels: 0)."""
     return step + refills - hw.memory.swept_line_refill_overlap * min(step, refills)
 

@@ -503,6 +503,11 @@ class Session:
             spec = with_value(spec, path, finding.value)
         return spec
 
+    @property
+    def vector_fmas_per_cycle(self) -> float:
+        """FMAs of the widest vector a cycle, from the pipes found so far."""
+        return self.spec_so_far().vector_fmas_per_cycle
+
     def value(self, path: str) -> Any:
         """A field's value as found so far (measured, or the host's as detected)."""
         if path in self.found:
@@ -1426,10 +1431,7 @@ def _swept_line_overlap(
     """The set-refill probe's busy rows: its rows of several lines with FMAs enough to outlast
     their refills (``refilled`` cycles a row), kept in L1 and swept beyond their set; what the
     two readings say of how much of the refills the rows' other work hides."""
-    fma_rate = float(s.value("core.fma_units")) * min(
-        1.0, float(s.value("core.fma_width_bits")) / s.vector_bits
-    )
-    fmas = max(2, math.ceil(HIDING_ROW_SPAN * refilled * fma_rate / vectors))
+    fmas = max(2, math.ceil(HIDING_ROW_SPAN * refilled * s.vector_fmas_per_cycle / vectors))
     busy = RowSweep(s, fmas, way_bytes, many, vectors=vectors)
     in_l1, swept = busy.per_row(few), busy.per_row(many)
     busy.release()
@@ -1778,7 +1780,7 @@ def probe_prefetch_ahead(s: Session) -> dict[str, Finding]:
     slots = stride // Rows.SLOT_BYTES
     llc = s.host.caches[-1].size_kib * 1024
     rows = max(1024, 4 * llc // stride)
-    fma_rate = s.value("core.fma_units") * min(1.0, s.value("core.fma_width_bits") / s.vector_bits)
+    fma_rate = s.vector_fmas_per_cycle
     per_core = s.value("memory.bandwidth_gbs") / s.host.core.cores
     fmas = row_fmas(2 * s.host.cache(1).line_bytes, s.ghz, per_core, fma_rate)
     k = Rows(s.vector_bits, fmas)

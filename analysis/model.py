@@ -1207,10 +1207,16 @@ def _row_run_pack_cycles_per_elem(s: CpuSchedule, hw: HwSpec) -> float:
         vectors * per_vector
         + ROW_RUN_ROW_INSTRUCTIONS
         + ROW_RUN_GUARD_INSTRUCTIONS * row_guards
-        + ROW_RUN_PIECE_INSTRUCTIONS / min(s.kc, s.K)
+        + ROW_RUN_PIECE_INSTRUCTIONS / _mean_k_block(s)
     )
     # a piece's last vector, where partial, is a masked store
     return (per_row / hw.core.issue_width + masked * _masked_store_extra_cycles(hw)) / elems
+
+
+def _mean_k_block(s: CpuSchedule) -> float:
+    """k rows per k block on average: K = 9 in blocks of kc = 8 is two blocks, 4.5 rows each, so
+    what a block sets up once (a copied piece's bounds) is paid per 4.5 rows, not per 8."""
+    return s.K / -(-s.K // s.kc)
 
 
 @functools.lru_cache(maxsize=512)

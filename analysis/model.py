@@ -411,6 +411,7 @@ def micro_kernel_cycles(
         call_cycles = c.call_cycles + _c_tile_port_cycles(
             tile_vecs, s.kc, cyc_k, load_k, tile_mix.stores, vload_rate, c.store_ports
         )
+        call_cycles += _call_issue_cycles(tile_mix, tile_vecs, s.kc, cyc_k, hw)
         # a row whose last vector overhangs the tile stores it with a mask
         call_cycles += rows * _masked_store_extra_cycles(hw) * _row_end_masked(cols, lanes)
         # C fills queued in few L1 sets arise only while the window holds the next call (most
@@ -533,6 +534,17 @@ def _c_tile_port_cycles(
     loads = max(0.0, kc * load_k + tile_vecs / vload_rate - busy)
     stores = max(0.0, (kc * stores_k + tile_vecs) / store_ports - busy)
     return loads + stores
+
+
+def _call_issue_cycles(mix: KStepMix, tile_vecs: int, kc: int, cyc_k: float, hw: HwSpec) -> float:
+    """Cycles a call's own instructions (its set-up, C tile loads and stores) add where they do
+    not fit in the issue slots its k steps leave idle. ``core.call_cycles`` is measured on calls
+    whose k steps leave room (FMA-bound tiles, 8 k steps); a call of one k step of a one-vector
+    tile has almost none (Zen 5, depthwise NCHW, K = 9 in blocks of 8 and 1: about 8 cycles more
+    per call of the one-step block, measured side by side with one block of 9)."""
+    issue = hw.core.issue_width
+    idle = kc * max(0.0, cyc_k * issue - mix.instructions)
+    return max(0.0, CALL_INSTRUCTIONS + 2.0 * tile_vecs - idle) / issue
 
 
 def _operand_elements(s: CpuSchedule) -> tuple[float, float]:

@@ -16,8 +16,9 @@ be so where it is defined (PANEL_L1_SHARE).
 Cost of one thread (the slowest one, since threads split the parallel loop):
     compute   = k steps * (max(FMA issue, load ports and prefetch slots, issue width, store port)
                 overlapped with the FMA latency over the calls in flight and with unpacked-operand
-                L1 misses, plus DTLB misses) + per call: the call, the C tile's loads and stores
-                beyond the ports' idle cycles, C stores that miss, or whose line pair another thread
+                L1 misses, plus DTLB misses) + per call: the call, its own instructions beyond the
+                issue slots its k steps leave idle, the C tile's loads and stores beyond the
+                ports' idle cycles, C stores that miss, or whose line pair another thread
                 writes, C fills queued in the few L1 sets a sweep down rows a page apart crowds
                 (where the window holds the next call), or, where the next call's unpacked B loads
                 match these C stores in the page-offset bits, the FMA chain beyond the call's
@@ -370,7 +371,8 @@ def micro_kernel_cycles(
 
     Per tile class (full tiles and the m, n and corner tails): its k steps at the bound of
     ``_cycles_per_kstep`` overlapped with the L1 misses of an unpacked operand, plus DTLB misses
-    and page walks beyond that wait for the misses, plus per call the call itself, the C tile's
+    and page walks beyond that wait for the misses, plus per call the call itself, its
+    instructions beyond the k steps' idle issue slots (``_call_issue_cycles``), the C tile's
     loads and stores beyond the ports' idle cycles, masked C stores where a tile row ends in a
     partial vector, C stores that miss L1 (or, for short calls, C fills queued behind the last
     calls' write-backs in the sets a sweep down C's rows crowds, or the next call's B loads

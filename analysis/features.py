@@ -329,13 +329,13 @@ def kernel_features(kernel: Kernel, isa: str) -> KernelFeatures:
     order = [f for f in [main, *funcs] if f in funcs]
     order = list(dict.fromkeys(order))
     text_bytes = sum(map(len, funcs.values()))
-    for find in (loop_features, straight_line_features):
+    readers = (
+        lambda f: loop_features(f, funcs[f], isa, main_loop_fmas(s.unroll, s.lanes, f)),
+        lambda f: straight_line_features(f, funcs[f], isa),
+    )
+    for read in readers:
         for fname in order:
-            lf = (
-                loop_features(fname, funcs[fname], isa, main_loop_fmas(s.unroll, s.lanes, fname))
-                if find is loop_features
-                else find(fname, funcs[fname], isa)
-            )
+            lf = read(fname)
             if lf is not None:
                 return KernelFeatures(isa, text_bytes, tuple(funcs), lf)
     raise CodegenError(
